@@ -1,0 +1,8 @@
+//! podvisor's pure core: the rules of supervision as data and functions.
+//!
+//! Nothing here performs I/O, reads a clock or sleeps: callers pass `now` and inputs in and get
+//! decisions back, so every timing rule is testable on a fake clock in milliseconds. The PID 1
+//! build links this crate too, so it must stay free of heavy dependencies unless they sit behind
+//! a feature.
+
+pub mod duration;

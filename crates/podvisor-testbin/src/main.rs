@@ -1,0 +1,231 @@
+//! podvisor-testbin: a program for podvisor's tests to supervise. Each subcommand is one
+//! behaviour a test needs, with output a test can read line by line:
+//!
+//! - `exit CODE` — exit with CODE.
+//! - `die SIGNAL` — kill itself with SIGNAL (default action).
+//! - `signals [--ignore SIG,...] [--exit-on SIG] [--out FILE]` — print `ready`, then one line
+//!   `signal N from PID` per signal received, until `--exit-on` arrives (exit 0).
+//! - `report` — print `pid ppid pgid sid`, SigBlk, SigIgn and the terminal's foreground group.
+//! - `zombies N` — fork N children that exit at once, never wait for them, print the time in
+//!   nanoseconds since the epoch, and exit: N orphaned zombies for whoever reaps.
+//! - `orphans N` — double-fork N grandchildren that exit after a moment, then wait until no
+//!   zombie is left in /proc (exit 0) or 10 s pass (exit 1): checks that an init reaps them.
+//! - `sleep SECS` — sleep, then exit 0.
+
+mod sys;
+
+use std::io::Write;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match args.first().map(String::as_str) {
+        Some("exit") => args.get(1).and_then(|c| c.parse().ok()).unwrap_or(0),
+        Some("die") => sys::raise_default(parse_sig(args.get(1).map_or("TERM", String::as_str))),
+        Some("signals") => signals(&args[1..]),
+        Some("report") => report(),
+        Some("zombies") => zombies(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
+        Some("orphans") => orphans(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
+        Some("sleep") => {
+            let secs: f64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0);
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            0
+        }
+        _ => {
+            eprintln!("usage: podvisor-testbin exit|die|signals|report|zombies|orphans|sleep ...");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn parse_sig(s: &str) -> i32 {
+    let names = [
+        ("HUP", 1),
+        ("INT", 2),
+        ("QUIT", 3),
+        ("ABRT", 6),
+        ("KILL", 9),
+        ("USR1", 10),
+        ("USR2", 12),
+        ("PIPE", 13),
+        ("ALRM", 14),
+        ("TERM", 15),
+        ("CHLD", 17),
+        ("CONT", 18),
+        ("STOP", 19),
+        ("TSTP", 20),
+        ("TTIN", 21),
+        ("TTOU", 22),
+        ("URG", 23),
+        ("WINCH", 28),
+        ("PWR", 30),
+    ];
+    let up = s.trim_start_matches("SIG").to_ascii_uppercase();
+    names
+        .iter()
+        .find(|(n, _)| *n == up)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| up.parse().unwrap_or(0))
+}
+
+fn signals(args: &[String]) -> i32 {
+    let mut exit_on = None;
+    let mut out: Box<dyn Write> = Box::new(std::io::stdout());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--ignore" => {
+                for s in it.next().map(String::as_str).unwrap_or("").split(',') {
+                    sys::ignore(parse_sig(s));
+                }
+            }
+            "--exit-on" => exit_on = it.next().map(|s| parse_sig(s)),
+            "--out" => {
+                let path = it.next().expect("--out FILE");
+                out = Box::new(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .expect("open --out"),
+                );
+            }
+            other => panic!("unknown option {other}"),
+        }
+    }
+    // Ignored signals stay ignored: sigwaitinfo would still take them if blocked, so leave
+    // those unblocked and let the kernel drop them.
+    let mut set = sys::block_all_but_faults();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let ignored = ignored_mask(&status).unwrap_or(0);
+    for sig in 1..=64 {
+        if ignored & (1u64 << (sig - 1)) != 0 {
+            sys::unblock(&mut set, sig);
+        }
+    }
+    let _ = writeln!(out, "ready");
+    let _ = out.flush();
+    loop {
+        match sys::wait_signal(&set) {
+            Ok((sig, from)) => {
+                let _ = writeln!(out, "signal {sig} from {from}");
+                let _ = out.flush();
+                if Some(sig) == exit_on {
+                    return 0;
+                }
+            }
+            Err(e) => {
+                eprintln!("sigwaitinfo: {e}");
+                return 3;
+            }
+        }
+    }
+}
+
+fn ignored_mask(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("SigIgn:"))?;
+    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+}
+
+fn report() -> i32 {
+    let (pid, ppid, pgid, sid) = sys::ids();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("?")
+            .to_string()
+    };
+    println!("ids {pid} {ppid} {pgid} {sid}");
+    println!("SigBlk {}", field("SigBlk:"));
+    println!("SigIgn {}", field("SigIgn:"));
+    println!("tty-foreground {}", sys::foreground_group());
+    0
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+fn zombies(n: usize) -> i32 {
+    for _ in 0..n {
+        if let Err(e) = sys::fork_then(|| 0) {
+            eprintln!("fork: {e}");
+            return 1;
+        }
+    }
+    println!("{}", now_ns());
+    0
+}
+
+fn orphans(n: usize) -> i32 {
+    for _ in 0..n {
+        let mid = sys::fork_then(|| {
+            // The grandchild outlives its parent briefly, so it is orphaned while alive and
+            // becomes a zombie of whoever adopted it.
+            let _ = sys::fork_then(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                0
+            });
+            0
+        });
+        match mid {
+            Ok(pid) => {
+                let _ = sys::wait_pid(pid);
+            }
+            Err(e) => {
+                eprintln!("fork: {e}");
+                return 1;
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let me = std::process::id();
+    loop {
+        let (zombies, others) = count_other_processes(me);
+        if zombies == 0 && others == 0 {
+            println!("all {n} orphans reaped");
+            return 0;
+        }
+        if Instant::now() > deadline {
+            println!("left: {zombies} zombies, {others} live");
+            return 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Counts processes in this PID namespace other than us and PID 1: (zombies, live).
+fn count_other_processes(me: u32) -> (usize, usize) {
+    let (mut z, mut live) = (0, 0);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me || pid == 1 {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let state = stat
+            .rfind(')')
+            .and_then(|p| stat[p + 1..].split_whitespace().next().map(String::from));
+        match state.as_deref() {
+            Some("Z") => z += 1,
+            Some(_) => live += 1,
+            None => {}
+        }
+    }
+    (z, live)
+}

@@ -1,0 +1,128 @@
+//! The testbin's only `unsafe`: fork, signal masks and waits that std does not offer.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::MaybeUninit;
+
+pub fn full_set() -> libc::sigset_t {
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises the set.
+    unsafe {
+        libc::sigfillset(set.as_mut_ptr());
+        set.assume_init()
+    }
+}
+
+/// Blocks every signal but the fault signals and returns the blocked set.
+pub fn block_all_but_faults() -> libc::sigset_t {
+    let mut set = full_set();
+    for sig in [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGABRT,
+        libc::SIGTRAP,
+    ] {
+        // SAFETY: valid initialised set.
+        unsafe { libc::sigdelset(&mut set, sig) };
+    }
+    // SAFETY: valid pointers.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) };
+    set
+}
+
+/// Takes `sig` out of `set` and unblocks it.
+pub fn unblock(set: &mut libc::sigset_t, sig: i32) {
+    // SAFETY: valid initialised set; a bad number only makes the calls fail.
+    unsafe {
+        libc::sigdelset(set, sig);
+        let mut one = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(one.as_mut_ptr());
+        libc::sigaddset(one.as_mut_ptr(), sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, one.as_ptr(), std::ptr::null_mut());
+    }
+}
+
+/// Waits for one signal of `set`, returning its number and the sender's pid.
+pub fn wait_signal(set: &libc::sigset_t) -> io::Result<(i32, i32)> {
+    // SAFETY: zeroed siginfo is a valid output buffer.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: valid pointers.
+        let sig = unsafe { libc::sigwaitinfo(set, &mut info) };
+        if sig == -1 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: the kernel filled in the siginfo for this signal.
+        let pid = unsafe { info.si_pid() };
+        return Ok((sig, pid));
+    }
+}
+
+pub fn ignore(sig: i32) {
+    // SAFETY: installing SIG_IGN runs no code of ours.
+    unsafe { libc::signal(sig, libc::SIG_IGN) };
+}
+
+/// Forks; the child runs `f` and leaves with `_exit(code)` without running destructors or
+/// flushing the parent's buffers. Returns the child's pid in the parent.
+pub fn fork_then(f: impl FnOnce() -> i32) -> io::Result<i32> {
+    // SAFETY: the testbin is single-threaded when it forks, so the child may run ordinary code.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            let code = f();
+            // SAFETY: _exit ends the child at once.
+            unsafe { libc::_exit(code) }
+        }
+        pid => Ok(pid),
+    }
+}
+
+pub fn wait_pid(pid: i32) -> io::Result<i32> {
+    let mut status = 0;
+    // SAFETY: valid pointer.
+    let ret = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(status)
+}
+
+pub fn raise_default(sig: i32) -> ! {
+    // SAFETY: restoring the default action and raising the signal; if it does not kill us we
+    // exit plainly.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, set.as_ptr(), std::ptr::null_mut());
+        libc::raise(sig);
+        libc::_exit(120)
+    }
+}
+
+pub fn ids() -> (i32, i32, i32, i32) {
+    // SAFETY: these getters cannot fail.
+    unsafe {
+        (
+            libc::getpid(),
+            libc::getppid(),
+            libc::getpgrp(),
+            libc::getsid(0),
+        )
+    }
+}
+
+/// The foreground process group of the terminal on stdin, or -1.
+pub fn foreground_group() -> i32 {
+    // SAFETY: tcgetpgrp only reads.
+    unsafe { libc::tcgetpgrp(0) }
+}

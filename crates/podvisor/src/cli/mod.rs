@@ -1,0 +1,70 @@
+//! The command line: picks the face (persona by argv[0], or subcommand) and hands over.
+//! Each subcommand lives in a thin file of its own.
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use crate::init::{self, args::Persona};
+
+const USAGE: &str = "\
+Usage: podvisor <COMMAND> [ARGS]...
+
+Commands:
+  init [OPTIONS] [--] CMD [ARGS]...   Run CMD under an init process (PID 1, tini / dumb-init
+                                      compatible); `podvisor init --help` for its options
+
+Started as `tini` or `dumb-init` (a symlink or a copy), podvisor takes that program's command
+line unchanged.
+
+Options:
+  -h, --help      Print this help
+  -V, --version   Print the version
+";
+
+/// Whether this binary was built with everything (`full`) or as the small PID 1 build.
+pub const BUILD: &str = if cfg!(feature = "full") {
+    "full"
+} else {
+    "init-only"
+};
+
+/// Runs the command line and returns the process exit code.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let argv0 = argv
+        .first()
+        .cloned()
+        .unwrap_or_else(|| OsString::from("podvisor"));
+    let prog = std::path::Path::new(&argv0)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "podvisor".to_string());
+    if let Some(persona) = init::args::persona_for(&argv0) {
+        // The personas print their own name as they were invoked, as tini and dumb-init do
+        // (dumb-init prints argv[0] whole).
+        let shown = match persona {
+            Persona::DumbInit => argv0.to_string_lossy().into_owned(),
+            _ => prog,
+        };
+        return init::main(persona, &shown, &argv[1..]);
+    }
+    let Some(command) = argv.get(1).map(|a| a.to_string_lossy().into_owned()) else {
+        eprint!("error: no command given\n{USAGE}");
+        return 2;
+    };
+    match command.as_str() {
+        "init" => init::main(Persona::Podvisor, "podvisor init", &argv[2..]),
+        "-h" | "--help" | "help" => {
+            print!("{USAGE}");
+            let _ = std::io::stdout().flush();
+            0
+        }
+        "-V" | "--version" => {
+            println!("podvisor {} ({BUILD} build)", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        other => {
+            eprintln!("error: unknown command {other:?} (see `podvisor --help`)");
+            2
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! PID 1 mode: `podvisor init -- CMD`, and the `tini` and `dumb-init` personas.
+//!
+//! Like tini, this is one blocking, single-threaded loop with no async runtime and no timer
+//! while nothing happens: every catchable signal is blocked and taken with sigwaitinfo; SIGCHLD
+//! drains the one reaper; anything else is forwarded to the child (or its process group). A
+//! timeout is armed only while a stop delay or a kill grace is running.
+//!
+//! It must never leave the terminal, the signal mask or the dispositions it inherited changed
+//! for the child, and never exit before the child has (unless its own parent died and
+//! `-p` says so).
+
+pub mod args;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::process::descendants::descendants_of;
+use crate::process::signal::signal_name;
+use crate::process::sys::{self, ChildSetup, Exit, Inherited, Reaped, SigSet};
+use args::{Config, OnChildExit, Persona};
+
+/// Signals that a stop delay holds back: the ones runtimes and terminals send to stop a program.
+const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT];
+
+/// After the SIGKILL round of `--kill-descendants`, how often to look again for processes that
+/// were forked in between (only in that last phase; nothing polls in normal operation).
+const KILL_RECHECK: Duration = Duration::from_millis(100);
+
+/// Runs PID 1 mode and returns the exit code. `prog` is how the program was invoked (for the
+/// personas' messages), `args` the arguments after the persona or the `init` subcommand.
+pub fn main(persona: Persona, prog: &str, args: &[OsString]) -> i32 {
+    let env = |name: &str| std::env::var_os(name);
+    let config = match args::parse(persona, prog, args, &env) {
+        Ok(c) => c,
+        Err(early) => {
+            print!("{}", early.stdout);
+            eprint!("{}", early.stderr);
+            let _ = std::io::stdout().flush();
+            return early.code;
+        }
+    };
+    let log = Log {
+        persona,
+        verbosity: config.verbosity,
+    };
+    match Init::start(config, log) {
+        Ok(mut init) => init.run(),
+        Err(code) => code,
+    }
+}
+
+/// Messages in the shape of the persona: tini's `[WARN  tini (PID)]`, dumb-init's
+/// `[dumb-init]`, podvisor's `error:` / `podvisor init:`.
+#[derive(Debug, Clone, Copy)]
+struct Log {
+    persona: Persona,
+    verbosity: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Fatal = 0,
+    Warn = 1,
+    Info = 2,
+    Debug = 3,
+}
+
+impl Log {
+    fn emit(&self, level: Level, msg: &str) {
+        match self.persona {
+            Persona::Tini => {
+                if level != Level::Fatal && (level as u32) > self.verbosity {
+                    return;
+                }
+                let tag = match level {
+                    Level::Fatal => "FATAL",
+                    Level::Warn => "WARN ",
+                    Level::Info => "INFO ",
+                    Level::Debug => "DEBUG",
+                };
+                let line = format!("[{tag} tini ({})] {msg}\n", sys::getpid());
+                // tini prints info and debug on stdout, warnings and errors on stderr.
+                if level <= Level::Warn {
+                    let _ = std::io::stderr().write_all(line.as_bytes());
+                } else {
+                    let mut out = std::io::stdout();
+                    let _ = out.write_all(line.as_bytes());
+                    let _ = out.flush();
+                }
+            }
+            Persona::DumbInit => {
+                // dumb-init has errors and debug output (with -v), nothing between.
+                if level == Level::Fatal || self.verbosity >= 1 {
+                    let _ = std::io::stderr().write_all(format!("[dumb-init] {msg}\n").as_bytes());
+                }
+            }
+            Persona::Podvisor => {
+                if level != Level::Fatal && (level as u32) > self.verbosity {
+                    return;
+                }
+                let line = match level {
+                    Level::Fatal => format!("error: {msg}\n"),
+                    Level::Warn => format!("podvisor init: warning: {msg}\n"),
+                    _ => format!("podvisor init: {msg}\n"),
+                };
+                let _ = std::io::stderr().write_all(line.as_bytes());
+            }
+        }
+    }
+    fn fatal(&self, msg: &str) {
+        self.emit(Level::Fatal, msg)
+    }
+    fn warn(&self, msg: &str) {
+        self.emit(Level::Warn, msg)
+    }
+    fn info(&self, msg: &str) {
+        self.emit(Level::Info, msg)
+    }
+    fn debug(&self, msg: &str) {
+        self.emit(Level::Debug, msg)
+    }
+}
+
+/// The phase after the main child has exited, for `--kill-descendants` and `--wait-all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Draining {
+    /// Waiting for descendants to exit on their own.
+    Waiting,
+    /// SIGTERM sent; SIGKILL at the deadline.
+    Terminating { kill_at: Instant },
+    /// SIGKILL sent; look again for stragglers at the deadline.
+    Killing { recheck_at: Instant },
+}
+
+#[derive(Debug)]
+struct Init {
+    config: Config,
+    log: Log,
+    waited: SigSet,
+    child: i32,
+    /// The main child's exit code once it has exited (after `-e` remapping).
+    exit_code: Option<i32>,
+    /// A stop signal held back by `--stop-delay`: (when to forward it, the signal).
+    pending_stop: Option<(Instant, i32)>,
+    draining: Option<Draining>,
+}
+
+fn strerror(err: &std::io::Error) -> String {
+    // io::Error's Display appends " (os error N)"; the personas print the bare strerror text.
+    let text = err.to_string();
+    match text.rfind(" (os error ") {
+        Some(pos) => text[..pos].to_string(),
+        None => text,
+    }
+}
+
+impl Init {
+    /// Sets up signals, prctl settings and the child. `Err` carries the exit code.
+    fn start(config: Config, log: Log) -> Result<Init, i32> {
+        let persona = config.persona;
+        // What to wait for: every signal but the ones that report our own faults (tini's
+        // choice), and the terminal stops, which we ignore so that writing to a terminal we no
+        // longer own in the foreground cannot stop us. dumb-init waits for everything.
+        let mut waited = SigSet::full();
+        let mut actions = Vec::new();
+        if persona != Persona::DumbInit {
+            for sig in [
+                libc::SIGFPE,
+                libc::SIGILL,
+                libc::SIGSEGV,
+                libc::SIGBUS,
+                libc::SIGABRT,
+                libc::SIGTRAP,
+                libc::SIGSYS,
+                libc::SIGTTIN,
+                libc::SIGTTOU,
+            ] {
+                waited.remove(sig);
+            }
+        }
+        let mask = match sys::set_signal_mask(&waited) {
+            Ok(old) => old,
+            Err(e) => {
+                log.fatal(&format!("cannot block signals: {}", strerror(&e)));
+                return Err(1);
+            }
+        };
+        if persona != Persona::DumbInit {
+            for sig in [libc::SIGTTIN, libc::SIGTTOU] {
+                match sys::ignore_signal(sig) {
+                    Ok(old) => actions.push(old),
+                    Err(e) => {
+                        log.fatal(&format!(
+                            "cannot ignore {}: {}",
+                            signal_name(sig),
+                            strerror(&e)
+                        ));
+                        return Err(1);
+                    }
+                }
+            }
+        }
+        let inherited = Inherited { mask, actions };
+
+        if let Some(sig) = config.parent_death_signal {
+            if let Err(e) = sys::set_parent_death_signal(sig) {
+                log.fatal(&match persona {
+                    Persona::Tini => "Failed to set up parent death signal".to_string(),
+                    _ => format!("cannot set the parent death signal: {}", strerror(&e)),
+                });
+                return Err(1);
+            }
+        }
+
+        let pid1 = sys::getpid() == 1;
+        let needs_reaper = matches!(
+            config.on_child_exit,
+            OnChildExit::KillDescendants(_) | OnChildExit::WaitAll
+        );
+        // Waiting for, or killing, every descendant is only exact if orphans come back to us.
+        let subreaper = config.subreaper || (needs_reaper && !pid1);
+        if subreaper {
+            if let Err(e) = sys::set_child_subreaper() {
+                log.fatal(&match (persona, e.raw_os_error()) {
+                    (Persona::Tini, Some(libc::EINVAL)) => "PR_SET_CHILD_SUBREAPER is unavailable on this platform. Are you using Linux >= 3.4?".to_string(),
+                    (Persona::Tini, _) => format!("Failed to register as child subreaper: {}", strerror(&e)),
+                    _ => format!("cannot register as a child subreaper: {}", strerror(&e)),
+                });
+                return Err(1);
+            }
+            log.debug("registered as a child subreaper");
+        }
+        if !pid1 && !sys::is_child_subreaper().unwrap_or(false) {
+            match persona {
+                Persona::Tini => log.warn(
+                    "Tini is not running as PID 1 and isn't registered as a child subreaper.\n\
+                     Zombie processes will not be re-parented to Tini, so zombie reaping won't work.\n\
+                     To fix the problem, use the -s option or set the environment variable TINI_SUBREAPER to register Tini as a child subreaper, or run Tini as PID 1.",
+                ),
+                Persona::Podvisor => log.warn(
+                    "not PID 1 and not a child subreaper, so orphaned zombies will not be reaped; \
+                     use -s or PODVISOR_SUBREAPER=1",
+                ),
+                Persona::DumbInit => {}
+            }
+        }
+
+        let setup = if config.new_session {
+            // dumb-init gives up the terminal so that the child's new session can take it.
+            if let Err(e) = sys::detach_controlling_tty() {
+                log.debug(&format!(
+                    "Unable to detach from controlling tty (errno={} {}).",
+                    e.raw_os_error().unwrap_or(0),
+                    strerror(&e)
+                ));
+            }
+            ChildSetup::Session
+        } else {
+            ChildSetup::ProcessGroup
+        };
+
+        let child = match sys::spawn(&config.command, setup, &inherited) {
+            Ok(pid) => pid,
+            Err(e) => return Err(exec_failure(&config, &log, &e)),
+        };
+        log.info(&format!(
+            "spawned child process {:?} with pid {child}",
+            config.command[0].to_string_lossy()
+        ));
+        Ok(Init {
+            config,
+            log,
+            waited,
+            child,
+            exit_code: None,
+            pending_stop: None,
+            draining: None,
+        })
+    }
+
+    /// The loop: wait for a signal or the next deadline, act, repeat until done.
+    fn run(&mut self) -> i32 {
+        loop {
+            let deadline = self.next_deadline();
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let signal = match sys::wait_signal(&self.waited, timeout) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.log
+                        .fatal(&format!("waiting for signals failed: {}", strerror(&e)));
+                    return 1;
+                }
+            };
+            match signal {
+                Some(libc::SIGCHLD) | None => {}
+                Some(sig) => self.on_signal(sig),
+            }
+            // Reap after every wake-up, not only on SIGCHLD: SIGCHLD is one pending bit for
+            // many exits, and draining costs one syscall when nothing is there.
+            let no_children = match self.reap() {
+                Ok(none_left) => none_left,
+                Err(code) => return code,
+            };
+            self.on_timers();
+            if let Some(code) = self.exit_code {
+                if self.finished(no_children) {
+                    return code;
+                }
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let stop = self.pending_stop.map(|(at, _)| at);
+        let drain = match self.draining {
+            Some(Draining::Terminating { kill_at }) => Some(kill_at),
+            Some(Draining::Killing { recheck_at }) => Some(recheck_at),
+            _ => None,
+        };
+        match (stop, drain) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_signal(&mut self, received: i32) {
+        self.log
+            .debug(&format!("received {}", signal_name(received)));
+        if self.exit_code.is_some() {
+            // The main child is gone; what remains are descendants we wait for.
+            let sig = self.config.translate(received);
+            if sig != 0 {
+                self.signal_descendants(sig);
+            }
+            return;
+        }
+        if let Some(delay) = self.config.stop_delay {
+            if STOP_SIGNALS.contains(&received) {
+                if self.pending_stop.take().is_some() {
+                    // A second stop request while the first is held: the sender is impatient,
+                    // so both the delay and the held signal give way to this one.
+                    self.log
+                        .info("second stop signal during the stop delay: forwarding now");
+                } else {
+                    self.log.info(&format!(
+                        "holding {} for {}",
+                        signal_name(received),
+                        podvisor_core::duration::format_duration(delay)
+                    ));
+                    self.pending_stop = Some((Instant::now() + delay, received));
+                    return;
+                }
+            }
+        }
+        self.forward(received);
+        if self.config.persona == Persona::DumbInit
+            && [libc::SIGTSTP, libc::SIGTTOU, libc::SIGTTIN].contains(&received)
+        {
+            // dumb-init stops itself too, so that the shell that started it sees the job stop.
+            self.log.debug("Suspending self due to TTY signal.");
+            let _ = sys::send_signal(sys::getpid(), libc::SIGSTOP);
+        }
+    }
+
+    /// Forwards a received signal through the rewrite table to the child or its group.
+    fn forward(&self, received: i32) {
+        let sig = self.config.translate(received);
+        if sig == 0 {
+            self.log.debug(&format!(
+                "not forwarding {} (dropped)",
+                signal_name(received)
+            ));
+            return;
+        }
+        let target = if self.config.signal_group {
+            -self.child
+        } else {
+            self.child
+        };
+        match sys::send_signal(target, sig) {
+            Ok(()) => self
+                .log
+                .debug(&format!("forwarded {} to {target}", signal_name(sig))),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => match self.config.persona {
+                Persona::Tini => self.log.warn("Child was dead when forwarding signal"),
+                _ => self.log.warn(&format!(
+                    "{target} was gone when forwarding {}",
+                    signal_name(sig)
+                )),
+            },
+            Err(e) => self.log.warn(&format!(
+                "forwarding {} failed: {}",
+                signal_name(sig),
+                strerror(&e)
+            )),
+        }
+    }
+
+    fn signal_descendants(&self, sig: i32) -> usize {
+        let pids = descendants_of(sys::getpid());
+        for &pid in &pids {
+            let _ = sys::send_signal(pid, sig);
+        }
+        pids.len()
+    }
+
+    /// Drains every exited child. `Ok(true)` when no child is left at all.
+    fn reap(&mut self) -> Result<bool, i32> {
+        loop {
+            match sys::reap_one() {
+                Ok(Reaped::Exited { pid, exit })
+                    if pid == self.child && self.exit_code.is_none() =>
+                {
+                    self.on_child_exit(exit);
+                }
+                Ok(Reaped::Exited { pid, exit }) => {
+                    if self.config.warn_on_reap {
+                        match self.config.persona {
+                            Persona::Tini => self
+                                .log
+                                .warn(&format!("Reaped zombie process with pid={pid}")),
+                            _ => self.log.warn(&format!(
+                                "reaped adopted zombie pid {pid} ({})",
+                                describe(exit)
+                            )),
+                        }
+                    } else {
+                        self.log
+                            .debug(&format!("reaped pid {pid} ({})", describe(exit)));
+                    }
+                }
+                Ok(Reaped::NoneReady) => return Ok(false),
+                Ok(Reaped::NoChildren) => return Ok(true),
+                Err(e) => {
+                    self.log
+                        .fatal(&format!("waiting for children failed: {}", strerror(&e)));
+                    return Err(1);
+                }
+            }
+        }
+    }
+
+    fn on_child_exit(&mut self, exit: Exit) {
+        self.log
+            .info(&format!("main child {} {}", self.child, describe(exit)));
+        let code = (exit.shell_code() % 256) as u8;
+        let code = if self.config.expect_zero.contains(&code) {
+            0
+        } else {
+            i32::from(code)
+        };
+        self.exit_code = Some(code);
+        self.pending_stop = None;
+        match self.config.on_child_exit {
+            OnChildExit::Exit => {}
+            OnChildExit::TermGroupAndExit => {
+                // dumb-init: tell whatever is left of the child's group to go, then leave.
+                let sig = self.config.translate(libc::SIGTERM);
+                if sig != 0 {
+                    let target = if self.config.signal_group {
+                        -self.child
+                    } else {
+                        self.child
+                    };
+                    let _ = sys::send_signal(target, sig);
+                }
+            }
+            OnChildExit::WaitAll => self.draining = Some(Draining::Waiting),
+            OnChildExit::KillDescendants(grace) => {
+                let n = self.signal_descendants(libc::SIGTERM);
+                if n > 0 {
+                    // A stopped process only acts on SIGTERM once continued (as systemd does).
+                    self.signal_descendants(libc::SIGCONT);
+                    self.log.info(&format!(
+                        "sent SIGTERM to {n} remaining descendant(s); SIGKILL in {}",
+                        podvisor_core::duration::format_duration(grace)
+                    ));
+                }
+                self.draining = Some(Draining::Terminating {
+                    kill_at: Instant::now() + grace,
+                });
+            }
+        }
+    }
+
+    fn on_timers(&mut self) {
+        let now = Instant::now();
+        if let Some((at, sig)) = self.pending_stop {
+            if now >= at {
+                self.pending_stop = None;
+                self.forward(sig);
+            }
+        }
+        match self.draining {
+            Some(Draining::Terminating { kill_at })
+            | Some(Draining::Killing {
+                recheck_at: kill_at,
+            }) if now >= kill_at => {
+                let n = self.signal_descendants(libc::SIGKILL);
+                if n > 0 {
+                    self.log
+                        .info(&format!("sent SIGKILL to {n} remaining descendant(s)"));
+                }
+                self.draining = Some(Draining::Killing {
+                    recheck_at: now + KILL_RECHECK,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether to exit now that the main child has exited.
+    fn finished(&self, no_children: bool) -> bool {
+        match self.config.on_child_exit {
+            OnChildExit::Exit | OnChildExit::TermGroupAndExit => true,
+            OnChildExit::WaitAll | OnChildExit::KillDescendants(_) => no_children,
+        }
+    }
+}
+
+fn describe(exit: Exit) -> String {
+    match exit {
+        Exit::Code(c) => format!("exited with status {c}"),
+        Exit::Signal(s) => format!("was killed by {}", signal_name(s)),
+    }
+}
+
+/// Reports a failed exec in the persona's words and returns its exit code: 127 not found,
+/// 126 not executable (the shell's convention, which tini follows), 2 for dumb-init.
+fn exec_failure(config: &Config, log: &Log, err: &std::io::Error) -> i32 {
+    let cmd = config.command[0].to_string_lossy();
+    let errno = err.raw_os_error();
+    match config.persona {
+        Persona::DumbInit => {
+            log.fatal(&format!("{cmd}: {}", strerror(err)));
+            2
+        }
+        Persona::Tini => {
+            log.fatal(&format!("exec {cmd} failed: {}", strerror(err)));
+            match errno {
+                Some(libc::ENOENT) => 127,
+                Some(libc::EACCES) => 126,
+                _ => 1,
+            }
+        }
+        Persona::Podvisor => {
+            let (code, why) = match errno {
+                Some(libc::ENOENT) | Some(libc::ENOTDIR) => (127, "command not found"),
+                Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::ENOEXEC)
+                | Some(libc::EISDIR) => (126, "not executable"),
+                _ => (1, "cannot start it"),
+            };
+            log.fatal(&format!("{cmd:?}: {why}: {}", strerror(err)));
+            code
+        }
+    }
+}

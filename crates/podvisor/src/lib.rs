@@ -1,0 +1,7 @@
+//! podvisor: runs containers' processes the way the kubelet does, and survives the way good init
+//! systems do. This library holds the binary's modules so that they can be tested in place; the
+//! binary (`main.rs`) only dispatches.
+
+pub mod cli;
+pub mod init;
+pub mod process;

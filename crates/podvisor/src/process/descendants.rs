@@ -1,0 +1,86 @@
+//! Finding every descendant of a process through /proc, for `--kill-descendants` and
+//! `--wait-all`, which must reach grandchildren that are not (yet) our own children.
+
+use std::collections::HashMap;
+use std::fs;
+
+/// The pids of every live descendant of `root` (children, their children, and so on), read
+/// from /proc. Processes that vanish while we read are skipped. Zombies are included: they are
+/// still descendants until reaped, and signalling them is harmless.
+pub fn descendants_of(root: i32) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some(ppid) = read_ppid(pid) {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut found = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        if let Some(kids) = children.get(&p) {
+            for &k in kids {
+                found.push(k);
+                stack.push(k);
+            }
+        }
+    }
+    found
+}
+
+/// The parent pid from /proc/PID/stat. The command name (field 2) may hold spaces and
+/// parentheses, so parse from the last `)`.
+fn read_ppid(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after.split_ascii_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_grandchild() {
+        // sh starts a sleep and waits for it: the sleep is our grandchild.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & echo started; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let me = std::process::id() as i32;
+        let found = descendants_of(me);
+        let sh = child.id() as i32;
+        assert!(found.contains(&sh), "{found:?} lacks sh {sh}");
+        let grandchildren: Vec<i32> = found
+            .iter()
+            .copied()
+            .filter(|&p| read_ppid(p) == Some(sh))
+            .collect();
+        assert_eq!(grandchildren.len(), 1, "{found:?}");
+        for p in grandchildren {
+            std::process::Command::new("kill")
+                .arg(p.to_string())
+                .status()
+                .unwrap();
+        }
+        child.wait().unwrap();
+    }
+}
