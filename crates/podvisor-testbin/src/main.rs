@@ -3,21 +3,33 @@
 //!
 //! - `exit CODE` — exit with CODE.
 //! - `die SIGNAL` — kill itself with SIGNAL (default action).
-//! - `signals [--ignore SIG,...] [--exit-on SIG] [--out FILE]` — print `ready`, then one line
-//!   `signal N from PID` per signal received, until `--exit-on` arrives (exit 0).
+//! - `signals [--ignore SIG,...] [--exit-on SIG] [--out FILE] [--spawn-peer FILE]` — print
+//!   `ready`, then one line `signal N from PID` per signal received, until `--exit-on` arrives
+//!   (exit 0). `--spawn-peer` first starts a second recorder in the same process group, which exits on SIGTERM.
 //! - `report` — print `pid ppid pgid sid`, SigBlk, SigIgn and the terminal's foreground group.
 //! - `zombies N` — fork N children that exit at once, never wait for them, print the time in
 //!   nanoseconds since the epoch, and exit: N orphaned zombies for whoever reaps.
-//! - `orphans N` — double-fork N grandchildren that exit after a moment, then wait until no
-//!   zombie is left in /proc (exit 0) or 10 s pass (exit 1): checks that an init reaps them.
+//! - `orphans N` — double-fork N grandchildren that exit after a moment, then wait until our
+//!   parent has no other child left, zombie or alive (exit 0), or 10 s pass (exit 1): checks
+//!   that the init above us reaps what it adopts.
 //! - `sleep SECS` — sleep, then exit 0.
+
+#![no_main]
 
 mod sys;
 
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-fn main() {
+// `no_main`, as podvisor: Rust's start-up would set SIGPIPE to ignored, and `report` must show
+// the dispositions this program inherited, untouched.
+// SAFETY: the C `main` symbol, defined once, with the C runtime's signature.
+#[allow(unsafe_code)]
+#[no_mangle]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match args.first().map(String::as_str) {
         Some("exit") => args.get(1).and_then(|c| c.parse().ok()).unwrap_or(0),
@@ -36,7 +48,8 @@ fn main() {
             2
         }
     };
-    std::process::exit(code);
+    let _ = std::io::stdout().flush();
+    code
 }
 
 fn parse_sig(s: &str) -> i32 {
@@ -44,13 +57,19 @@ fn parse_sig(s: &str) -> i32 {
         ("HUP", 1),
         ("INT", 2),
         ("QUIT", 3),
+        ("ILL", 4),
+        ("TRAP", 5),
         ("ABRT", 6),
+        ("BUS", 7),
+        ("FPE", 8),
         ("KILL", 9),
         ("USR1", 10),
+        ("SEGV", 11),
         ("USR2", 12),
         ("PIPE", 13),
         ("ALRM", 14),
         ("TERM", 15),
+        ("STKFLT", 16),
         ("CHLD", 17),
         ("CONT", 18),
         ("STOP", 19),
@@ -58,8 +77,14 @@ fn parse_sig(s: &str) -> i32 {
         ("TTIN", 21),
         ("TTOU", 22),
         ("URG", 23),
+        ("XCPU", 24),
+        ("XFSZ", 25),
+        ("VTALRM", 26),
+        ("PROF", 27),
         ("WINCH", 28),
+        ("IO", 29),
         ("PWR", 30),
+        ("SYS", 31),
     ];
     let up = s.trim_start_matches("SIG").to_ascii_uppercase();
     names
@@ -81,6 +106,19 @@ fn signals(args: &[String]) -> i32 {
                 }
             }
             "--exit-on" => exit_on = it.next().map(|s| parse_sig(s)),
+            "--spawn-peer" => {
+                // A second recorder in our process group, writing to PEER_FILE: it shows
+                // whether a signal went to the whole group or to us alone.
+                let peer_out = it.next().expect("--spawn-peer FILE");
+                let exe = std::env::current_exe().expect("current_exe");
+                // Never waited for: it outlives us and is reaped by the init under test.
+                #[allow(clippy::zombie_processes)]
+                std::process::Command::new(exe)
+                    .args(["signals", "--exit-on", "TERM", "--out", peer_out])
+                    .spawn()
+                    .expect("spawn peer");
+                wait_for_line(peer_out, "ready");
+            }
             "--out" => {
                 let path = it.next().expect("--out FILE");
                 out = Box::new(
@@ -121,6 +159,17 @@ fn signals(args: &[String]) -> i32 {
             }
         }
     }
+}
+
+fn wait_for_line(path: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|s| s.lines().any(|l| l == want)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("{path} never said {want}");
 }
 
 fn ignored_mask(status: &str) -> Option<u64> {
@@ -185,10 +234,12 @@ fn orphans(n: usize) -> i32 {
             }
         }
     }
+    // The grandchildren were adopted by whoever reaps for us (our parent, when it is PID 1 or a
+    // subreaper): wait until none of our parent's other children is left, zombie or alive.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let me = std::process::id();
+    let (me, parent) = (std::process::id(), sys::ids().1 as u32);
     loop {
-        let (zombies, others) = count_other_processes(me);
+        let (zombies, others) = count_siblings(me, parent);
         if zombies == 0 && others == 0 {
             println!("all {n} orphans reaped");
             return 0;
@@ -201,8 +252,8 @@ fn orphans(n: usize) -> i32 {
     }
 }
 
-/// Counts processes in this PID namespace other than us and PID 1: (zombies, live).
-fn count_other_processes(me: u32) -> (usize, usize) {
+/// Counts the other children of `parent`: (zombies, live).
+fn count_siblings(me: u32, parent: u32) -> (usize, usize) {
     let (mut z, mut live) = (0, 0);
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry
@@ -212,19 +263,24 @@ fn count_other_processes(me: u32) -> (usize, usize) {
         else {
             continue;
         };
-        if pid == me || pid == 1 {
+        if pid == me {
             continue;
         }
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let state = stat
-            .rfind(')')
-            .and_then(|p| stat[p + 1..].split_whitespace().next().map(String::from));
-        match state.as_deref() {
-            Some("Z") => z += 1,
-            Some(_) => live += 1,
-            None => {}
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let mut fields = stat[close + 1..].split_whitespace();
+        let state = fields.next().unwrap_or("");
+        if fields.next().and_then(|p| p.parse::<u32>().ok()) != Some(parent) {
+            continue;
+        }
+        if state == "Z" {
+            z += 1;
+        } else {
+            live += 1;
         }
     }
     (z, live)

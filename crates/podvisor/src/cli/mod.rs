@@ -34,18 +34,9 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         .first()
         .cloned()
         .unwrap_or_else(|| OsString::from("podvisor"));
-    let prog = std::path::Path::new(&argv0)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "podvisor".to_string());
     if let Some(persona) = init::args::persona_for(&argv0) {
-        // The personas print their own name as they were invoked, as tini and dumb-init do
-        // (dumb-init prints argv[0] whole).
-        let shown = match persona {
-            Persona::DumbInit => argv0.to_string_lossy().into_owned(),
-            _ => prog,
-        };
-        return init::main(persona, &shown, &argv[1..]);
+        // The personas name themselves as invoked, as getopt and dumb-init do.
+        return init::main(persona, &argv0.to_string_lossy(), &argv[1..]);
     }
     let Some(command) = argv.get(1).map(|a| a.to_string_lossy().into_owned()) else {
         eprint!("error: no command given\n{USAGE}");

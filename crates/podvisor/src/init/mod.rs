@@ -264,10 +264,11 @@ impl Init {
             Ok(pid) => pid,
             Err(e) => return Err(exec_failure(&config, &log, &e)),
         };
-        log.info(&format!(
-            "spawned child process {:?} with pid {child}",
-            config.command[0].to_string_lossy()
-        ));
+        let name = config.command[0].to_string_lossy();
+        log.info(&match persona {
+            Persona::Tini => format!("Spawned child process '{name}' with pid '{child}'"),
+            _ => format!("spawned child process {name:?} with pid {child}"),
+        });
         Ok(Init {
             config,
             log,
@@ -442,8 +443,18 @@ impl Init {
     }
 
     fn on_child_exit(&mut self, exit: Exit) {
-        self.log
-            .info(&format!("main child {} {}", self.child, describe(exit)));
+        self.log.info(&match (self.config.persona, exit) {
+            (Persona::Tini, Exit::Code(c)) => {
+                format!("Main child exited normally (with status '{c}')")
+            }
+            (Persona::Tini, Exit::Signal(s)) => {
+                format!(
+                    "Main child exited with signal (with signal '{}')",
+                    signal_name(s)
+                )
+            }
+            _ => format!("main child {} {}", self.child, describe(exit)),
+        });
         let code = (exit.shell_code() % 256) as u8;
         let code = if self.config.expect_zero.contains(&code) {
             0

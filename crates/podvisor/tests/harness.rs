@@ -1,0 +1,495 @@
+//! A small harness for running the built binaries: a tagged process that is killed with all
+//! its descendants on drop, line-by-line output with deadlines, and a check that nothing with
+//! the test's tag is left running.
+//!
+//! Every process a test starts carries `PODVISOR_TEST_TAG=<unique>` in its environment, which
+//! its descendants inherit; that is how leftovers are found even after they were re-parented.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long any single wait in a test may take before the test fails. Generous: a loaded
+/// 2-core machine must never fail a test because it was slow.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub fn podvisor() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_podvisor"))
+}
+
+/// The test helper program, built next to podvisor by `cargo test --workspace`.
+pub fn testbin() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = podvisor().with_file_name("podvisor-testbin");
+        if !path.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let ok = Command::new(cargo)
+                .args(["build", "-q", "-p", "podvisor-testbin"])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok && path.exists(),
+                "cannot build podvisor-testbin at {}",
+                path.display()
+            );
+        }
+        path
+    })
+    .clone()
+}
+
+/// A directory with `tini` and `dumb-init` links to the podvisor binary.
+pub fn persona_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("podvisor-personas-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["tini", "dumb-init"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(podvisor(), &link).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+/// Whether `unshare -p -f --mount-proc` works here; when it does not, the reason.
+pub fn pid_namespace() -> Result<(), String> {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            match Command::new("unshare")
+                .args(["-p", "-f", "--mount-proc", "true"])
+                .stderr(Stdio::piped())
+                .output()
+            {
+                Ok(o) if o.status.success() => Ok(()),
+                Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+                Err(e) => Err(format!("unshare: {e}")),
+            }
+        })
+        .clone()
+}
+
+/// Skips the calling test, loudly, when there is no PID namespace to be had.
+#[macro_export]
+macro_rules! require_pid_namespace {
+    () => {
+        if let Err(why) = $crate::harness::pid_namespace() {
+            eprintln!(
+                "SKIPPED: this test needs a PID namespace (unshare -p -f --mount-proc): {why}"
+            );
+            return;
+        }
+    };
+}
+
+/// A unique tag per started process tree.
+fn new_tag() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A builder that runs a program with the test tag, in its own process group.
+pub struct Run {
+    cmd: Command,
+    tag: String,
+    in_namespace: bool,
+}
+
+impl Run {
+    /// `program args...` as a plain child of the test.
+    pub fn new(program: impl AsRef<OsStr>) -> Run {
+        let tag = new_tag();
+        let mut cmd = Command::new(program);
+        cmd.env("PODVISOR_TEST_TAG", &tag);
+        Run {
+            cmd,
+            tag,
+            in_namespace: false,
+        }
+    }
+
+    /// `program args...` as PID 1 of a new PID namespace.
+    pub fn pid1(program: impl AsRef<OsStr>) -> Run {
+        let mut run = Run::new("unshare");
+        run.cmd.args(["-p", "-f", "--mount-proc"]).arg(program);
+        run.in_namespace = true;
+        run
+    }
+
+    pub fn arg(mut self, a: impl AsRef<OsStr>) -> Run {
+        self.cmd.arg(a);
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Run
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd.args(args);
+        self
+    }
+
+    pub fn env(mut self, k: &str, v: impl AsRef<OsStr>) -> Run {
+        self.cmd.env(k, v);
+        self
+    }
+
+    /// Starts it with stdin, stdout and stderr piped; stdout and stderr are read into lines.
+    pub fn start(mut self) -> Proc {
+        self.cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        self.cmd.process_group(0);
+        let mut child = self.cmd.spawn().expect("spawn");
+        let (tx, rx) = channel();
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let tx2 = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(Line::Out(line));
+            }
+        });
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx2.send(Line::Err(line));
+            }
+        });
+        let stdin = child.stdin.take();
+        Proc {
+            child,
+            tag: self.tag,
+            lines: rx,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            stdin,
+            in_namespace: self.in_namespace,
+        }
+    }
+
+    /// Runs to completion (within `PATIENCE`) and returns the result.
+    pub fn output(self) -> Output {
+        let mut p = self.start();
+        let status = p.wait();
+        p.drain();
+        let out = Output {
+            status,
+            stdout: p.stdout.join("\n"),
+            stderr: p.stderr.join("\n"),
+        };
+        p.assert_no_leftovers();
+        out
+    }
+}
+
+#[derive(Debug)]
+enum Line {
+    Out(String),
+    Err(String),
+}
+
+/// What a finished run printed and how it ended.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn code(&self) -> i32 {
+        self.status
+            .code()
+            .unwrap_or_else(|| panic!("no exit code: {self:?}"))
+    }
+}
+
+/// A running process tree; on drop every process with its tag is killed.
+pub struct Proc {
+    child: Child,
+    tag: String,
+    lines: Receiver<Line>,
+    pub stdout: Vec<String>,
+    pub stderr: Vec<String>,
+    stdin: Option<ChildStdin>,
+    in_namespace: bool,
+}
+
+impl Proc {
+    /// The pid of the init under test: the child itself, or PID 1 of its namespace as seen
+    /// from here.
+    pub fn init_pid(&self) -> i32 {
+        let pid = self.child.id() as i32;
+        if !self.in_namespace {
+            return pid;
+        }
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            if let Some(first) = children.split_whitespace().next() {
+                return first.parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "unshare never forked its child");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Sends `signal` (a name for kill(1), e.g. "TERM") to the init under test.
+    pub fn signal(&self, signal: &str) {
+        send(self.init_pid(), signal);
+    }
+
+    pub fn write_stdin(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn take_line(&mut self, timeout: Duration) -> Option<String> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(Line::Out(l)) => {
+                self.stdout.push(l.clone());
+                Some(l)
+            }
+            Ok(Line::Err(l)) => {
+                self.stderr.push(l.clone());
+                Some(l)
+            }
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Waits for a line on stdout or stderr that satisfies `pred`; returns it.
+    pub fn expect_line(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        if let Some(l) = self
+            .stdout
+            .iter()
+            .chain(self.stderr.iter())
+            .find(|l| pred(l))
+        {
+            return l.clone();
+        }
+        while Instant::now() < deadline {
+            if let Some(l) = self.take_line(Duration::from_millis(50)) {
+                if pred(&l) {
+                    return l;
+                }
+            }
+        }
+        panic!(
+            "no line {what} within {PATIENCE:?}; stdout {:?} stderr {:?}",
+            self.stdout, self.stderr
+        );
+    }
+
+    /// Reads everything that is left of stdout and stderr (after the process exited).
+    pub fn drain(&mut self) {
+        while self.take_line(Duration::from_millis(200)).is_some() {}
+    }
+
+    /// Waits (within `PATIENCE`) for the process to exit.
+    pub fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process did not exit within {PATIENCE:?}; stdout {:?} stderr {:?}",
+                self.stdout,
+                self.stderr
+            );
+            // Collect output meanwhile, so that a chatty child never blocks on a full pipe.
+            self.take_line(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Fails the test if any process carrying this run's tag is still there (zombies too),
+    /// after giving the kernel a moment to finish tearing down.
+    pub fn assert_no_leftovers(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = tagged(&self.tag);
+            if left.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let described: Vec<String> = left.iter().map(|p| describe(*p)).collect();
+                panic!("processes left behind: {described:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // Kill the whole tree, whatever happened to the test: the namespace's init (which
+        // takes its namespace with it), our direct child, and anything else with our tag.
+        if self.in_namespace && self.running() {
+            send(self.init_pid(), "KILL");
+        }
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+        for pid in tagged(&self.tag) {
+            send(pid, "KILL");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends a signal with kill(1), so that tests need no `unsafe`.
+pub fn send(pid: i32, signal: &str) {
+    let _ = Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Pids of processes whose environment carries `PODVISOR_TEST_TAG=tag`.
+fn tagged(tag: &str) -> Vec<i32> {
+    let needle = format!("PODVISOR_TEST_TAG={tag}\0");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
+            if env.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                found.push(pid);
+            }
+        } else if is_zombie(pid) {
+            // A zombie's environ is unreadable; its parent's tag decides.
+            if let Some(ppid) = ppid(pid) {
+                if std::fs::read(format!("/proc/{ppid}/environ"))
+                    .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
+                {
+                    found.push(pid);
+                }
+            }
+        }
+    }
+    found
+}
+
+fn stat(pid: i32) -> Option<(String, String, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let mut f = s[close + 1..].split_whitespace();
+    let state = f.next()?.to_string();
+    let ppid = f.next()?.parse().ok()?;
+    Some((s[open + 1..close].to_string(), state, ppid))
+}
+
+fn is_zombie(pid: i32) -> bool {
+    stat(pid).is_some_and(|(_, state, _)| state == "Z")
+}
+
+fn ppid(pid: i32) -> Option<i32> {
+    stat(pid).map(|(_, _, p)| p)
+}
+
+fn describe(pid: i32) -> String {
+    match stat(pid) {
+        Some((name, state, ppid)) => format!("{pid} {name} state {state} ppid {ppid}"),
+        None => format!("{pid} (gone)"),
+    }
+}
+
+/// A fresh temporary directory, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(format!("podvisor-test-{}", new_tag()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits until the file at `path` has a line satisfying `pred`, and returns all its lines.
+pub fn wait_for_file_line(path: &Path, what: &str, pred: impl Fn(&str) -> bool) -> Vec<String> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(String::from).collect();
+        if lines.iter().any(|l| pred(l)) {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never had {what}: {lines:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The signal numbers recorded in a testbin `signals --out` file.
+pub fn recorded_signals(path: &Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("signal "))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// The children of `pid` with their command names, from /proc.
+pub fn children_of(pid: i32) -> Vec<(i32, String)> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .map(|c| (c, stat(c).map(|(name, _, _)| name).unwrap_or_default()))
+        .collect()
+}
+
+/// Polls `cond` until it holds, failing the test after `PATIENCE`.
+pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

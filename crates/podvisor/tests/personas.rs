@@ -1,0 +1,276 @@
+//! podvisor started as `tini` or `dumb-init`, side by side with the real programs (Debian's
+//! packages, installed by .ci/run): same exit codes, same message shapes, same signal routing.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+fn ours(name: &str) -> PathBuf {
+    persona_dir().join(name)
+}
+
+/// The real program, or `None` (and a loud skip notice) when it is not installed.
+fn real(name: &str) -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin").join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED side-by-side part: {} is not installed (apt-get install {name})",
+            path.display()
+        );
+        None
+    }
+}
+
+/// Replaces pids (tini's `[WARN  tini (1234)]` and `with pid '1234'`) so that outputs can be
+/// compared.
+fn normalise(text: &str) -> String {
+    let masked = mask_quoted_pids(text);
+    let text = masked.as_str();
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(" tini (") {
+        let after = &rest[start + 7..];
+        match after.find(")]") {
+            Some(end) if after[..end].bytes().all(|b| b.is_ascii_digit()) => {
+                out.push_str(&rest[..start]);
+                out.push_str(" tini (PID)]");
+                rest = &after[end + 2..];
+            }
+            _ => {
+                out.push_str(&rest[..start + 7]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn mask_quoted_pids(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("with pid '") {
+        out.push_str(&rest[..start + 10]);
+        rest = &rest[start + 10..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str("PID");
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn compare(name: &str, cases: &[&[&str]]) {
+    let Some(real) = real(name) else {
+        // Without the original, still check that every case runs and exits.
+        for args in cases {
+            Run::new(ours(name)).args(*args).output();
+        }
+        return;
+    };
+    for args in cases {
+        let theirs = Run::new(&real).args(*args).output();
+        let mine = Run::new(ours(name)).args(*args).output();
+        assert_eq!(
+            mine.code(),
+            theirs.code(),
+            "{name} {args:?}: exit code\nours {mine:?}\ntheirs {theirs:?}"
+        );
+        assert_eq!(
+            normalise(&mine.stderr).replace(&*ours(name).to_string_lossy(), "PROG"),
+            normalise(&theirs.stderr).replace(&*real.to_string_lossy(), "PROG"),
+            "{name} {args:?}: stderr"
+        );
+        if !args.contains(&"--version") && !args.contains(&"-l") {
+            assert_eq!(
+                normalise(&mine.stdout),
+                normalise(&theirs.stdout),
+                "{name} {args:?}: stdout"
+            );
+        }
+    }
+}
+
+#[test]
+fn tini_command_line_side_by_side() {
+    compare(
+        "tini",
+        &[
+            &[],
+            &["--", "sh", "-c", "exit 5"],
+            &["-e", "5", "--", "sh", "-c", "exit 5"],
+            &["-e", "6", "--", "sh", "-c", "exit 5"],
+            &["-s", "--", "sh", "-c", "kill -TERM $$"],
+            &["--", "/no/such/program"],
+            &["--", "/etc/passwd"],
+            &["-x", "true"],
+            &["-p", "KILL", "true"],
+            &["-p", "SIGKILL", "--", "true"],
+            &["-e", "300", "true"],
+            &["-e"],
+            &["-h"],
+            &["-s", "sh", "-c", "exit 2"],
+            &["-v", "-s", "true", "-s"],
+        ],
+    );
+    let out = Run::new(ours("tini")).arg("--version").output();
+    assert_eq!(out.code(), 0);
+    assert!(out.stdout.starts_with("tini version 0.19.0"), "{out:?}");
+}
+
+#[test]
+fn tini_environment_variables() {
+    // TINI_SUBREAPER (any value) makes it reap, so there is no warning.
+    let out = Run::new(ours("tini"))
+        .env("TINI_SUBREAPER", "")
+        .arg("--")
+        .arg(testbin())
+        .args(["orphans", "100"])
+        .output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    // TINI_VERBOSITY=0 silences warnings.
+    let out = Run::new(ours("tini"))
+        .env("TINI_VERBOSITY", "0")
+        .args(["--", "true"])
+        .output();
+    assert!(out.stderr.is_empty(), "{out:?}");
+    // TINI_VERBOSITY=2 adds tini's INFO lines on stdout.
+    let out = Run::new(ours("tini"))
+        .env("TINI_VERBOSITY", "2")
+        .args(["-s", "--", "true"])
+        .output();
+    assert!(
+        out.stdout.lines().all(|l| l.starts_with("[INFO  tini (")),
+        "{out:?}"
+    );
+    assert!(!out.stdout.is_empty());
+}
+
+#[test]
+fn dumb_init_command_line_side_by_side() {
+    compare(
+        "dumb-init",
+        &[
+            &[],
+            &["sh", "-c", "exit 5"],
+            &["/no/such/program"],
+            &["-x", "true"],
+            &["-r", "99:1", "true"],
+            &["-r", "15"],
+            &["--rewrite"],
+            &["-V"],
+            &["--version"],
+            &["-h"],
+            &["-c", "sh", "-c", "kill -TERM $$"],
+            &["--single-child", "--", "sh", "-c", "exit 3"],
+            &["--bogus", "true"],
+        ],
+    );
+}
+
+/// Runs `init testbin signals ... --spawn-peer`, sends USR1 then USR2 (which ends the child) to
+/// the init, and returns (what the child recorded, what the peer recorded) once they match
+/// `want` or a few seconds have passed.
+fn route(
+    init: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+    want: &(Vec<i32>, Vec<i32>),
+) -> (Vec<i32>, Vec<i32>) {
+    let dir = TempDir::new();
+    let (main, peer) = (dir.file("main"), dir.file("peer"));
+    let mut run = Run::new(init).args(flags);
+    for (k, v) in env {
+        run = run.env(k, v);
+    }
+    let mut p = run
+        .arg(testbin())
+        .args(["signals", "--exit-on", "USR2", "--out"])
+        .arg(&main)
+        .arg("--spawn-peer")
+        .arg(&peer)
+        .start();
+    wait_for_file_line(&main, "ready", |l| l == "ready");
+    p.signal("USR1");
+    wait_for_file_line(&main, "USR1", |l| {
+        l.starts_with("signal 10 ") || l.starts_with("signal 12 ")
+    });
+    if p.running() {
+        p.signal("USR2");
+    }
+    p.wait();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let got = loop {
+        let got = (recorded_signals(&main), recorded_signals(&peer));
+        if &got == want || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    drop(p);
+    got
+}
+
+/// Flags, environment, and what (the child, its peer) should record.
+type RoutingCase<'a> = (
+    &'a [&'a str],
+    &'a [(&'a str, &'a str)],
+    (Vec<i32>, Vec<i32>),
+);
+
+#[test]
+fn dumb_init_signal_routing_side_by_side() {
+    let mine = ours("dumb-init");
+    let real = real("dumb-init");
+    let cases: &[RoutingCase] = &[
+        // setsid mode: signals go to the whole group, and when the child exits the group gets
+        // SIGTERM.
+        (&[], &[], (vec![10, 12], vec![10, 12, 15])),
+        // single-child mode: the child alone; the group's SIGTERM goes to the (dead) child.
+        (&["-c"], &[], (vec![10, 12], vec![])),
+        (&[], &[("DUMB_INIT_SETSID", "0")], (vec![10, 12], vec![])),
+        // rewriting USR1 to USR2 makes the first signal end the child.
+        (&["-r", "10:12"], &[], (vec![12], vec![12, 15])),
+    ];
+    for (flags, env, want) in cases {
+        let got = route(&mine, flags, env, want);
+        assert_eq!(&got, want, "ours, flags {flags:?} env {env:?}");
+        if let Some(real) = &real {
+            let theirs = route(real, flags, env, want);
+            assert_eq!(
+                theirs, got,
+                "dumb-init and ours differ for flags {flags:?} env {env:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tini_signal_routing_side_by_side() {
+    let mine = ours("tini");
+    let real = real("tini");
+    let cases: &[RoutingCase] = &[
+        (&["-s", "--"], &[], (vec![10, 12], vec![])),
+        (&["-s", "-g", "--"], &[], (vec![10, 12], vec![10, 12])),
+        (
+            &["-s", "--"],
+            &[("TINI_KILL_PROCESS_GROUP", "1")],
+            (vec![10, 12], vec![10, 12]),
+        ),
+    ];
+    for (flags, env, want) in cases {
+        let got = route(&mine, flags, env, want);
+        assert_eq!(&got, want, "ours, flags {flags:?} env {env:?}");
+        if let Some(real) = &real {
+            let theirs = route(real, flags, env, want);
+            assert_eq!(
+                theirs, got,
+                "tini and ours differ for flags {flags:?} env {env:?}"
+            );
+        }
+    }
+}

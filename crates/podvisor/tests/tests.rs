@@ -1,0 +1,6 @@
+//! Integration tests of the `podvisor` binary: one test binary, modules per face (ripgrep's
+//! layout), on the small harness in `harness.rs`.
+
+mod harness;
+mod init;
+mod personas;
