@@ -522,6 +522,14 @@ os.execv(sys.argv[1], sys.argv[1:])
         (blocked.as_str(), ignored.clone()),
         ("SigBlk 0000000000000200", mask_and_ignored(&direct).1)
     );
+    // The dumb-init persona, which starts its child another way (a new session), too.
+    let dumb = Run::new("python3")
+        .args(["-c", py])
+        .arg(persona_dir().join("dumb-init"))
+        .arg(testbin())
+        .arg("report")
+        .output();
+    assert_eq!(mask_and_ignored(&dumb), mask_and_ignored(&through), "{dumb:?}");
     let ign = u64::from_str_radix(ignored.split_whitespace().nth(1).unwrap(), 16).unwrap();
     let bit = |sig: u32| 1u64 << (sig - 1);
     assert_eq!(ign & (bit(12) | bit(13)), bit(12) | bit(13), "{through:?}");

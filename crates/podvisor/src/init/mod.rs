@@ -67,7 +67,18 @@ enum Level {
 }
 
 impl Log {
+    /// Whether a message at `level` would be printed, so that hot paths skip formatting it.
+    fn enabled(&self, level: Level) -> bool {
+        match self.persona {
+            Persona::DumbInit => level == Level::Fatal || self.verbosity >= 1,
+            _ => level == Level::Fatal || (level as u32) <= self.verbosity,
+        }
+    }
+
     fn emit(&self, level: Level, msg: &str) {
+        if !self.enabled(level) {
+            return;
+        }
         match self.persona {
             Persona::Tini => {
                 if level != Level::Fatal && (level as u32) > self.verbosity {
@@ -326,8 +337,10 @@ impl Init {
     }
 
     fn on_signal(&mut self, received: i32) {
-        self.log
-            .debug(&format!("received {}", signal_name(received)));
+        if self.log.enabled(Level::Debug) {
+            self.log
+                .debug(&format!("received {}", signal_name(received)));
+        }
         if self.exit_code.is_some() {
             // The main child is gone; what remains are descendants we wait for.
             let sig = self.config.translate(received);
@@ -380,9 +393,12 @@ impl Init {
             self.child
         };
         match sys::send_signal(target, sig) {
-            Ok(()) => self
-                .log
-                .debug(&format!("forwarded {} to {target}", signal_name(sig))),
+            Ok(()) => {
+                if self.log.enabled(Level::Debug) {
+                    self.log
+                        .debug(&format!("forwarded {} to {target}", signal_name(sig)));
+                }
+            }
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => match self.config.persona {
                 Persona::Tini => self.log.warn("Child was dead when forwarding signal"),
                 _ => self.log.warn(&format!(
@@ -426,7 +442,8 @@ impl Init {
                                 describe(exit)
                             )),
                         }
-                    } else {
+                    } else if self.log.enabled(Level::Debug) {
+                        // Checked first: this runs once per zombie, thousands of times a second.
                         self.log
                             .debug(&format!("reaped pid {pid} ({})", describe(exit)));
                     }

@@ -1,14 +1,14 @@
 //! Finding every descendant of a process through /proc, for `--kill-descendants` and
 //! `--wait-all`, which must reach grandchildren that are not (yet) our own children.
 
-use std::collections::HashMap;
 use std::fs;
 
 /// The pids of every live descendant of `root` (children, their children, and so on), read
 /// from /proc. Processes that vanish while we read are skipped. Zombies are included: they are
 /// still descendants until reaped, and signalling them is harmless.
 pub fn descendants_of(root: i32) -> Vec<i32> {
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    // (parent, child) pairs sorted by parent: a plain sorted Vec keeps the PID 1 build small.
+    let mut edges: Vec<(i32, i32)> = Vec::new();
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -21,17 +21,20 @@ pub fn descendants_of(root: i32) -> Vec<i32> {
             continue;
         };
         if let Some(ppid) = read_ppid(pid) {
-            children.entry(ppid).or_default().push(pid);
+            edges.push((ppid, pid));
         }
     }
+    edges.sort_unstable();
     let mut found = Vec::new();
     let mut stack = vec![root];
     while let Some(p) = stack.pop() {
-        if let Some(kids) = children.get(&p) {
-            for &k in kids {
-                found.push(k);
-                stack.push(k);
+        let start = edges.partition_point(|&(parent, _)| parent < p);
+        for &(parent, child) in &edges[start..] {
+            if parent != p {
+                break;
             }
+            found.push(child);
+            stack.push(child);
         }
     }
     found

@@ -11,7 +11,6 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 /// Highest signal number on Linux (`SIGRTMAX`).
@@ -110,11 +109,6 @@ pub fn ignore_signal(signal: i32) -> io::Result<SigAction> {
     set_disposition(signal, libc::SIG_IGN)
 }
 
-/// Sets `signal` back to its default action and returns the previous disposition.
-pub fn default_signal(signal: i32) -> io::Result<SigAction> {
-    set_disposition(signal, libc::SIG_DFL)
-}
-
 fn set_disposition(signal: i32, handler: libc::sighandler_t) -> io::Result<SigAction> {
     // SAFETY: an all-zero sigaction is a valid value (empty mask, no flags, SIG_DFL).
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -136,29 +130,14 @@ fn restore_action(saved: &SigAction) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether SIGPIPE was ignored when the process started, before Rust's runtime set it to
-/// SIG_IGN. Recorded by an ELF constructor, which runs before `main` and before the runtime's
-/// own set-up, so the child can get back the disposition podvisor really inherited.
-static INHERITED_SIGPIPE_IGNORED: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn record_inherited_sigpipe() {
-    // SAFETY: an all-zero sigaction is valid; passing null as the new action only queries.
+/// Whether SIGPIPE is ignored in this process now. podvisor's binary is `no_main`, so Rust's
+/// start-up has not touched SIGPIPE and this is the disposition podvisor inherited.
+fn sigpipe_ignored() -> bool {
+    // SAFETY: an all-zero sigaction is valid; a null new action only queries.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: querying with a null new action changes nothing.
     let ret = unsafe { libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) };
-    if ret == 0 {
-        let ignored = i32::from(old.sa_sigaction == libc::SIG_IGN);
-        INHERITED_SIGPIPE_IGNORED.store(ignored, Ordering::Relaxed);
-    }
-}
-
-#[used]
-#[link_section = ".init_array"]
-static RECORD_INHERITED_SIGPIPE: extern "C" fn() = record_inherited_sigpipe;
-
-/// True if SIGPIPE was ignored by whoever started podvisor (unknown counts as not ignored).
-pub fn inherited_sigpipe_ignored() -> bool {
-    INHERITED_SIGPIPE_IGNORED.load(Ordering::Relaxed) == 1
+    ret == 0 && old.sa_sigaction == libc::SIG_IGN
 }
 
 /// Waits for one signal of `set` (which must be blocked), for at most `timeout` if given.
@@ -307,39 +286,104 @@ pub struct Inherited {
 ///
 /// The child is reaped by the caller's reaper (`reap_one`), never through `Child::wait`.
 pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io::Result<i32> {
+    match setup {
+        ChildSetup::ProcessGroup => spawn_process_group(argv, inherited),
+        ChildSetup::Session => spawn_session(argv, inherited),
+    }
+}
+
+/// tini's set-up through posix_spawn, which glibc runs as vfork + exec: no copy of our address
+/// space, and exec errors come back as the return value. This is what keeps `init -- true` as
+/// fast as tini.
+fn spawn_process_group(argv: &[OsString], inherited: &Inherited) -> io::Result<i32> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+
+    let to_c = |s: &OsString| {
+        CString::new(s.as_bytes()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte")
+        })
+    };
+    let args: Vec<CString> = argv.iter().map(to_c).collect::<io::Result<_>>()?;
+    if args.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
+    }
+    let mut ptrs: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr() as *mut _).collect();
+    ptrs.push(std::ptr::null_mut());
+
+    // Signals to set back to their default action in the child: those we changed from their
+    // default. Ones that were ignored when we started stay ignored, as inherited.
+    let mut to_default = SigSet::empty();
+    for saved in &inherited.actions {
+        if !saved.is_ignore() {
+            to_default.add(saved.signal);
+        }
+    }
+    let on_terminal = {
+        // SAFETY: isatty only inspects the descriptor.
+        unsafe { libc::isatty(libc::STDIN_FILENO) == 1 }
+    };
+
+    extern "C" {
+        static environ: *const *mut libc::c_char;
+    }
+    let mut attr = MaybeUninit::<libc::posix_spawnattr_t>::uninit();
+    let mut actions = MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: attr and actions are initialised before use and destroyed on every path; every
+    // pointer handed to posix_spawnp (path, argv, environ) outlives the call, and argv is
+    // NUL-terminated. glibc validates the flags and reports errors as return values.
+    let ret = unsafe {
+        let attr = attr.as_mut_ptr();
+        let actions = actions.as_mut_ptr();
+        libc::posix_spawnattr_init(attr);
+        libc::posix_spawn_file_actions_init(actions);
+        let mut flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK;
+        libc::posix_spawnattr_setpgroup(attr, 0);
+        libc::posix_spawnattr_setsigmask(attr, &inherited.mask.0);
+        if (1..=MAX_SIGNAL).any(|s| to_default.contains(s)) {
+            flags |= libc::POSIX_SPAWN_SETSIGDEF;
+            libc::posix_spawnattr_setsigdefault(attr, &to_default.0);
+        }
+        libc::posix_spawnattr_setflags(attr, flags as libc::c_short);
+        // The new group takes the terminal's foreground, as under tini, so that Ctrl-C reaches
+        // the child. glibc does this while every signal is still blocked in the child, which
+        // makes it legal from a background group.
+        if on_terminal {
+            libc::posix_spawn_file_actions_addtcsetpgrp_np(actions, libc::STDIN_FILENO);
+        }
+        let ret = libc::posix_spawnp(&mut pid, ptrs[0], actions, attr, ptrs.as_ptr(), environ);
+        libc::posix_spawn_file_actions_destroy(actions);
+        libc::posix_spawnattr_destroy(attr);
+        ret
+    };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(pid)
+}
+
+/// dumb-init's set-up: a new session that adopts stdin's terminal. posix_spawn cannot issue
+/// TIOCSCTTY, so this goes through fork and a pre-exec hook.
+fn spawn_session(argv: &[OsString], inherited: &Inherited) -> io::Result<i32> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut cmd = Command::new(program);
     cmd.args(args);
     let inherited = inherited.clone();
-    let sigpipe_ignored = inherited_sigpipe_ignored();
+    // std's Command sets SIGPIPE back to its default in the child; put back what we inherited.
+    let sigpipe_ignored = sigpipe_ignored();
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
-    // calls (setpgid, getpgrp, tcsetpgrp, setsid, ioctl, sigaction, pthread_sigmask: plain
-    // syscalls); it allocates nothing (`inherited` was cloned before the fork) and touches no
-    // lock. std has already reset the mask and SIGPIPE by then, so ours comes last and wins.
+    // calls (setsid, ioctl, sigaction, pthread_sigmask: plain syscalls); it allocates nothing
+    // (`inherited` was cloned before the fork) and touches no lock. std has already reset the
+    // mask and SIGPIPE by then, so ours comes last and wins.
     unsafe {
         cmd.pre_exec(move || {
-            match setup {
-                ChildSetup::ProcessGroup => {
-                    check(libc::setpgid(0, 0))?;
-                    // Take the terminal's foreground for the new group, as tini does, so that
-                    // Ctrl-C reaches the child; SIGTTOU is still ignored here, which makes this
-                    // legal from a background group. No terminal is fine.
-                    if libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
-                        let err = io::Error::last_os_error();
-                        if !matches!(err.raw_os_error(), Some(libc::ENOTTY) | Some(libc::ENXIO)) {
-                            return Err(err);
-                        }
-                    }
-                }
-                ChildSetup::Session => {
-                    check(libc::setsid())?;
-                    // Adopting stdin's terminal fails when there is none, or when it is still
-                    // another session's: dumb-init carries on in both cases.
-                    libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0);
-                }
-            }
+            check(libc::setsid())?;
+            // Adopting stdin's terminal fails when there is none, or when it is still another
+            // session's: dumb-init carries on in both cases.
+            libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0);
             for action in &inherited.actions {
                 restore_action(action)?;
             }
