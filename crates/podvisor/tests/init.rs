@@ -529,7 +529,11 @@ os.execv(sys.argv[1], sys.argv[1:])
         .arg(testbin())
         .arg("report")
         .output();
-    assert_eq!(mask_and_ignored(&dumb), mask_and_ignored(&through), "{dumb:?}");
+    assert_eq!(
+        mask_and_ignored(&dumb),
+        mask_and_ignored(&through),
+        "{dumb:?}"
+    );
     let ign = u64::from_str_radix(ignored.split_whitespace().nth(1).unwrap(), 16).unwrap();
     let bit = |sig: u32| 1u64 << (sig - 1);
     assert_eq!(ign & (bit(12) | bit(13)), bit(12) | bit(13), "{through:?}");
