@@ -1,4 +1,4 @@
-//! The command line: picks the face (persona by argv[0], or subcommand) and hands over.
+//! The command line: picks the face (persona by `argv[0]`, or subcommand) and hands over.
 //! Each subcommand lives in a thin file of its own.
 
 use std::ffi::OsString;

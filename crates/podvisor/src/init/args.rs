@@ -1,5 +1,5 @@
 //! Command lines of the three faces of PID 1 mode: `podvisor init`, and the `tini` and
-//! `dumb-init` personas (chosen by argv[0]) that accept those programs' command lines,
+//! `dumb-init` personas (chosen by `argv[0]`) that accept those programs' command lines,
 //! environment variables, defaults, messages and exit codes unchanged.
 //!
 //! Parsing is pure: it takes the arguments and a lookup for environment variables and returns
@@ -129,7 +129,7 @@ pub fn persona_for(argv0: &OsStr) -> Option<Persona> {
     }
 }
 
-/// Parses a persona's arguments (without argv[0]). `env` looks up environment variables.
+/// Parses a persona's arguments (without `argv[0]`). `env` looks up environment variables.
 pub fn parse(
     persona: Persona,
     prog: &str,
