@@ -19,30 +19,24 @@ use std::time::{Duration, Instant};
 /// 2-core machine must never fail a test because it was slow.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// The binary under test: the one cargo built for these tests, or `PODVISOR_BIN` (CI points it
+/// at the PID 1 build, so that what ships as PID 1 passes the same tests).
 pub fn podvisor() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_podvisor"))
+    match std::env::var_os("PODVISOR_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_podvisor")),
+    }
 }
 
 /// The test helper program, built next to podvisor by `cargo test --workspace`.
 pub fn testbin() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let path = podvisor().with_file_name("podvisor-testbin");
-        if !path.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let ok = Command::new(cargo)
-                .args(["build", "-q", "-p", "podvisor-testbin"])
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok && path.exists(),
-                "cannot build podvisor-testbin at {}",
-                path.display()
-            );
-        }
-        path
-    })
-    .clone()
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_podvisor")).with_file_name("podvisor-testbin");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test --workspace` (or `cargo build -p podvisor-testbin`)",
+        path.display()
+    );
+    path
 }
 
 /// A directory with `tini` and `dumb-init` links to the podvisor binary.

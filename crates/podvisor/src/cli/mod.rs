@@ -39,23 +39,40 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         return init::main(persona, &argv0.to_string_lossy(), &argv[1..]);
     }
     let Some(command) = argv.get(1).map(|a| a.to_string_lossy().into_owned()) else {
-        eprint!("error: no command given\n{USAGE}");
+        write_err(&format!("error: no command given\n{USAGE}"));
         return 2;
     };
     match command.as_str() {
         "init" => init::main(Persona::Podvisor, "podvisor init", &argv[2..]),
         "-h" | "--help" | "help" => {
-            print!("{USAGE}");
-            let _ = std::io::stdout().flush();
+            write_out(USAGE);
             0
         }
         "-V" | "--version" => {
-            println!("podvisor {} ({BUILD} build)", env!("CARGO_PKG_VERSION"));
+            write_out(&format!(
+                "podvisor {} ({BUILD} build)\n",
+                env!("CARGO_PKG_VERSION")
+            ));
             0
         }
         other => {
-            eprintln!("error: unknown command {other:?} (see `podvisor --help`)");
+            write_err(&format!(
+                "error: unknown command {other:?} (see `podvisor --help`)\n"
+            ));
             2
         }
     }
+}
+
+/// Writes to stdout, ignoring failure (a closed stdout must not make PID 1 panic, which
+/// `print!` would).
+pub fn write_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// Writes to stderr, ignoring failure.
+pub fn write_err(text: &str) {
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }

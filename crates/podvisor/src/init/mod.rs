@@ -34,9 +34,8 @@ pub fn main(persona: Persona, prog: &str, args: &[OsString]) -> i32 {
     let config = match args::parse(persona, prog, args, &env) {
         Ok(c) => c,
         Err(early) => {
-            print!("{}", early.stdout);
-            eprint!("{}", early.stderr);
-            let _ = std::io::stdout().flush();
+            crate::cli::write_out(&early.stdout);
+            crate::cli::write_err(&early.stderr);
             return early.code;
         }
     };

@@ -9,8 +9,6 @@
 use std::ffi::OsString;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::Duration;
 
 /// Highest signal number on Linux (`SIGRTMAX`).
@@ -121,23 +119,6 @@ fn set_disposition(signal: i32, handler: libc::sighandler_t) -> io::Result<SigAc
         signal,
         action: old,
     })
-}
-
-fn restore_action(saved: &SigAction) -> io::Result<()> {
-    // SAFETY: `saved.action` came from the kernel through sigaction; giving it back reinstates
-    // exactly what was there. Async-signal-safe (a syscall).
-    check(unsafe { libc::sigaction(saved.signal, &saved.action, std::ptr::null_mut()) })?;
-    Ok(())
-}
-
-/// Whether SIGPIPE is ignored in this process now. podvisor's binary is `no_main`, so Rust's
-/// start-up has not touched SIGPIPE and this is the disposition podvisor inherited.
-fn sigpipe_ignored() -> bool {
-    // SAFETY: an all-zero sigaction is valid; a null new action only queries.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: querying with a null new action changes nothing.
-    let ret = unsafe { libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) };
-    ret == 0 && old.sa_sigaction == libc::SIG_IGN
 }
 
 /// Waits for one signal of `set` (which must be blocked), for at most `timeout` if given.
@@ -284,123 +265,125 @@ pub struct Inherited {
 /// Spawns `argv` (PATH lookup as execvp) with stdio inherited, and returns its pid. An exec
 /// failure comes back as the `io::Error` of execvp, for the caller to map to 127 / 126.
 ///
-/// The child is reaped by the caller's reaper (`reap_one`), never through `Child::wait`.
+/// The child is made with `clone(CLONE_VM | CLONE_VFORK)`, as glibc's posix_spawn does, but
+/// without posix_spawn's reset of all 64 signal handlers (we install none): podvisor is
+/// suspended until the child has exec'd, nothing of its memory is copied, and an exec error is
+/// simply read back. This is what keeps `init -- true` as fast as tini's fork.
+///
+/// The child is reaped by the caller's reaper (`reap_one`), never waited for here.
 pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io::Result<i32> {
-    match setup {
-        ChildSetup::ProcessGroup => spawn_process_group(argv, inherited),
-        ChildSetup::Session => spawn_session(argv, inherited),
-    }
-}
-
-/// tini's set-up through posix_spawn, which glibc runs as vfork + exec: no copy of our address
-/// space, and exec errors come back as the return value. This is what keeps `init -- true` as
-/// fast as tini.
-fn spawn_process_group(argv: &[OsString], inherited: &Inherited) -> io::Result<i32> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
 
-    let to_c = |s: &OsString| {
-        CString::new(s.as_bytes()).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte")
-        })
-    };
-    let args: Vec<CString> = argv.iter().map(to_c).collect::<io::Result<_>>()?;
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))?;
     if args.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
     }
-    let mut ptrs: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr() as *mut _).collect();
-    ptrs.push(std::ptr::null_mut());
-
-    // Signals to set back to their default action in the child: those we changed from their
-    // default. Ones that were ignored when we started stay ignored, as inherited.
-    let mut to_default = SigSet::empty();
-    for saved in &inherited.actions {
-        if !saved.is_ignore() {
-            to_default.add(saved.signal);
-        }
-    }
-    let on_terminal = {
+    let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut plan = ChildPlan {
+        argv: argv_ptrs.as_ptr(),
+        session: matches!(setup, ChildSetup::Session),
         // SAFETY: isatty only inspects the descriptor.
-        unsafe { libc::isatty(libc::STDIN_FILENO) == 1 }
+        on_terminal: unsafe { libc::isatty(libc::STDIN_FILENO) == 1 },
+        mask: inherited.mask.0,
+        actions: inherited.actions.as_ptr(),
+        action_count: inherited.actions.len(),
+        errno: 0,
     };
-
-    extern "C" {
-        static environ: *const *mut libc::c_char;
-    }
-    let mut attr = MaybeUninit::<libc::posix_spawnattr_t>::uninit();
-    let mut actions = MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: attr and actions are initialised before use and destroyed on every path; every
-    // pointer handed to posix_spawnp (path, argv, environ) outlives the call, and argv is
-    // NUL-terminated. glibc validates the flags and reports errors as return values.
-    let ret = unsafe {
-        let attr = attr.as_mut_ptr();
-        let actions = actions.as_mut_ptr();
-        libc::posix_spawnattr_init(attr);
-        libc::posix_spawn_file_actions_init(actions);
-        let mut flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK;
-        libc::posix_spawnattr_setpgroup(attr, 0);
-        libc::posix_spawnattr_setsigmask(attr, &inherited.mask.0);
-        if (1..=MAX_SIGNAL).any(|s| to_default.contains(s)) {
-            flags |= libc::POSIX_SPAWN_SETSIGDEF;
-            libc::posix_spawnattr_setsigdefault(attr, &to_default.0);
-        }
-        libc::posix_spawnattr_setflags(attr, flags as libc::c_short);
-        // The new group takes the terminal's foreground, as under tini, so that Ctrl-C reaches
-        // the child. glibc does this while every signal is still blocked in the child, which
-        // makes it legal from a background group.
-        if on_terminal {
-            libc::posix_spawn_file_actions_addtcsetpgrp_np(actions, libc::STDIN_FILENO);
-        }
-        let ret = libc::posix_spawnp(&mut pid, ptrs[0], actions, attr, ptrs.as_ptr(), environ);
-        libc::posix_spawn_file_actions_destroy(actions);
-        libc::posix_spawnattr_destroy(attr);
-        ret
+    // The child's stack: execvp's PATH search and script fallback use a few KiB of it.
+    let mut stack = vec![0u8; 128 * 1024];
+    // SAFETY: the stack grows down from its 16-byte aligned top, inside `stack`.
+    let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
+    let top = (top as usize & !15) as *mut libc::c_void;
+    // SAFETY: with CLONE_VFORK this thread is suspended until the child execs or exits, so the
+    // child has sole use of `plan`, `args`, `argv_ptrs` and `stack`, which all outlive the call.
+    // The child runs `child_main` only, which makes plain syscalls and execvp (no allocation,
+    // no lock) and never returns into our frames. Every signal is still blocked in the child
+    // (our mask is inherited) and we install no handlers, so nothing can run on its behalf
+    // while it shares our memory.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &mut plan as *mut ChildPlan as *mut libc::c_void,
+        )
     };
-    if ret != 0 {
-        return Err(io::Error::from_raw_os_error(ret));
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
     }
+    if plan.errno != 0 {
+        // The child has already exited (127); as we are about to exit too, nothing reaps it.
+        return Err(io::Error::from_raw_os_error(plan.errno));
+    }
+    drop(stack);
     Ok(pid)
 }
 
-/// dumb-init's set-up: a new session that adopts stdin's terminal. posix_spawn cannot issue
-/// TIOCSCTTY, so this goes through fork and a pre-exec hook.
-fn spawn_session(argv: &[OsString], inherited: &Inherited) -> io::Result<i32> {
-    let (program, args) = argv
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args);
-    let inherited = inherited.clone();
-    // std's Command sets SIGPIPE back to its default in the child; put back what we inherited.
-    let sigpipe_ignored = sigpipe_ignored();
-    // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
-    // calls (setsid, ioctl, sigaction, pthread_sigmask: plain syscalls); it allocates nothing
-    // (`inherited` was cloned before the fork) and touches no lock. std has already reset the
-    // mask and SIGPIPE by then, so ours comes last and wins.
+/// What the vfork-style child needs, prepared by the parent before the clone.
+struct ChildPlan {
+    argv: *const *const libc::c_char,
+    session: bool,
+    on_terminal: bool,
+    mask: libc::sigset_t,
+    actions: *const SigAction,
+    action_count: usize,
+    /// Set by the child when a step fails: the errno of that step.
+    errno: libc::c_int,
+}
+
+/// The child between clone and exec. It shares podvisor's memory, so it only reads `plan`,
+/// writes `plan.errno`, and leaves by exec or `_exit`.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildPlan` the suspended parent handed to clone.
+    let plan = unsafe { &mut *(arg as *mut ChildPlan) };
+    let fail = |plan: &mut ChildPlan| -> ! {
+        // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
+        unsafe {
+            plan.errno = *libc::__errno_location();
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: plain syscalls on our own process; pointers come from the parent's live data.
     unsafe {
-        cmd.pre_exec(move || {
-            check(libc::setsid())?;
-            // Adopting stdin's terminal fails when there is none, or when it is still another
-            // session's: dumb-init carries on in both cases.
+        if plan.session {
+            // dumb-init: a new session, which adopts stdin's terminal if there is one that is
+            // free; failing that is normal, as for dumb-init.
+            if libc::setsid() == -1 {
+                fail(plan);
+            }
             libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0);
-            for action in &inherited.actions {
-                restore_action(action)?;
+        } else {
+            // tini: a new process group that takes the terminal's foreground, so that Ctrl-C
+            // reaches the child. Legal from a background group: SIGTTOU is still blocked.
+            if libc::setpgid(0, 0) == -1 {
+                fail(plan);
             }
-            if sigpipe_ignored {
-                let mut ign: libc::sigaction = std::mem::zeroed();
-                ign.sa_sigaction = libc::SIG_IGN;
-                check(libc::sigaction(libc::SIGPIPE, &ign, std::ptr::null_mut()))?;
+            if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
+                let errno = *libc::__errno_location();
+                if errno != libc::ENOTTY && errno != libc::ENXIO {
+                    fail(plan);
+                }
             }
-            let ret =
-                libc::pthread_sigmask(libc::SIG_SETMASK, &inherited.mask.0, std::ptr::null_mut());
-            if ret != 0 {
-                return Err(io::Error::from_raw_os_error(ret));
+        }
+        for i in 0..plan.action_count {
+            let saved = &*plan.actions.add(i);
+            if libc::sigaction(saved.signal, &saved.action, std::ptr::null_mut()) == -1 {
+                fail(plan);
             }
-            Ok(())
-        });
+        }
+        // Last, so that no signal is delivered before exec.
+        let ret = libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
+        if ret != 0 {
+            *libc::__errno_location() = ret;
+            fail(plan);
+        }
+        libc::execvp(*plan.argv, plan.argv);
+        fail(plan)
     }
-    let child = cmd.spawn()?;
-    // Dropping `Child` neither waits nor kills: the reaper collects it.
-    Ok(child.id() as i32)
 }
