@@ -91,7 +91,7 @@ fn init_bench(args: &[String]) {
     let (runs, rss_runs, reap_runs, zombies) = if quick {
         (30, 5, 2, 2_000)
     } else {
-        (300, 15, 9, 20_000)
+        (300, 15, 15, 20_000)
     };
     println!("podvisor-bench init: medians; {runs} runs of `-- true`, {rss_runs} of RSS, {reap_runs} of {zombies} zombies");
     println!();

@@ -638,3 +638,39 @@ fn version_and_help() {
     assert_eq!(out.code(), 0);
     assert!(out.stdout.contains("--kill-descendants"), "{out:?}");
 }
+
+/// Voluntary context switches of a process: each wake-up from sleep adds one.
+fn wakeups(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+        .unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn sleeps_without_timers_while_nothing_happens() {
+    // tini wakes once a second (sigtimedwait with a 1 s timeout); podvisor must not wake at all
+    // while its child runs quietly.
+    let mut p = init()
+        .args(["-q", "-s", "--"])
+        .arg(testbin())
+        .args(["sleep", "30"])
+        .start();
+    let pid = p.init_pid();
+    wait_until("the child is running", || !children_of(pid).is_empty());
+    let before = wakeups(pid);
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = wakeups(pid);
+    assert_eq!(
+        after,
+        before,
+        "podvisor init woke up {} times while idle",
+        after - before
+    );
+    assert!(p.running());
+    // A signal does wake it, and is forwarded.
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(143));
+}
