@@ -5,4 +5,7 @@
 //! build links this crate too, so it must stay free of heavy dependencies unless they sit behind
 //! a feature.
 
+pub mod backoff;
+pub mod clock;
 pub mod duration;
+pub mod restart;
