@@ -9,3 +9,5 @@ pub mod backoff;
 pub mod clock;
 pub mod duration;
 pub mod restart;
+#[cfg(feature = "spec")]
+pub mod spec;

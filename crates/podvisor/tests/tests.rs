@@ -5,3 +5,4 @@ mod examples;
 mod harness;
 mod init;
 mod personas;
+mod validate;

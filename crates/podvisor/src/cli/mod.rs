@@ -6,12 +6,16 @@ use std::io::Write;
 
 use crate::init::{self, args::Persona};
 
+#[cfg(feature = "full")]
+pub mod validate;
+
 const USAGE: &str = "\
 Usage: podvisor <COMMAND> [ARGS]...
 
 Commands:
   init [OPTIONS] [--] CMD [ARGS]...   Run CMD under an init process (PID 1, tini / dumb-init
                                       compatible); `podvisor init --help` for its options
+  validate FILE                       Check a pod manifest (not in the PID 1 build)
 
 Started as `tini` or `dumb-init` (a symlink or a copy), podvisor takes that program's command
 line unchanged.
@@ -44,6 +48,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     };
     match command.as_str() {
         "init" => init::main(Persona::Podvisor, "podvisor init", &argv[2..]),
+        #[cfg(feature = "full")]
+        "validate" => validate::main(&argv[2..]),
         "-h" | "--help" | "help" => {
             write_out(USAGE);
             0

@@ -1,0 +1,364 @@
+//! Pod manifests: multi-document YAML into the Kubernetes API types (k8s-openapi), with unknown
+//! fields rejected as `kubectl --validate=strict` does, and every problem reported with its
+//! file, field path and line:column. Validation (`validate.rs`) collects every problem, not the
+//! first.
+//!
+//! Accepted: exactly one workload (a v1 Pod, or the pod template of an apps/v1 Deployment,
+//! StatefulSet or DaemonSet, or of a batch/v1 Job), plus any number of ConfigMaps and Secrets
+//! and at most one podvisor `Supervision`.
+
+pub mod supervision;
+pub mod validate;
+pub mod yaml;
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+
+pub use supervision::Supervision;
+use yaml::{Document, Pos};
+
+/// One problem in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// Field path as Kubernetes prints it: `spec.containers[0].name`.
+    pub path: String,
+    pub pos: Option<Pos>,
+    pub message: String,
+}
+
+/// Every problem found in one file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SpecErrors {
+    pub file: String,
+    pub errors: Vec<SpecError>,
+}
+
+impl fmt::Display for SpecErrors {
+    /// One line per problem: `FILE:LINE:COL: PATH: MESSAGE`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}", self.file)?;
+            if let Some(pos) = e.pos {
+                write!(f, ":{pos}")?;
+            }
+            if e.path.is_empty() {
+                write!(f, ": {}", e.message)?;
+            } else {
+                write!(f, ": {}: {}", e.path, e.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The workload kinds whose pod podvisor runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    Pod,
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Job,
+}
+
+impl WorkloadKind {
+    fn from_type(api_version: &str, kind: &str) -> Option<WorkloadKind> {
+        match (api_version, kind) {
+            ("v1", "Pod") => Some(WorkloadKind::Pod),
+            ("apps/v1", "Deployment") => Some(WorkloadKind::Deployment),
+            ("apps/v1", "StatefulSet") => Some(WorkloadKind::StatefulSet),
+            ("apps/v1", "DaemonSet") => Some(WorkloadKind::DaemonSet),
+            ("batch/v1", "Job") => Some(WorkloadKind::Job),
+            _ => None,
+        }
+    }
+
+    /// Where the pod spec sits in a document of this kind.
+    pub fn spec_path(self) -> &'static str {
+        match self {
+            WorkloadKind::Pod => "spec",
+            _ => "spec.template.spec",
+        }
+    }
+}
+
+/// The pod to run, as the user wrote it (no defaults applied yet).
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub kind: WorkloadKind,
+    /// The workload's own metadata (a Deployment's name names the pod).
+    pub metadata: ObjectMeta,
+    /// The pod template's metadata, for templates (labels, annotations).
+    pub template_metadata: Option<ObjectMeta>,
+    pub spec: PodSpec,
+}
+
+/// A whole manifest file, parsed.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub file: String,
+    pub workload: Workload,
+    pub config_maps: Vec<ConfigMap>,
+    pub secrets: Vec<Secret>,
+    pub supervision: Option<Supervision>,
+    /// Where each document's fields were written, for validation messages.
+    documents: Vec<Document>,
+    workload_doc: usize,
+}
+
+impl Manifest {
+    /// Position of a field of the workload's document.
+    pub fn position(&self, path: &str) -> Pos {
+        self.documents[self.workload_doc].position(path)
+    }
+}
+
+/// Collects problems with their positions in one document.
+struct Problems<'a> {
+    doc: &'a Document,
+    prefix: String,
+    errors: &'a mut Vec<SpecError>,
+}
+
+impl Problems<'_> {
+    fn push(&mut self, path: &str, message: impl Into<String>) {
+        let path = join(&self.prefix, path);
+        self.errors.push(SpecError {
+            pos: Some(self.doc.position(&path)),
+            path,
+            message: message.into(),
+        });
+    }
+}
+
+fn join(prefix: &str, path: &str) -> String {
+    match (prefix.is_empty(), path.is_empty()) {
+        (true, _) => path.to_string(),
+        (_, true) => prefix.to_string(),
+        _ if path.starts_with('[') => format!("{prefix}{path}"),
+        _ => format!("{prefix}.{path}"),
+    }
+}
+
+/// Deserializes `T` from a document, reporting type errors and unknown fields with positions.
+fn typed<T: DeserializeOwned>(doc: &Document, errors: &mut Vec<SpecError>) -> Option<T> {
+    let mut unknown: Vec<String> = Vec::new();
+    let result: Result<T, _> = {
+        let mut on_unknown = |path: serde_ignored::Path<'_>| unknown.push(ignored_path(&path));
+        let ignored = serde_ignored::Deserializer::new(doc.value.clone(), &mut on_unknown);
+        serde_path_to_error::deserialize(ignored)
+    };
+    for path in unknown {
+        let (parent, field) = match path.rfind(['.', '[']) {
+            Some(i) => (&path[..i], path[i..].trim_start_matches('.')),
+            None => ("", path.as_str()),
+        };
+        errors.push(SpecError {
+            pos: Some(doc.position(&path)),
+            message: format!("unknown field \"{field}\""),
+            path: parent.to_string(),
+        });
+    }
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let path = error_path(e.path());
+            errors.push(SpecError {
+                pos: Some(doc.position(&path)),
+                path,
+                message: e.into_inner().to_string(),
+            });
+            None
+        }
+    }
+}
+
+fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path as P;
+    match path {
+        P::Root => String::new(),
+        P::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        P::Map { parent, key } => join(&ignored_path(parent), key),
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            ignored_path(parent)
+        }
+    }
+}
+
+fn error_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } => out = join(&out, key),
+            Segment::Enum { variant } => out = join(&out, variant),
+            Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+fn str_field<'a>(doc: &'a Document, key: &str) -> Option<&'a str> {
+    doc.value.get(key).and_then(|v| v.as_str())
+}
+
+/// Parses and validates a manifest. `file` names it in messages (`-` for stdin).
+pub fn load(file: &str, text: &str) -> Result<Manifest, SpecErrors> {
+    let fail = |errors: Vec<SpecError>| SpecErrors {
+        file: file.to_string(),
+        errors,
+    };
+    let documents = yaml::parse_documents(text).map_err(|e| {
+        fail(vec![SpecError {
+            path: String::new(),
+            pos: e.pos,
+            message: e.message,
+        }])
+    })?;
+    let mut errors = Vec::new();
+    let mut workload: Option<(usize, Workload)> = None;
+    let mut config_maps = Vec::new();
+    let mut secrets = Vec::new();
+    let mut supervision: Option<Supervision> = None;
+
+    for (i, doc) in documents.iter().enumerate() {
+        let mut problems = Problems {
+            doc,
+            prefix: String::new(),
+            errors: &mut errors,
+        };
+        if !doc.value.is_object() {
+            problems.push("", "a document must be a mapping with apiVersion and kind");
+            continue;
+        }
+        let (Some(api_version), Some(kind)) =
+            (str_field(doc, "apiVersion"), str_field(doc, "kind"))
+        else {
+            let missing = if str_field(doc, "apiVersion").is_none() {
+                "apiVersion"
+            } else {
+                "kind"
+            };
+            problems.push(missing, format!("{missing} is required"));
+            continue;
+        };
+        if let Some(kind) = WorkloadKind::from_type(api_version, kind) {
+            if let Some((first, _)) = &workload {
+                problems.push(
+                    "kind",
+                    format!(
+                        "a second workload: podvisor runs exactly one pod per file (the first is the document at line {})",
+                        documents[*first].pos.line
+                    ),
+                );
+                continue;
+            }
+            if let Some(w) = read_workload(kind, doc, problems.errors) {
+                workload = Some((i, w));
+            }
+            continue;
+        }
+        match (api_version, kind) {
+            ("v1", "ConfigMap") => config_maps.extend(typed::<ConfigMap>(doc, &mut errors)),
+            ("v1", "Secret") => secrets.extend(typed::<Secret>(doc, &mut errors)),
+            (supervision::API_VERSION, "Supervision") => {
+                if supervision.is_some() {
+                    problems.push("kind", "a second Supervision: at most one per file");
+                } else {
+                    supervision = typed::<Supervision>(doc, &mut errors);
+                }
+            }
+            _ => problems.push(
+                "kind",
+                format!(
+                    "{api_version} {kind} is not supported: expected a v1 Pod, an apps/v1 \
+                     Deployment, StatefulSet or DaemonSet, a batch/v1 Job, a v1 ConfigMap or \
+                     Secret, or a {} Supervision",
+                    supervision::API_VERSION
+                ),
+            ),
+        }
+    }
+    let Some((workload_doc, workload)) = workload else {
+        if errors.is_empty() {
+            errors.push(SpecError {
+                path: String::new(),
+                pos: None,
+                message: "no workload: expected a Pod, Deployment, StatefulSet, DaemonSet or Job"
+                    .to_string(),
+            });
+        }
+        return Err(fail(errors));
+    };
+    let manifest = Manifest {
+        file: file.to_string(),
+        workload,
+        config_maps,
+        secrets,
+        supervision,
+        documents,
+        workload_doc,
+    };
+    validate::validate(&manifest, &mut errors);
+    if errors.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(fail(errors))
+    }
+}
+
+fn read_workload(
+    kind: WorkloadKind,
+    doc: &Document,
+    errors: &mut Vec<SpecError>,
+) -> Option<Workload> {
+    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, core::v1 as core};
+    let (metadata, template_metadata, spec) = match kind {
+        WorkloadKind::Pod => {
+            let pod: core::Pod = typed(doc, errors)?;
+            (pod.metadata, None, pod.spec)
+        }
+        WorkloadKind::Deployment => {
+            let d: apps::Deployment = typed(doc, errors)?;
+            (d.metadata, d.spec.template.metadata, d.spec.template.spec)
+        }
+        WorkloadKind::StatefulSet => {
+            let d: apps::StatefulSet = typed(doc, errors)?;
+            (d.metadata, d.spec.template.metadata, d.spec.template.spec)
+        }
+        WorkloadKind::DaemonSet => {
+            let d: apps::DaemonSet = typed(doc, errors)?;
+            (d.metadata, d.spec.template.metadata, d.spec.template.spec)
+        }
+        WorkloadKind::Job => {
+            let d: batch::Job = typed(doc, errors)?;
+            let t = d.spec.map(|s| s.template);
+            (
+                d.metadata,
+                t.as_ref().and_then(|t| t.metadata.clone()),
+                t.and_then(|t| t.spec),
+            )
+        }
+    };
+    let Some(spec) = spec else {
+        errors.push(SpecError {
+            pos: Some(doc.position(kind.spec_path())),
+            path: kind.spec_path().to_string(),
+            message: "the pod spec is required".to_string(),
+        });
+        return None;
+    };
+    Some(Workload {
+        kind,
+        metadata,
+        template_metadata,
+        spec,
+    })
+}

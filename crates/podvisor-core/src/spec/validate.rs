@@ -1,0 +1,500 @@
+//! The API server's checks for the fields podvisor uses, plus podvisor's own (a container
+//! must have a `command`: images are not pulled, so their entrypoints are unknown). Every
+//! problem is collected, each with its field path and position.
+//!
+//! Rules and messages follow pkg/apis/core/validation/validation.go where it has them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{Manifest, Problems, SpecError, WorkloadKind};
+use crate::duration::parse_duration;
+
+/// Adds every problem of `manifest` to `errors`.
+pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
+    let doc = &manifest.documents[manifest.workload_doc];
+    let w = &manifest.workload;
+    let mut top = Problems {
+        doc,
+        prefix: String::new(),
+        errors,
+    };
+    match w.metadata.name.as_deref() {
+        None | Some("") => top.push("metadata.name", "Required value: a name for the pod"),
+        Some(name) => {
+            if let Some(why) = dns_subdomain(name) {
+                top.push("metadata.name", format!("Invalid value: {name:?}: {why}"));
+            }
+        }
+    }
+    let mut p = Problems {
+        doc,
+        prefix: w.kind.spec_path().to_string(),
+        errors: top.errors,
+    };
+    validate_pod_spec(&w.spec, manifest, &mut p);
+    if w.kind == WorkloadKind::Job {
+        if let Some(policy) = w.spec.restart_policy.as_deref() {
+            if policy == "Always" {
+                p.push("restartPolicy", "Unsupported value: \"Always\": a Job's pod must use \"OnFailure\" or \"Never\"");
+            }
+        }
+    }
+    if let Some(sup) = &manifest.supervision {
+        validate_supervision(sup, w, errors);
+    }
+}
+
+fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) {
+    if let Some(policy) = spec.restart_policy.as_deref() {
+        if !matches!(policy, "Always" | "OnFailure" | "Never") {
+            p.push("restartPolicy", format!("Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""));
+        }
+    }
+    if let Some(grace) = spec.termination_grace_period_seconds {
+        if grace < 0 {
+            p.push(
+                "terminationGracePeriodSeconds",
+                "Invalid value: must be >= 0",
+            );
+        }
+    }
+    if spec.containers.is_empty() {
+        p.push("containers", "Required value: at least one container");
+    }
+    let mut names: BTreeMap<&str, String> = BTreeMap::new();
+    let volumes: BTreeSet<&str> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .collect();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| (format!("initContainers[{i}]"), c, true));
+    let regular = spec
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("containers[{i}]"), c, false));
+    for (path, c, is_init) in init.chain(regular) {
+        if let Some(first) = names.get(c.name.as_str()) {
+            p.push(
+                &format!("{path}.name"),
+                format!("Duplicate value: {:?} (also {first})", c.name),
+            );
+        } else {
+            names.insert(&c.name, path.clone());
+        }
+        let sidecar = is_init && c.restart_policy.as_deref() == Some("Always");
+        validate_container(
+            c,
+            &path,
+            is_init && !sidecar,
+            is_init,
+            manifest,
+            &volumes,
+            p,
+        );
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn validate_container(
+    c: &Container,
+    path: &str,
+    plain_init: bool,
+    is_init: bool,
+    manifest: &Manifest,
+    volumes: &BTreeSet<&str>,
+    p: &mut Problems<'_>,
+) {
+    let at = |field: &str| format!("{path}.{field}");
+    if c.name.is_empty() {
+        p.push(&at("name"), "Required value");
+    } else if let Some(why) = dns_label(&c.name) {
+        p.push(&at("name"), format!("Invalid value: {:?}: {why}", c.name));
+    }
+    if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
+        p.push(
+            &at("command"),
+            "Required value: podvisor runs `command` + `args` on this host and does not pull \
+             images, so it cannot use the image's entrypoint: set command",
+        );
+    }
+    if let Some(policy) = c.restart_policy.as_deref() {
+        let ok = if is_init {
+            policy == "Always"
+        } else {
+            matches!(policy, "Always" | "OnFailure" | "Never")
+        };
+        if !ok {
+            p.push(
+                &at("restartPolicy"),
+                format!("Unsupported value: {policy:?}"),
+            );
+        }
+    }
+    let mut port_names = BTreeSet::new();
+    for (i, port) in c.ports.iter().flatten().enumerate() {
+        if !(1..=65535).contains(&port.container_port) {
+            p.push(
+                &format!("{path}.ports[{i}].containerPort"),
+                format!(
+                    "Invalid value: {}: must be between 1 and 65535, inclusive",
+                    port.container_port
+                ),
+            );
+        }
+        if let Some(name) = &port.name {
+            if !port_names.insert(name.as_str()) {
+                p.push(
+                    &format!("{path}.ports[{i}].name"),
+                    format!("Duplicate value: {name:?}"),
+                );
+            } else if let Some(why) = port_name(name) {
+                p.push(
+                    &format!("{path}.ports[{i}].name"),
+                    format!("Invalid value: {name:?}: {why}"),
+                );
+            }
+        }
+    }
+    for (i, env) in c.env.iter().flatten().enumerate() {
+        validate_env(env, &format!("{path}.env[{i}]"), manifest, p);
+    }
+    for (i, from) in c.env_from.iter().flatten().enumerate() {
+        let at = format!("{path}.envFrom[{i}]");
+        if let Some(r) = &from.config_map_ref {
+            if !r.optional.unwrap_or(false)
+                && !manifest
+                    .config_maps
+                    .iter()
+                    .any(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
+            {
+                p.push(
+                    &format!("{at}.configMapRef.name"),
+                    format!("Not found: ConfigMap {:?} is not in this file", r.name),
+                );
+            }
+        }
+        if let Some(r) = &from.secret_ref {
+            if !r.optional.unwrap_or(false)
+                && !manifest
+                    .secrets
+                    .iter()
+                    .any(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
+            {
+                p.push(
+                    &format!("{at}.secretRef.name"),
+                    format!("Not found: Secret {:?} is not in this file", r.name),
+                );
+            }
+        }
+    }
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        if !volumes.contains(m.name.as_str()) {
+            p.push(
+                &format!("{path}.volumeMounts[{i}].name"),
+                format!("Not found: {:?}: no volume of that name", m.name),
+            );
+        }
+    }
+    let probes = [
+        ("livenessProbe", &c.liveness_probe),
+        ("readinessProbe", &c.readiness_probe),
+        ("startupProbe", &c.startup_probe),
+    ];
+    for (field, probe) in probes {
+        let Some(probe) = probe else { continue };
+        if plain_init {
+            p.push(
+                &at(field),
+                "Forbidden: may not be set for init containers without restartPolicy=Always",
+            );
+            continue;
+        }
+        validate_probe(probe, &at(field), field, c, p);
+    }
+    if plain_init && c.lifecycle.is_some() {
+        p.push(
+            &at("lifecycle"),
+            "Forbidden: may not be set for init containers without restartPolicy=Always",
+        );
+    }
+}
+
+fn validate_probe(probe: &Probe, path: &str, kind: &str, c: &Container, p: &mut Problems<'_>) {
+    let at = |field: &str| format!("{path}.{field}");
+    let handlers = [
+        probe.exec.is_some(),
+        probe.http_get.is_some(),
+        probe.tcp_socket.is_some(),
+        probe.grpc.is_some(),
+    ];
+    match handlers.iter().filter(|h| **h).count() {
+        0 => p.push(
+            path,
+            "Required value: must specify a handler type (exec, httpGet, tcpSocket or grpc)",
+        ),
+        1 => {}
+        _ => p.push(path, "Forbidden: may not specify more than 1 handler type"),
+    }
+    for (field, value) in [
+        ("initialDelaySeconds", probe.initial_delay_seconds),
+        ("timeoutSeconds", probe.timeout_seconds),
+        ("periodSeconds", probe.period_seconds),
+        ("successThreshold", probe.success_threshold),
+        ("failureThreshold", probe.failure_threshold),
+    ] {
+        if value.is_some_and(|v| v < 0) {
+            p.push(
+                &at(field),
+                "Invalid value: must be greater than or equal to 0",
+            );
+        }
+    }
+    if kind != "readinessProbe" && probe.success_threshold.is_some_and(|v| v != 1) {
+        p.push(&at("successThreshold"), "Invalid value: must be 1");
+    }
+    match (kind, probe.termination_grace_period_seconds) {
+        ("readinessProbe", Some(_)) => p.push(
+            &at("terminationGracePeriodSeconds"),
+            "Invalid value: must not be set for readinessProbes",
+        ),
+        (_, Some(g)) if g <= 0 => p.push(
+            &at("terminationGracePeriodSeconds"),
+            "Invalid value: must be greater than 0",
+        ),
+        _ => {}
+    }
+    let named_port = |port: &IntOrString, field: &str, p: &mut Problems<'_>| match port {
+        IntOrString::Int(n) if !(1..=65535).contains(n) => {
+            p.push(
+                field,
+                format!("Invalid value: {n}: must be between 1 and 65535, inclusive"),
+            );
+        }
+        IntOrString::String(name)
+            if !c
+                .ports
+                .iter()
+                .flatten()
+                .any(|cp| cp.name.as_deref() == Some(name.as_str())) =>
+        {
+            p.push(
+                field,
+                format!("Invalid value: {name:?}: no container port of that name"),
+            );
+        }
+        _ => {}
+    };
+    if let Some(h) = &probe.http_get {
+        named_port(&h.port, &format!("{path}.httpGet.port"), p);
+    }
+    if let Some(t) = &probe.tcp_socket {
+        named_port(&t.port, &format!("{path}.tcpSocket.port"), p);
+    }
+    if let Some(g) = &probe.grpc {
+        if !(1..=65535).contains(&g.port) {
+            p.push(
+                &format!("{path}.grpc.port"),
+                format!(
+                    "Invalid value: {}: must be between 1 and 65535, inclusive",
+                    g.port
+                ),
+            );
+        }
+    }
+}
+
+fn validate_env(env: &EnvVar, path: &str, manifest: &Manifest, p: &mut Problems<'_>) {
+    if env.name.is_empty() {
+        p.push(&format!("{path}.name"), "Required value");
+    }
+    let Some(from) = &env.value_from else { return };
+    if env.value.as_ref().is_some_and(|v| !v.is_empty()) {
+        p.push(
+            &format!("{path}.valueFrom"),
+            "Invalid value: may not be specified when `value` is not empty",
+        );
+    }
+    if let Some(r) = &from.config_map_key_ref {
+        let map = manifest
+            .config_maps
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()));
+        let has_key = map.is_some_and(|m| {
+            m.data.as_ref().is_some_and(|d| d.contains_key(&r.key))
+                || m.binary_data
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key(&r.key))
+        });
+        if !has_key && !r.optional.unwrap_or(false) {
+            let what = match map {
+                None => format!("ConfigMap {:?} is not in this file", r.name),
+                Some(_) => format!("ConfigMap {:?} has no key {:?}", r.name, r.key),
+            };
+            p.push(
+                &format!("{path}.valueFrom.configMapKeyRef"),
+                format!("Not found: {what}"),
+            );
+        }
+    }
+    if let Some(r) = &from.secret_key_ref {
+        let secret = manifest
+            .secrets
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()));
+        let has_key = secret.is_some_and(|s| {
+            s.data.as_ref().is_some_and(|d| d.contains_key(&r.key))
+                || s.string_data
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key(&r.key))
+        });
+        if !has_key && !r.optional.unwrap_or(false) {
+            let what = match secret {
+                None => format!("Secret {:?} is not in this file", r.name),
+                Some(_) => format!("Secret {:?} has no key {:?}", r.name, r.key),
+            };
+            p.push(
+                &format!("{path}.valueFrom.secretKeyRef"),
+                format!("Not found: {what}"),
+            );
+        }
+    }
+    if let Some(f) = &from.field_ref {
+        let supported = [
+            "metadata.name",
+            "metadata.namespace",
+            "metadata.uid",
+            "spec.nodeName",
+            "spec.serviceAccountName",
+            "status.podIP",
+            "status.podIPs",
+            "status.hostIP",
+            "status.hostIPs",
+        ];
+        let ok = supported.contains(&f.field_path.as_str())
+            || f.field_path.starts_with("metadata.labels['")
+            || f.field_path.starts_with("metadata.annotations['")
+            || f.field_path == "metadata.labels"
+            || f.field_path == "metadata.annotations";
+        if !ok {
+            p.push(
+                &format!("{path}.valueFrom.fieldRef.fieldPath"),
+                format!("Unsupported value: {:?}", f.field_path),
+            );
+        }
+    }
+}
+
+fn validate_supervision(
+    sup: &super::Supervision,
+    w: &super::Workload,
+    errors: &mut Vec<SpecError>,
+) {
+    let push = |errors: &mut Vec<SpecError>, path: &str, message: String| {
+        errors.push(SpecError {
+            path: format!("Supervision {path}"),
+            pos: None,
+            message,
+        });
+    };
+    let all: BTreeSet<&str> = w
+        .spec
+        .containers
+        .iter()
+        .chain(w.spec.init_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    if let Some(s) = &sup.spec.staged_instrumentation {
+        for name in s.containers.iter().flatten() {
+            if !all.contains(name.as_str()) {
+                push(
+                    errors,
+                    "spec.stagedInstrumentation.containers",
+                    format!("Not found: no container {name:?} in the pod"),
+                );
+            }
+        }
+        let debug = s.debug_after_restarts.unwrap_or(3);
+        let disable = s.disable_after_restarts.unwrap_or(6);
+        if disable < debug {
+            push(
+                errors,
+                "spec.stagedInstrumentation.disableAfterRestarts",
+                format!("Invalid value: {disable}: must be >= debugAfterRestarts ({debug})"),
+            );
+        }
+    }
+    if let Some(r) = &sup.spec.pod_restart {
+        if let Err(e) = parse_duration(&r.within) {
+            push(
+                errors,
+                "spec.podRestart.within",
+                format!("Invalid value: {e}"),
+            );
+        }
+        if r.after_container_restarts == 0 {
+            push(
+                errors,
+                "spec.podRestart.afterContainerRestarts",
+                "Invalid value: 0: must be at least 1".to_string(),
+            );
+        }
+    }
+}
+
+/// RFC 1123 label: lower-case alphanumerics and '-', starting and ending alphanumeric, ≤ 63.
+fn dns_label(s: &str) -> Option<&'static str> {
+    let ok_chars = s
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ends_ok = s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if s.len() > 63 {
+        Some("must be no more than 63 characters")
+    } else if !ok_chars || !ends_ok {
+        Some("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character")
+    } else {
+        None
+    }
+}
+
+/// RFC 1123 subdomain: dot-separated labels, ≤ 253.
+fn dns_subdomain(s: &str) -> Option<&'static str> {
+    if s.len() > 253 {
+        return Some("must be no more than 253 characters");
+    }
+    if s.split('.').any(|l| l.is_empty() || dns_label(l).is_some()) {
+        return Some("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character");
+    }
+    None
+}
+
+/// IANA service name, as for container port names: ≤ 15, lower-case alphanumerics and '-',
+/// at least one letter, no leading, trailing or double '-'.
+fn port_name(s: &str) -> Option<&'static str> {
+    if s.len() > 15 {
+        return Some("must be no more than 15 characters");
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Some("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if !s.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Some("must contain at least one letter (a-z)");
+    }
+    if s.starts_with('-') || s.ends_with('-') || s.contains("--") {
+        return Some("must not begin or end with a hyphen, nor contain adjacent hyphens");
+    }
+    None
+}

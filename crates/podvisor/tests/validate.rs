@@ -1,0 +1,240 @@
+//! `podvisor validate` through the binary: valid manifests pass silently; every problem of a
+//! bad one is reported at once, each with file:line:column, field path and message, exit 2.
+
+use crate::harness::*;
+
+fn validate_text(name: &str, text: &str) -> Output {
+    let dir = TempDir::new();
+    let file = dir.file(name);
+    std::fs::write(&file, text).unwrap();
+    Run::new(podvisor()).arg("validate").arg(&file).output()
+}
+
+fn errors(out: &Output) -> Vec<String> {
+    out.stderr
+        .lines()
+        .map(|l| {
+            assert!(l.starts_with("error: "), "not an error line: {l:?}");
+            // Drop the temp dir, keep `name:line:col: field: message`.
+            let l = &l["error: ".len()..];
+            let file_end = l.find(".yaml:").unwrap_or(0);
+            let start = l[..file_end].rfind('/').map_or(0, |i| i + 1);
+            l[start..].to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn the_examples_are_valid() {
+    for example in [
+        "examples/pods/web.yaml",
+        "examples/pods/job.yaml",
+        "examples/pods/crashloop.yaml",
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(example);
+        let out = Run::new(podvisor()).arg("validate").arg(&path).output();
+        assert_eq!(
+            (out.code(), out.stderr.as_str(), out.stdout.as_str()),
+            (0, "", ""),
+            "{example}"
+        );
+    }
+}
+
+#[test]
+fn every_problem_at_once_with_its_place() {
+    let out = validate_text(
+        "bad.yaml",
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: Web_App
+spec:
+  restartPolicy: Sometimes
+  containers:
+  - name: app
+    image: nginx
+    imagePullPolicyy: Always
+    ports:
+    - {containerPort: 80, name: http}
+    livenessProbe:
+      httpGet: {port: web}
+      successThreshold: 2
+  - name: app
+    command: [sleep, '10']
+    env:
+    - name: A
+      valueFrom:
+        secretKeyRef: {name: creds, key: password}
+",
+    );
+    assert_eq!(out.code(), 2);
+    let got = errors(&out);
+    let want = [
+        "bad.yaml:10:5: spec.containers[0]: unknown field \"imagePullPolicyy\"",
+        "bad.yaml:4:3: metadata.name: Invalid value: \"Web_App\"",
+        "bad.yaml:6:3: spec.restartPolicy: Unsupported value: \"Sometimes\"",
+        "bad.yaml:8:5: spec.containers[0].command: Required value",
+        "bad.yaml:15:7: spec.containers[0].livenessProbe.successThreshold: Invalid value: must be 1",
+        "bad.yaml:14:17: spec.containers[0].livenessProbe.httpGet.port: Invalid value: \"web\"",
+        "bad.yaml:16:5: spec.containers[1].name: Duplicate value: \"app\"",
+        "bad.yaml:21:9: spec.containers[1].env[0].valueFrom.secretKeyRef: Not found: Secret \"creds\"",
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.starts_with(w), "got {g:?}\nwant {w:?}...");
+    }
+}
+
+#[test]
+fn wrong_types_name_the_field() {
+    let out = validate_text(
+        "t.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    command: [x]\n    ports:\n    - containerPort: eighty\n",
+    );
+    assert_eq!(out.code(), 2);
+    assert_eq!(
+        errors(&out),
+        ["t.yaml:9:7: spec.containers[0].ports[0].containerPort: invalid type: string \"eighty\", expected i32"]
+    );
+}
+
+#[test]
+fn malformed_yaml_and_missing_files() {
+    let out = validate_text("m.yaml", "a: [1, 2\nb: c\n");
+    assert_eq!(out.code(), 2);
+    let e = errors(&out);
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("m.yaml:2:"), "{e:?}");
+
+    let out = Run::new(podvisor())
+        .args(["validate", "/no/such/pod.yaml"])
+        .output();
+    assert_eq!(out.code(), 2);
+    assert!(
+        out.stderr
+            .starts_with("error: /no/such/pod.yaml: No such file or directory"),
+        "{out:?}"
+    );
+
+    let out = Run::new(podvisor()).arg("validate").output();
+    assert_eq!(out.code(), 2);
+}
+
+#[test]
+fn one_workload_per_file_and_known_kinds_only() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, command: [x]}]\n";
+    let out = validate_text("two.yaml", &format!("{pod}---\n{pod}"));
+    assert_eq!(errors(&out), ["two.yaml:8:1: kind: a second workload: podvisor runs exactly one pod per file (the first is the document at line 1)"]);
+    let out = validate_text(
+        "svc.yaml",
+        &format!("{pod}---\napiVersion: v1\nkind: Service\nmetadata: {{name: s}}\n"),
+    );
+    assert_eq!(out.code(), 2);
+    assert!(
+        errors(&out)[0].starts_with("svc.yaml:8:1: kind: v1 Service is not supported"),
+        "{out:?}"
+    );
+    let out = validate_text(
+        "none.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+    );
+    assert!(errors(&out)[0].contains("no workload"), "{out:?}");
+}
+
+#[test]
+fn templates_probes_and_init_containers() {
+    let out = validate_text(
+        "d.yaml",
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector: {}
+  template:
+    spec:
+      initContainers:
+      - name: setup
+        command: [/bin/true]
+        readinessProbe: {exec: {command: [/bin/true]}}
+      containers:
+      - name: c
+        command: [x]
+        livenessProbe: {exec: {command: [a]}, tcpSocket: {port: 1}}
+        readinessProbe: {exec: {command: [a]}, terminationGracePeriodSeconds: 5, periodSeconds: -1}
+",
+    );
+    let got = errors(&out);
+    let want = [
+        "d.yaml:11:9: spec.template.spec.initContainers[0].readinessProbe: Forbidden",
+        "d.yaml:15:9: spec.template.spec.containers[0].livenessProbe: Forbidden: may not specify more than 1 handler type",
+        "d.yaml:16:82: spec.template.spec.containers[0].readinessProbe.periodSeconds: Invalid value",
+        "d.yaml:16:48: spec.template.spec.containers[0].readinessProbe.terminationGracePeriodSeconds: Invalid value: must not be set for readinessProbes",
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.starts_with(w), "got {g:?}\nwant {w:?}...");
+    }
+}
+
+#[test]
+fn supervision_is_checked_too() {
+    let out = validate_text(
+        "s.yaml",
+        "apiVersion: v1
+kind: Pod
+metadata: {name: a}
+spec:
+  containers: [{name: app, command: [x]}]
+---
+apiVersion: podvisor.io/v1alpha1
+kind: Supervision
+metadata: {name: default}
+spec:
+  stagedInstrumentation: {enabled: true, containers: [nope], debugAfterRestart: 3}
+  podRestart: {afterContainerRestarts: 5, within: 10, maxPodRestarts: 3}
+",
+    );
+    assert_eq!(out.code(), 2);
+    let got = errors(&out);
+    assert_eq!(
+        got,
+        [
+            "s.yaml:11:62: spec.stagedInstrumentation: unknown field \"debugAfterRestart\"",
+            "s.yaml:12:43: spec.podRestart.within: invalid type: integer `10`, expected a string",
+        ]
+    );
+    // With the types right, the references are checked.
+    let out = validate_text(
+        "s.yaml",
+        "apiVersion: v1
+kind: Pod
+metadata: {name: a}
+spec:
+  containers: [{name: app, command: [x]}]
+---
+apiVersion: podvisor.io/v1alpha1
+kind: Supervision
+metadata: {name: default}
+spec:
+  stagedInstrumentation: {enabled: true, containers: [nope], debugAfterRestarts: 4, disableAfterRestarts: 2}
+  podRestart: {afterContainerRestarts: 5, within: 10x, maxPodRestarts: 3}
+",
+    );
+    let got = errors(&out);
+    assert_eq!(got.len(), 3, "{got:#?}");
+    assert!(
+        got[0].contains("containers: Not found: no container \"nope\""),
+        "{got:#?}"
+    );
+    assert!(
+        got[1].contains("disableAfterRestarts: Invalid value: 2"),
+        "{got:#?}"
+    );
+    assert!(
+        got[2].contains("within: Invalid value: invalid duration \"10x\""),
+        "{got:#?}"
+    );
+}
