@@ -659,8 +659,20 @@ fn sleeps_without_timers_while_nothing_happens() {
         .args(["sleep", "30"])
         .start();
     let pid = p.init_pid();
-    wait_until("the child is running", || !children_of(pid).is_empty());
-    let before = wakeups(pid);
+    // Settled: the child has exec'd and podvisor is asleep with the same count for a while
+    // (it switches out once more when it first blocks).
+    wait_until("the child is running", || {
+        children_of(pid)
+            .iter()
+            .any(|(_, name)| name.starts_with("podvisor-testbi"))
+    });
+    let last = std::cell::Cell::new(wakeups(pid));
+    wait_until("podvisor init is asleep", || {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = wakeups(pid);
+        last.replace(now) == now
+    });
+    let before = last.get();
     std::thread::sleep(Duration::from_millis(2500));
     let after = wakeups(pid);
     assert_eq!(
