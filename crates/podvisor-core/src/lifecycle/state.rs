@@ -1,0 +1,88 @@
+//! Container states and pod phases with the names Kubernetes gives them.
+
+use crate::clock::Instant;
+
+/// Why a container is waiting (`state.waiting.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitingReason {
+    ContainerCreating,
+    PodInitializing,
+    CrashLoopBackOff,
+    CreateContainerError,
+}
+
+impl WaitingReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitingReason::ContainerCreating => "ContainerCreating",
+            WaitingReason::PodInitializing => "PodInitializing",
+            WaitingReason::CrashLoopBackOff => "CrashLoopBackOff",
+            WaitingReason::CreateContainerError => "CreateContainerError",
+        }
+    }
+}
+
+/// Why a container terminated (`state.terminated.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminatedReason {
+    Completed,
+    Error,
+    OOMKilled,
+    StartError,
+}
+
+impl TerminatedReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminatedReason::Completed => "Completed",
+            TerminatedReason::Error => "Error",
+            TerminatedReason::OOMKilled => "OOMKilled",
+            TerminatedReason::StartError => "StartError",
+        }
+    }
+}
+
+/// `state` and `lastState` of a container.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContainerState {
+    Waiting {
+        reason: WaitingReason,
+        message: Option<String>,
+    },
+    Running {
+        started_at: Instant,
+    },
+    Terminated {
+        exit_code: i32,
+        signal: Option<i32>,
+        reason: TerminatedReason,
+        message: Option<String>,
+        started_at: Option<Instant>,
+        finished_at: Instant,
+    },
+}
+
+/// The pod's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+        }
+    }
+
+    /// Terminal phases stick (the status manager never leaves them).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
