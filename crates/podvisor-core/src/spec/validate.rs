@@ -140,6 +140,29 @@ fn validate_container(
             );
         }
     }
+    for (i, rule) in c.restart_policy_rules.iter().flatten().enumerate() {
+        let at = format!("{path}.restartPolicyRules[{i}]");
+        if rule.action != "Restart" {
+            p.push(
+                &format!("{at}.action"),
+                format!(
+                    "Unsupported value: {:?}: supported values: \"Restart\"",
+                    rule.action
+                ),
+            );
+        }
+        match &rule.exit_codes {
+            None => p.push(&format!("{at}.exitCodes"), "Required value"),
+            Some(codes) if !matches!(codes.operator.as_str(), "In" | "NotIn") => p.push(
+                &format!("{at}.exitCodes.operator"),
+                format!(
+                    "Unsupported value: {:?}: supported values: \"In\", \"NotIn\"",
+                    codes.operator
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
     let mut port_names = BTreeSet::new();
     for (i, port) in c.ports.iter().flatten().enumerate() {
         if !(1..=65535).contains(&port.container_port) {

@@ -1,0 +1,569 @@
+//! From a validated manifest to what `podvisor run` executes: the lifecycle's `PodPlan` with
+//! defaults applied, and for each container its argv and environment, resolved as the kubelet
+//! resolves them (`$(VAR)` expansion, `valueFrom`, `envFrom`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, EnvVar};
+
+use super::Manifest;
+use crate::backoff::BackoffPolicy;
+use crate::lifecycle::{ContainerPlan, Kind, PodPlan};
+use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule};
+
+/// Facts about the host that the downward API exposes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFacts {
+    pub hostname: String,
+    /// The pod's UID (podvisor makes one per run).
+    pub uid: String,
+    /// Logical CPUs and memory in bytes: a resource with no limit reports the node's.
+    pub cpus: u64,
+    pub memory: u64,
+}
+
+/// The pod's IP, and the host's, as SPEC.md fixes them.
+pub const POD_IP: &str = "127.0.0.1";
+
+/// How to run one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerExec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: Option<String>,
+}
+
+/// Everything `podvisor run` needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPlan {
+    pub namespace: String,
+    pub pod: PodPlan,
+    /// Same order as `pod.containers`.
+    pub exec: Vec<ContainerExec>,
+}
+
+/// The kubelet's default grace (`DefaultTerminationGracePeriodSeconds`).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+fn restart_policy(s: Option<&str>) -> Option<RestartPolicy> {
+    match s? {
+        "Always" => Some(RestartPolicy::Always),
+        "OnFailure" => Some(RestartPolicy::OnFailure),
+        "Never" => Some(RestartPolicy::Never),
+        _ => None,
+    }
+}
+
+/// Builds the run plan of a valid manifest.
+pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> RunPlan {
+    let w = &manifest.workload;
+    let name = w.metadata.name.clone().unwrap_or_default();
+    let namespace = w
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let meta = w.template_metadata.as_ref();
+    let labels = meta
+        .and_then(|m| m.labels.clone())
+        .or_else(|| w.metadata.labels.clone())
+        .unwrap_or_default();
+    let annotations = meta
+        .and_then(|m| m.annotations.clone())
+        .or_else(|| w.metadata.annotations.clone())
+        .unwrap_or_default();
+    let facts = PodFacts {
+        name: &name,
+        namespace: &namespace,
+        labels: &labels,
+        annotations: &annotations,
+        service_account: w.spec.service_account_name.as_deref().unwrap_or("default"),
+        host,
+    };
+    let mut containers = Vec::new();
+    let mut exec = Vec::new();
+    let init = w.spec.init_containers.iter().flatten().map(|c| {
+        let kind = if c.restart_policy.as_deref() == Some("Always") {
+            Kind::Sidecar
+        } else {
+            Kind::Init
+        };
+        (c, kind)
+    });
+    let main = w.spec.containers.iter().map(|c| (c, Kind::Main));
+    for (c, kind) in init.chain(main) {
+        let rules = c
+            .restart_policy_rules
+            .iter()
+            .flatten()
+            .filter(|r| r.action == "Restart")
+            .filter_map(|r| {
+                let codes = r.exit_codes.as_ref()?;
+                let values = codes.values.clone().unwrap_or_default();
+                let exit_codes = match codes.operator.as_str() {
+                    "In" => ExitCodes::In(values),
+                    "NotIn" => ExitCodes::NotIn(values),
+                    _ => return None,
+                };
+                Some(RestartRule { exit_codes })
+            })
+            .collect();
+        containers.push(ContainerPlan {
+            name: c.name.clone(),
+            kind,
+            restart: ContainerRestart {
+                policy: restart_policy(c.restart_policy.as_deref()),
+                rules,
+            },
+        });
+        exec.push(container_exec(c, manifest, &facts));
+    }
+    let grace = w
+        .spec
+        .termination_grace_period_seconds
+        .map_or(DEFAULT_GRACE, |s| Duration::from_secs(s.max(0) as u64));
+    RunPlan {
+        namespace,
+        pod: PodPlan {
+            name,
+            restart_policy: restart_policy(w.spec.restart_policy.as_deref()).unwrap_or_default(),
+            grace,
+            containers,
+            backoff,
+        },
+        exec,
+    }
+}
+
+struct PodFacts<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
+    service_account: &'a str,
+    host: &'a HostFacts,
+}
+
+fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> ContainerExec {
+    let env = resolve_env(c, manifest, pod);
+    let vars: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let argv = c
+        .command
+        .iter()
+        .flatten()
+        .chain(c.args.iter().flatten())
+        .map(|a| expand(a, &vars))
+        .collect();
+    ContainerExec {
+        argv,
+        env,
+        working_dir: c.working_dir.clone(),
+    }
+}
+
+/// The container's environment in the kubelet's order: `envFrom` sources first, then `env`
+/// entries, each of which may refer to earlier ones with `$(VAR)`. A later definition wins.
+fn resolve_env(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let set = |env: &mut Vec<(String, String)>, k: String, v: String| match env
+        .iter_mut()
+        .find(|(name, _)| *name == k)
+    {
+        Some(slot) => slot.1 = v,
+        None => env.push((k, v)),
+    };
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        if let Some(r) = &from.config_map_ref {
+            if let Some(m) = manifest
+                .config_maps
+                .iter()
+                .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
+            {
+                for (k, v) in m.data.iter().flatten() {
+                    set(&mut env, format!("{prefix}{k}"), v.clone());
+                }
+            }
+        }
+        if let Some(r) = &from.secret_ref {
+            if let Some(s) = manifest
+                .secrets
+                .iter()
+                .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
+            {
+                for (k, v) in secret_values(s) {
+                    set(&mut env, format!("{prefix}{k}"), v);
+                }
+            }
+        }
+    }
+    for var in c.env.iter().flatten() {
+        if let Some(value) = env_value(var, c, manifest, pod, &env) {
+            set(&mut env, var.name.clone(), value);
+        }
+    }
+    env
+}
+
+fn secret_values(s: &k8s_openapi::api::core::v1::Secret) -> Vec<(String, String)> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in s.data.iter().flatten() {
+        out.insert(k.clone(), String::from_utf8_lossy(&v.0).into_owned());
+    }
+    // stringData wins over data, as the API server merges them.
+    for (k, v) in s.string_data.iter().flatten() {
+        out.insert(k.clone(), v.clone());
+    }
+    out.into_iter().collect()
+}
+
+fn env_value(
+    var: &EnvVar,
+    c: &Container,
+    manifest: &Manifest,
+    pod: &PodFacts<'_>,
+    earlier: &[(String, String)],
+) -> Option<String> {
+    let Some(from) = &var.value_from else {
+        let vars: BTreeMap<&str, &str> = earlier
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        return Some(expand(var.value.as_deref().unwrap_or(""), &vars));
+    };
+    if let Some(r) = &from.config_map_key_ref {
+        let m = manifest
+            .config_maps
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))?;
+        return m
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&r.key).cloned())
+            .or_else(|| {
+                m.binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(&r.key))
+                    .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            });
+    }
+    if let Some(r) = &from.secret_key_ref {
+        let s = manifest
+            .secrets
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))?;
+        return secret_values(s)
+            .into_iter()
+            .find(|(k, _)| *k == r.key)
+            .map(|(_, v)| v);
+    }
+    if let Some(f) = &from.field_ref {
+        let path = f.field_path.as_str();
+        let quoted = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_suffix("']"));
+        return Some(match path {
+            "metadata.name" => pod.name.to_string(),
+            "metadata.namespace" => pod.namespace.to_string(),
+            "metadata.uid" => pod.host.uid.clone(),
+            "spec.nodeName" => pod.host.hostname.clone(),
+            "spec.serviceAccountName" => pod.service_account.to_string(),
+            "status.podIP" | "status.podIPs" | "status.hostIP" | "status.hostIPs" => {
+                POD_IP.to_string()
+            }
+            "metadata.labels" => format_map(pod.labels),
+            "metadata.annotations" => format_map(pod.annotations),
+            _ => {
+                if let Some(k) = quoted("metadata.labels['") {
+                    pod.labels.get(k).cloned().unwrap_or_default()
+                } else if let Some(k) = quoted("metadata.annotations['") {
+                    pod.annotations.get(k).cloned().unwrap_or_default()
+                } else {
+                    return None;
+                }
+            }
+        });
+    }
+    if let Some(r) = &from.resource_field_ref {
+        let target = match r.container_name.as_deref() {
+            Some(name) if name != c.name => manifest
+                .workload
+                .spec
+                .containers
+                .iter()
+                .chain(manifest.workload.spec.init_containers.iter().flatten())
+                .find(|x| x.name == name)
+                .unwrap_or(c),
+            _ => c,
+        };
+        return Some(resource_value(
+            target,
+            &r.resource,
+            r.divisor.as_ref().map(|d| d.0.as_str()),
+            pod.host,
+        ));
+    }
+    None
+}
+
+/// `limits.cpu`, `requests.memory` … as the downward API reports them: divided by the divisor
+/// (default 1) and rounded up; a limit that is not set reports the node's capacity.
+fn resource_value(
+    c: &Container,
+    resource: &str,
+    divisor: Option<&str>,
+    host: &HostFacts,
+) -> String {
+    let (section, name) = resource.split_once('.').unwrap_or(("limits", resource));
+    let res = c.resources.as_ref();
+    let map = match section {
+        "requests" => res.and_then(|r| r.requests.as_ref()),
+        _ => res.and_then(|r| r.limits.as_ref()),
+    };
+    let value = map
+        .and_then(|m| m.get(name))
+        .and_then(|q| parse_quantity(&q.0))
+        .unwrap_or(match name {
+            "cpu" => host.cpus as f64,
+            "memory" => host.memory as f64,
+            _ => 0.0,
+        });
+    let divisor = divisor
+        .and_then(parse_quantity)
+        .filter(|d| *d > 0.0)
+        .unwrap_or(1.0);
+    format!("{}", (value / divisor).ceil() as u64)
+}
+
+/// A Kubernetes quantity (`500m`, `1.5`, `128Mi`, `1G`, `1e3`) as a number.
+pub fn parse_quantity(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let suffixes: [(&str, f64); 13] = [
+        ("Ki", 1024.0),
+        ("Mi", 1024f64.powi(2)),
+        ("Gi", 1024f64.powi(3)),
+        ("Ti", 1024f64.powi(4)),
+        ("Pi", 1024f64.powi(5)),
+        ("Ei", 1024f64.powi(6)),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    for (suffix, factor) in suffixes {
+        if let Some(number) = s.strip_suffix(suffix) {
+            return number.parse::<f64>().ok().map(|n| n * factor);
+        }
+    }
+    s.parse::<f64>().ok()
+}
+
+fn format_map(m: &BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}=\"{v}\""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Kubernetes' `$(VAR)` expansion: a defined VAR is replaced, an undefined one is left as
+/// written, `$$` is a literal `$`, and any other `$` stays as it is.
+pub fn expand(input: &str, vars: &BTreeMap<&str, &str>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(stripped) = after.strip_prefix('$') {
+            out.push('$');
+            rest = stripped;
+        } else if let Some(body) = after.strip_prefix('(') {
+            match body.find(')') {
+                Some(end) => {
+                    let name = &body[..end];
+                    match vars.get(name) {
+                        Some(v) => out.push_str(v),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &body[end + 1..];
+                }
+                None => {
+                    out.push_str("$(");
+                    rest = body;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_as_kubernetes_does_it() {
+        let vars: BTreeMap<&str, &str> = [("A", "1"), ("B", "two")].into_iter().collect();
+        let cases = [
+            ("$(A)", "1"),
+            ("x$(A)y$(B)", "x1ytwo"),
+            ("$(C)", "$(C)"),
+            ("$$(A)", "$(A)"),
+            ("$$", "$"),
+            ("$A", "$A"),
+            ("$(A", "$(A"),
+            ("cost: 5$", "cost: 5$"),
+            ("", ""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(expand(input, &vars), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity("500m"), Some(0.5));
+        assert_eq!(parse_quantity("2"), Some(2.0));
+        assert_eq!(parse_quantity("128Mi"), Some(134217728.0));
+        assert_eq!(parse_quantity("1G"), Some(1e9));
+        assert_eq!(parse_quantity("1e3"), Some(1000.0));
+        assert_eq!(parse_quantity("x"), None);
+    }
+
+    fn host() -> HostFacts {
+        HostFacts {
+            hostname: "node1".into(),
+            uid: "uid-1".into(),
+            cpus: 2,
+            memory: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn plans_a_pod_with_everything_resolved() {
+        let text = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: demo}
+spec:
+  selector: {}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      restartPolicy: Always
+      terminationGracePeriodSeconds: 5
+      initContainers:
+      - {name: setup, command: [sh, -c, 'echo $(POD)'], env: [{name: POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]}
+      - {name: side, restartPolicy: Always, command: [sleep, '100']}
+      containers:
+      - name: app
+        command: [app, --greet=$(GREETING), --ns=$(NS), $(UNDEFINED), $$(ESCAPED)]
+        args: [--ip=$(IP)]
+        workingDir: /tmp
+        resources: {limits: {memory: 64Mi}}
+        envFrom:
+        - configMapRef: {name: cfg}
+          prefix: CFG_
+        - secretRef: {name: creds}
+        env:
+        - {name: GREETING, valueFrom: {configMapKeyRef: {name: cfg, key: greeting}}}
+        - {name: NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+        - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        - {name: APP, valueFrom: {fieldRef: {fieldPath: "metadata.labels['app']"}}}
+        - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+        - {name: MEM, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
+        - {name: CPU, valueFrom: {resourceFieldRef: {resource: limits.cpu}}}
+        - {name: BOTH, value: '$(NS)/$(APP)'}
+        - {name: password, value: overridden}
+        restartPolicyRules:
+        - {action: Restart, exitCodes: {operator: In, values: [42]}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {greeting: hello, other: x}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds}
+data: {password: c2VjcmV0}
+"#;
+        let manifest = crate::spec::load("web.yaml", text).expect("valid");
+        let plan = plan(&manifest, &host(), BackoffPolicy::default());
+        assert_eq!(plan.namespace, "demo");
+        assert_eq!(plan.pod.name, "web");
+        assert_eq!(plan.pod.grace, Duration::from_secs(5));
+        let kinds: Vec<(&str, Kind)> = plan
+            .pod
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("setup", Kind::Init),
+                ("side", Kind::Sidecar),
+                ("app", Kind::Main)
+            ]
+        );
+        assert_eq!(
+            plan.pod.containers[2].restart.rules,
+            [RestartRule {
+                exit_codes: ExitCodes::In(vec![42])
+            }]
+        );
+        assert_eq!(plan.exec[0].argv, ["sh", "-c", "echo web"]);
+        let app = &plan.exec[2];
+        assert_eq!(
+            app.argv,
+            [
+                "app",
+                "--greet=hello",
+                "--ns=demo",
+                "$(UNDEFINED)",
+                "$(ESCAPED)",
+                "--ip=127.0.0.1"
+            ]
+        );
+        assert_eq!(app.working_dir.as_deref(), Some("/tmp"));
+        let env: BTreeMap<&str, &str> = app
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(env["CFG_greeting"], "hello");
+        assert_eq!(env["CFG_other"], "x");
+        assert_eq!(env["password"], "overridden");
+        assert_eq!(env["APP"], "web");
+        assert_eq!(env["NODE"], "node1");
+        assert_eq!(env["MEM"], "64");
+        assert_eq!(env["CPU"], "2");
+        assert_eq!(env["BOTH"], "demo/web");
+        // envFrom comes first, env after, in order.
+        let order: Vec<&str> = app.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(order[..3], ["CFG_greeting", "CFG_other", "password"]);
+    }
+
+    #[test]
+    fn defaults() {
+        let manifest = crate::spec::load(
+            "p.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, command: [x]}]\n",
+        )
+        .unwrap();
+        let plan = plan(&manifest, &host(), BackoffPolicy::default());
+        assert_eq!(plan.namespace, "default");
+        assert_eq!(plan.pod.restart_policy, RestartPolicy::Always);
+        assert_eq!(plan.pod.grace, DEFAULT_GRACE);
+    }
+}
