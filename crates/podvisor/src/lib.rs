@@ -5,3 +5,5 @@
 pub mod cli;
 pub mod init;
 pub mod process;
+#[cfg(feature = "full")]
+pub mod supervisor;

@@ -7,6 +7,8 @@ use std::io::Write;
 use crate::init::{self, args::Persona};
 
 #[cfg(feature = "full")]
+pub mod run;
+#[cfg(feature = "full")]
 pub mod validate;
 
 const USAGE: &str = "\
@@ -15,6 +17,7 @@ Usage: podvisor <COMMAND> [ARGS]...
 Commands:
   init [OPTIONS] [--] CMD [ARGS]...   Run CMD under an init process (PID 1, tini / dumb-init
                                       compatible); `podvisor init --help` for its options
+  run [OPTIONS] FILE                  Run a pod manifest (not in the PID 1 build)
   validate FILE                       Check a pod manifest (not in the PID 1 build)
 
 Started as `tini` or `dumb-init` (a symlink or a copy), podvisor takes that program's command
@@ -50,6 +53,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         "init" => init::main(Persona::Podvisor, "podvisor init", &argv[2..]),
         #[cfg(feature = "full")]
         "validate" => validate::main(&argv[2..]),
+        #[cfg(feature = "full")]
+        "run" => run::main(&argv[2..]),
         "-h" | "--help" | "help" => {
             write_out(USAGE);
             0

@@ -6,9 +6,11 @@
 //! `libc::ECHILD` and friends, never message strings. Nothing here decides policy.
 #![allow(unsafe_code)]
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 /// Highest signal number on Linux (`SIGRTMAX`).
@@ -253,6 +255,20 @@ pub enum ChildSetup {
     ProcessGroup,
     /// dumb-init: a new session that adopts stdin's terminal as its controlling terminal.
     Session,
+    /// A container of `podvisor run`: a new session (so its whole process group can be
+    /// signalled), stdin from /dev/null, stdout and stderr to the given descriptors, its own
+    /// working directory and environment.
+    Container(ContainerIo),
+}
+
+/// Descriptors and environment of a container's process.
+#[derive(Debug, Clone)]
+pub struct ContainerIo {
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    pub working_dir: Option<std::path::PathBuf>,
+    /// The whole environment, `NAME=value`.
+    pub env: Vec<OsString>,
 }
 
 /// The state to give back to the child before exec.
@@ -262,37 +278,77 @@ pub struct Inherited {
     pub actions: Vec<SigAction>,
 }
 
-/// Spawns `argv` (PATH lookup as execvp) with stdio inherited, and returns its pid. An exec
-/// failure comes back as the `io::Error` of execvp, for the caller to map to 127 / 126.
+fn c_string(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a string contains a NUL byte"))
+}
+
+/// Spawns `argv` (PATH lookup as execvp) and returns its pid. An exec failure comes back as
+/// the `io::Error` of execvp, for the caller to map to 127 / 126 or a StartError.
 ///
 /// The child is made with `clone(CLONE_VM | CLONE_VFORK)`, as glibc's posix_spawn does, but
-/// without posix_spawn's reset of all 64 signal handlers (we install none): podvisor is
+/// without posix_spawn's reset of all 64 signal handlers (we install none): the caller is
 /// suspended until the child has exec'd, nothing of its memory is copied, and an exec error is
 /// simply read back. This is what keeps `init -- true` as fast as tini's fork.
 ///
 /// The child is reaped by the caller's reaper (`reap_one`), never waited for here.
 pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io::Result<i32> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-
     let args: Vec<CString> = argv
         .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<_, _>>()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))?;
+        .map(|a| c_string(a.as_bytes()))
+        .collect::<io::Result<_>>()?;
     if args.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
     }
     let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
+
+    // Everything the child needs is prepared here, before the clone: the child allocates
+    // nothing.
+    let mut env_strings: Vec<CString> = Vec::new();
+    let mut env_ptrs: Vec<*const libc::c_char> = Vec::new();
+    let mut cwd: Option<CString> = None;
+    let mut devnull: Option<std::fs::File> = None;
+    let mut io_fds = None;
+    let mode = match &setup {
+        ChildSetup::ProcessGroup => Mode::ProcessGroup,
+        ChildSetup::Session => Mode::TerminalSession,
+        ChildSetup::Container(io) => {
+            env_strings = io
+                .env
+                .iter()
+                .map(|e| c_string(e.as_bytes()))
+                .collect::<io::Result<_>>()?;
+            env_ptrs = env_strings.iter().map(|e| e.as_ptr()).collect();
+            env_ptrs.push(std::ptr::null());
+            cwd = io
+                .working_dir
+                .as_ref()
+                .map(|d| c_string(d.as_os_str().as_bytes()))
+                .transpose()?;
+            // std opens it with O_CLOEXEC: only the dup2'd copy reaches the program.
+            devnull = Some(std::fs::File::open("/dev/null")?);
+            io_fds = Some((io.stdout, io.stderr));
+            Mode::Container
+        }
+    };
     let mut plan = ChildPlan {
         argv: argv_ptrs.as_ptr(),
-        session: matches!(setup, ChildSetup::Session),
+        mode,
         // SAFETY: isatty only inspects the descriptor.
         on_terminal: unsafe { libc::isatty(libc::STDIN_FILENO) == 1 },
         mask: inherited.mask.0,
         actions: inherited.actions.as_ptr(),
         action_count: inherited.actions.len(),
+        envp: if env_ptrs.is_empty() {
+            std::ptr::null()
+        } else {
+            env_ptrs.as_ptr()
+        },
+        cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        stdin: devnull.as_ref().map_or(-1, |f| f.as_raw_fd()),
+        stdout: io_fds.map_or(-1, |f| f.0),
+        stderr: io_fds.map_or(-1, |f| f.1),
         errno: 0,
     };
     // The child's stack: execvp's PATH search and script fallback use a few KiB of it.
@@ -301,11 +357,12 @@ pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io:
     let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
     let top = (top as usize & !15) as *mut libc::c_void;
     // SAFETY: with CLONE_VFORK this thread is suspended until the child execs or exits, so the
-    // child has sole use of `plan`, `args`, `argv_ptrs` and `stack`, which all outlive the call.
-    // The child runs `child_main` only, which makes plain syscalls and execvp (no allocation,
-    // no lock) and never returns into our frames. Every signal is still blocked in the child
-    // (our mask is inherited) and we install no handlers, so nothing can run on its behalf
-    // while it shares our memory.
+    // child has sole use of `plan` and everything it points to (`args`, `argv_ptrs`,
+    // `env_strings`, `env_ptrs`, `cwd`, `devnull`, `stack`), which all outlive the call. The
+    // child runs `child_main` only, which makes plain syscalls and execvp/execvpe (no
+    // allocation, no lock) and never returns into our frames. Every signal is still blocked in
+    // the child (our mask is inherited) and we install no handlers, so nothing can run on its
+    // behalf while it shares our memory.
     let pid = unsafe {
         libc::clone(
             child_main,
@@ -318,21 +375,37 @@ pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io:
         return Err(io::Error::last_os_error());
     }
     if plan.errno != 0 {
-        // The child has already exited (127); as we are about to exit too, nothing reaps it.
+        // The child has exited (127). Reap it here: nobody else knows its pid.
+        let mut status = 0;
+        // SAFETY: waiting for our own, already exited child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
         return Err(io::Error::from_raw_os_error(plan.errno));
     }
-    drop(stack);
+    drop((stack, env_strings, cwd, devnull));
     Ok(pid)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    ProcessGroup,
+    TerminalSession,
+    Container,
 }
 
 /// What the vfork-style child needs, prepared by the parent before the clone.
 struct ChildPlan {
     argv: *const *const libc::c_char,
-    session: bool,
+    mode: Mode,
     on_terminal: bool,
     mask: libc::sigset_t,
     actions: *const SigAction,
     action_count: usize,
+    /// The environment to exec with; null: inherit ours.
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    stdin: RawFd,
+    stdout: RawFd,
+    stderr: RawFd,
     /// Set by the child when a step fails: the errno of that step.
     errno: libc::c_int,
 }
@@ -351,22 +424,38 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     };
     // SAFETY: plain syscalls on our own process; pointers come from the parent's live data.
     unsafe {
-        if plan.session {
-            // dumb-init: a new session, which adopts stdin's terminal if there is one that is
-            // free; failing that is normal, as for dumb-init.
-            if libc::setsid() == -1 {
-                fail(plan);
+        match plan.mode {
+            Mode::TerminalSession => {
+                // dumb-init: a new session, which adopts stdin's terminal if there is one that
+                // is free; failing that is normal, as for dumb-init.
+                if libc::setsid() == -1 {
+                    fail(plan);
+                }
+                libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0);
             }
-            libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0);
-        } else {
-            // tini: a new process group that takes the terminal's foreground, so that Ctrl-C
-            // reaches the child. Legal from a background group: SIGTTOU is still blocked.
-            if libc::setpgid(0, 0) == -1 {
-                fail(plan);
+            Mode::ProcessGroup => {
+                // tini: a new process group that takes the terminal's foreground, so that
+                // Ctrl-C reaches the child. Legal from a background group: SIGTTOU is blocked.
+                if libc::setpgid(0, 0) == -1 {
+                    fail(plan);
+                }
+                if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
+                    let errno = *libc::__errno_location();
+                    if errno != libc::ENOTTY && errno != libc::ENXIO {
+                        fail(plan);
+                    }
+                }
             }
-            if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
-                let errno = *libc::__errno_location();
-                if errno != libc::ENOTTY && errno != libc::ENXIO {
+            Mode::Container => {
+                if libc::setsid() == -1 {
+                    fail(plan);
+                }
+                for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
+                    if libc::dup2(from, to) == -1 {
+                        fail(plan);
+                    }
+                }
+                if !plan.cwd.is_null() && libc::chdir(plan.cwd) == -1 {
                     fail(plan);
                 }
             }
@@ -383,7 +472,130 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             *libc::__errno_location() = ret;
             fail(plan);
         }
-        libc::execvp(*plan.argv, plan.argv);
+        if plan.envp.is_null() {
+            libc::execvp(*plan.argv, plan.argv);
+        } else {
+            libc::execvpe(*plan.argv, plan.argv, plan.envp);
+        }
         fail(plan)
     }
+}
+
+/// A signalfd: the blocked signals of `set`, read as data so that one `poll` waits for signals,
+/// pipes and timeouts together.
+#[derive(Debug)]
+pub struct SignalFd(OwnedFd);
+
+impl SignalFd {
+    pub fn new(set: &SigSet) -> io::Result<SignalFd> {
+        // SAFETY: a valid, initialised set; -1 asks for a new descriptor.
+        let fd =
+            check(unsafe { libc::signalfd(-1, &set.0, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) })?;
+        // SAFETY: signalfd returned a new descriptor that nothing else owns.
+        Ok(SignalFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The next pending signal, or `None` when there is none.
+    pub fn read(&self) -> io::Result<Option<i32>> {
+        // SAFETY: an all-zero siginfo is a valid buffer of the size signalfd writes.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reading at most `size` bytes into `info`.
+        let n = unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                &mut info as *mut _ as *mut libc::c_void,
+                size,
+            )
+        };
+        if n == -1 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok((n as usize == size).then_some(info.ssi_signo as i32))
+    }
+
+    pub fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// `poll(2)` on `fds` (each with POLLIN) for at most `timeout`; returns which are readable
+/// (or hung up), by index.
+pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<usize>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms: libc::c_int = match timeout {
+        None => -1,
+        // Round up, so that a deadline 0.3 ms away does not spin.
+        Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+    };
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs.
+    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if ret == -1 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(Vec::new());
+        }
+        return Err(e);
+    }
+    Ok(pfds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.revents != 0)
+        .map(|(i, _)| i)
+        .collect())
+}
+
+/// A pipe whose ends close on exec: (read end, non-blocking; write end).
+pub fn pipe() -> io::Result<(std::fs::File, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills the two-element array.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) })?;
+    // SAFETY: pipe2 returned two new descriptors that nothing else owns.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The write end goes to the child, which expects an ordinary blocking descriptor.
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(write.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+    Ok((std::fs::File::from(read), write))
+}
+
+/// The host's name, for the downward API's `spec.nodeName`.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes.
+    let ret = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if ret != 0 {
+        return "localhost".to_string();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Logical CPUs and physical memory in bytes.
+pub fn cpus_and_memory() -> (u64, u64) {
+    // SAFETY: sysconf has no memory effects.
+    let (cpus, pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_NPROCESSORS_ONLN),
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (
+        cpus.max(1) as u64,
+        (pages.max(0) as u64) * (page.max(0) as u64),
+    )
 }
