@@ -5,4 +5,5 @@ mod examples;
 mod harness;
 mod init;
 mod personas;
+mod run;
 mod validate;

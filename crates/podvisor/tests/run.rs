@@ -1,0 +1,360 @@
+//! `podvisor run` through the binary: real pods, real processes, events and logs checked, and
+//! nothing left behind (every `output()` scans for leftovers).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// A run with its own state dir and JSON events file.
+struct PodRun {
+    dir: TempDir,
+}
+
+impl PodRun {
+    fn new(manifest: &str) -> PodRun {
+        let dir = TempDir::new();
+        std::fs::write(dir.file("pod.yaml"), manifest).unwrap();
+        PodRun { dir }
+    }
+
+    fn cmd(&self, extra: &[&str]) -> Run {
+        Run::new(podvisor())
+            .args(["run", "-q", "--state-dir"])
+            .arg(self.dir.file("state"))
+            .arg("--events")
+            .arg(self.dir.file("events.json"))
+            .args(extra)
+            .arg(self.dir.file("pod.yaml"))
+    }
+
+    /// Events as (reason, object, exitCode).
+    fn events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.file("events.json"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn reasons(&self, object: &str) -> Vec<String> {
+        self.events()
+            .iter()
+            .filter(|e| e["object"] == object)
+            .map(|e| e["reason"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn log(&self, container: &str, instance: u32) -> String {
+        let path = self
+            .dir
+            .file("state")
+            .join("logs")
+            .join(container)
+            .join(format!("{instance}.log"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+fn pod(policy: &str, containers: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
+}
+
+#[test]
+fn the_job_example_succeeds_with_logs_and_events() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pods/job.yaml");
+    let r = PodRun::new(&std::fs::read_to_string(example).unwrap());
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(r.reasons("fetch"), ["Created", "Started", "Completed"]);
+    assert_eq!(
+        r.reasons("build-report"),
+        ["Created", "Started", "Completed"]
+    );
+    let completed = r
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "Completed")
+        .unwrap();
+    assert_eq!(completed["exitCode"], 0);
+    assert_eq!(completed["type"], "Normal");
+    assert!(completed["time"].as_str().unwrap().ends_with('Z'));
+    // Logs in the CRI format, one file per instance.
+    let log = r.log("build-report", 1);
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].ends_with(" stdout F building"), "{log}");
+    assert!(lines[1].ends_with(" stdout F done"), "{log}");
+    assert!(r.log("fetch", 1).ends_with(" stdout F fetched\n"));
+}
+
+#[test]
+fn crash_loop_backs_off_on_schedule() {
+    let r = PodRun::new(&pod(
+        "Always",
+        "  containers:\n  - {name: app, command: [sh, -c, 'exit 3']}\n",
+    ));
+    let mut p = r
+        .cmd(&["--backoff-initial", "200ms", "--backoff-max", "800ms"])
+        .start();
+    // Wait for the 6th start: waits 0, 200, 400, 800, 800 ms.
+    wait_until("six starts", || {
+        r.reasons("app").iter().filter(|x| *x == "Started").count() >= 6
+    });
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0), "stopped on request");
+    p.assert_no_leftovers();
+    let events = r.events();
+    let time = |e: &serde_json::Value| {
+        let t = e["time"].as_str().unwrap();
+        // HH:MM:SS.mmm → milliseconds of the day
+        let hms = &t[11..23];
+        let (h, rest) = hms.split_at(2);
+        let (m, rest) = rest[1..].split_at(2);
+        let s: f64 = rest[1..].parse().unwrap();
+        (h.parse::<f64>().unwrap() * 3600.0 + m.parse::<f64>().unwrap() * 60.0 + s) * 1000.0
+    };
+    let exits: Vec<f64> = events
+        .iter()
+        .filter(|e| e["reason"] == "Error")
+        .map(time)
+        .collect();
+    let starts: Vec<f64> = events
+        .iter()
+        .filter(|e| e["reason"] == "Started")
+        .map(time)
+        .collect();
+    let waits: Vec<f64> = exits.iter().zip(&starts[1..]).map(|(e, s)| s - e).collect();
+    for (wait, want) in waits.iter().zip([0.0, 200.0, 400.0, 800.0, 800.0]) {
+        // Never early; late by at most a loose margin on a loaded machine.
+        assert!(
+            *wait >= want - 5.0 && *wait <= want + 1000.0,
+            "waits {waits:?}"
+        );
+    }
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["reason"] == "Error")
+            .map(|e| e["exitCode"].as_i64().unwrap())
+            .next(),
+        Some(3)
+    );
+    assert!(events.iter().any(|e| e["reason"] == "BackOff"));
+    // restartCount grows on the events of each new instance.
+    let counts: Vec<i64> = events
+        .iter()
+        .filter(|e| e["reason"] == "Started")
+        .map(|e| e["restartCount"].as_i64().unwrap())
+        .collect();
+    assert_eq!(counts[..6], [0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn restart_policies_decide_the_exit_code() {
+    // Never: one failure fails the pod: exit 1.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: app, command: [sh, -c, 'exit 4']}\n",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert_eq!(r.reasons("app"), ["Created", "Started", "Error"]);
+
+    // OnFailure: fails once (a marker file), then succeeds: exit 0.
+    let r = PodRun::new(&pod(
+        "OnFailure",
+        "  containers:\n  - {name: app, command: [sh, -c, 'if [ -e \"$M\" ]; then exit 0; fi; touch \"$M\"; exit 1'], env: [{name: M, value: MARKER}]}\n",
+    ));
+    let marker = r.dir.file("marker");
+    let manifest = std::fs::read_to_string(r.dir.file("pod.yaml"))
+        .unwrap()
+        .replace("MARKER", marker.to_str().unwrap());
+    std::fs::write(r.dir.file("pod.yaml"), manifest).unwrap();
+    let out = r.cmd(&["--backoff-initial", "100ms"]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(
+        r.reasons("app"),
+        [
+            "Created",
+            "Started",
+            "Error",
+            "Created",
+            "Started",
+            "Completed"
+        ]
+    );
+}
+
+#[test]
+fn init_containers_and_sidecars_in_order() {
+    let r = PodRun::new(&pod(
+        "Never",
+        "  initContainers:
+  - {name: side, restartPolicy: Always, command: [sleep, '100']}
+  - {name: setup, command: [sh, -c, 'echo set up']}
+  containers:
+  - {name: app, command: [sh, -c, 'sleep 0.2']}
+",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let order: Vec<String> = r
+        .events()
+        .iter()
+        .filter(|e| {
+            e["reason"] == "Started" || e["reason"] == "Killing" || e["reason"] == "Completed"
+        })
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["reason"].as_str().unwrap(),
+                e["object"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "Started side",
+            "Started setup",
+            "Completed setup",
+            "Started app",
+            "Completed app",
+            "Killing side"
+        ]
+    );
+}
+
+#[test]
+fn environment_and_downward_api_reach_the_process() {
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:
+  - name: app
+    command: [sh, -c, 'echo \"$GREETING|$POD|$NS|$TIER|$IP|$(GREETING)|$$HOME\"; pwd']
+    workingDir: /tmp
+    env:
+    - {name: GREETING, valueFrom: {configMapKeyRef: {name: cfg, key: greeting}}}
+    - {name: POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+    - {name: TIER, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['tier']\"}}}
+    - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {greeting: hello}
+",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let log = r.log("app", 1);
+    let lines: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
+        .collect();
+    // `$(GREETING)` is expanded by podvisor, `$$HOME` becomes a literal `$HOME` for the shell.
+    let home = std::env::var("HOME").unwrap_or_default();
+    assert_eq!(
+        lines,
+        [
+            format!("hello|p|ns|web|127.0.0.1|hello|{home}"),
+            "/tmp".to_string()
+        ]
+    );
+}
+
+#[test]
+fn a_command_that_cannot_run_is_a_start_error() {
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: app, command: [/no/such/program]}\n",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    let failed = r
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "Failed")
+        .expect("a Failed event");
+    assert_eq!(failed["exitCode"], 128);
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("/no/such/program"),
+        "{failed}"
+    );
+}
+
+#[test]
+fn stop_is_graceful_then_forceful() {
+    // A container that exits on SIGTERM: stopped on request, exit 0.
+    let r = PodRun::new(&pod("Always", "  containers:\n  - {name: app, command: [sh, -c, 'trap \"exit 0\" TERM; echo up; while :; do sleep 0.05; done']}\n"));
+    let mut p = r.cmd(&[]).start();
+    wait_until("app up", || {
+        r.dir.file("state/logs/app/1.log").exists() && r.log("app", 1).contains("up")
+    });
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0));
+    p.assert_no_leftovers();
+    assert!(r.reasons("app").contains(&"Killing".to_string()));
+
+    // One that ignores SIGTERM: SIGKILL after the grace, raised to the 2 s floor (grace is 1).
+    let r = PodRun::new(&pod("Always", "  containers:\n  - {name: app, command: [sh, -c, 'trap \"\" TERM; echo up; while :; do sleep 0.05; done']}\n"));
+    let mut p = r.cmd(&[]).start();
+    wait_until("app up", || {
+        r.dir.file("state/logs/app/1.log").exists() && r.log("app", 1).contains("up")
+    });
+    let sent = Instant::now();
+    p.signal("INT");
+    assert_eq!(p.wait().code(), Some(0));
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(1900),
+        "SIGKILL came after {took:?}"
+    );
+    p.assert_no_leftovers();
+    let exit = r
+        .events()
+        .into_iter()
+        .rfind(|e| e["object"] == "app" && e["exitCode"].is_number())
+        .unwrap();
+    assert_eq!(exit["exitCode"], 137, "{exit}");
+}
+
+#[test]
+fn nothing_a_container_started_survives_it() {
+    // The main process leaves a background sleep in its group and exits.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: app, command: [sh, -c, 'sleep 100 & echo left']}\n",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    // `output()` has checked that no process with this test's tag is left.
+}
+
+#[test]
+fn bad_input_exits_2() {
+    let r = PodRun::new(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c}]\n",
+    );
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("pod.yaml:5:16: spec.containers[0].command: Required value"),
+        "{out:?}"
+    );
+    let out = Run::new(podvisor())
+        .args(["run", "--backoff-initial", "soon", "x.yaml"])
+        .output();
+    assert_eq!(out.code(), 2);
+    assert!(
+        out.stderr
+            .starts_with("error: --backoff-initial: invalid duration"),
+        "{out:?}"
+    );
+}
