@@ -10,7 +10,7 @@ fn example(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// README's first command: the init example. `--wait-all` lets the helpers finish; their
+/// The init example of README. `--wait-all` lets the helpers finish; their
 /// zombies are reaped, and the app's exit code comes through.
 #[test]
 fn init_example_app() {

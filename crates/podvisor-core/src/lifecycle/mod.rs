@@ -9,7 +9,8 @@
 //! `restartPolicy: Always`) started in order, always restarted, stopped after the main
 //! containers; main containers; restart policies and exit-code rules; CrashLoopBackOff;
 //! graceful termination (SIGTERM, grace, SIGKILL); container states with the kubelet's reasons,
-//! `lastState`, `restartCount`; pod phase. Not yet: probes, hooks, conditions.
+//! `lastState`, `restartCount`; pod phase and conditions. Not yet: probes and hooks (so a
+//! container is ready as soon as it runs).
 //!
 //! Rules are those of pkg/kubelet (see ../shared/KUBELET.md §3–§4), each cited where applied.
 
@@ -714,6 +715,88 @@ impl Pod {
         } else {
             Phase::Failed
         }
+    }
+}
+
+/// A pod condition (`status.conditions[]`), without its transition time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    pub kind: &'static str,
+    pub status: bool,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Pod {
+    /// Whether container `i` is ready: running and started (readiness probes will refine it).
+    pub fn is_ready(&self, i: usize) -> bool {
+        matches!(self.containers[i].state, ContainerState::Running { .. })
+    }
+
+    /// PodScheduled, Initialized, ContainersReady and Ready, as pkg/kubelet/status/generate.go
+    /// computes them (KUBELET.md §4.3, §4.7).
+    pub fn conditions(&self) -> Vec<Condition> {
+        let cond = |kind, status, reason: Option<&str>, message: Option<String>| Condition {
+            kind,
+            status,
+            reason: reason.map(String::from),
+            message,
+        };
+        let kinds = || self.plan.containers.iter().map(|p| p.kind);
+        let incomplete: Vec<&str> = self
+            .containers
+            .iter()
+            .zip(kinds())
+            .filter(|(c, k)| match k {
+                Kind::Init => !matches!(c.state, ContainerState::Terminated { exit_code: 0, .. }),
+                Kind::Sidecar => !c.ever_started(),
+                Kind::Main => false,
+            })
+            .map(|(c, _)| c.name.as_str())
+            .collect();
+        // Once a regular container has started, Initialized stays True.
+        let main_started = self
+            .containers
+            .iter()
+            .zip(kinds())
+            .any(|(c, k)| k == Kind::Main && c.ever_started());
+        let initialized = if incomplete.is_empty() || main_started {
+            cond("Initialized", true, None, None)
+        } else {
+            cond(
+                "Initialized",
+                false,
+                Some("ContainersNotInitialized"),
+                Some(format!(
+                    "containers with incomplete status: [{}]",
+                    incomplete.join(" ")
+                )),
+            )
+        };
+        let unready: Vec<&str> = (0..self.containers.len())
+            .filter(|&i| self.plan.containers[i].kind != Kind::Init && !self.is_ready(i))
+            .map(|i| self.containers[i].name.as_str())
+            .collect();
+        let ready = |kind| match self.phase {
+            Phase::Succeeded => cond(kind, false, Some("PodCompleted"), None),
+            Phase::Failed => cond(kind, false, Some("PodFailed"), None),
+            _ if unready.is_empty() => cond(kind, true, None, None),
+            _ => cond(
+                kind,
+                false,
+                Some("ContainersNotReady"),
+                Some(format!(
+                    "containers with unready status: [{}]",
+                    unready.join(" ")
+                )),
+            ),
+        };
+        vec![
+            cond("PodScheduled", true, None, None),
+            initialized,
+            ready("ContainersReady"),
+            ready("Ready"),
+        ]
     }
 }
 

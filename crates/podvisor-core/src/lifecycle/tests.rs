@@ -677,3 +677,67 @@ fn random_pods_keep_the_invariants_and_always_finish() {
         );
     }
 }
+
+#[test]
+fn conditions_follow_init_and_readiness() {
+    let p = plan(
+        RestartPolicy::Never,
+        &[
+            ("a", Kind::Init),
+            ("side", Kind::Sidecar),
+            ("app", Kind::Main),
+        ],
+    );
+    let mut pod = Pod::new(p);
+    let show = |pod: &Pod| -> Vec<String> {
+        pod.conditions()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={} {}",
+                    c.kind,
+                    c.status,
+                    c.message.clone().or(c.reason.clone()).unwrap_or_default()
+                )
+            })
+            .collect()
+    };
+    pod.step(Instant::ZERO, Input::Admit);
+    assert_eq!(
+        show(&pod),
+        [
+            "PodScheduled=true ",
+            "Initialized=false containers with incomplete status: [a side]",
+            "ContainersReady=false containers with unready status: [side app]",
+            "Ready=false containers with unready status: [side app]",
+        ]
+    );
+    let id = |c, i| InstanceId {
+        container: c,
+        instance: i,
+    };
+    pod.step(Instant::ZERO, Input::Started(id(0, 1)));
+    pod.step(
+        Instant::from_millis(5),
+        Input::Exited(id(0, 1), ExitStatus::Code(0)),
+    );
+    pod.step(Instant::from_millis(6), Input::Started(id(1, 1)));
+    pod.step(Instant::from_millis(7), Input::Started(id(2, 1)));
+    assert_eq!(
+        show(&pod)[1..],
+        ["Initialized=true ", "ContainersReady=true ", "Ready=true "]
+    );
+    assert_eq!(pod.phase(), Phase::Running);
+    pod.step(
+        Instant::from_millis(9),
+        Input::Exited(id(2, 1), ExitStatus::Code(0)),
+    );
+    assert_eq!(pod.phase(), Phase::Succeeded);
+    assert_eq!(
+        show(&pod)[2..],
+        [
+            "ContainersReady=false PodCompleted",
+            "Ready=false PodCompleted"
+        ]
+    );
+}

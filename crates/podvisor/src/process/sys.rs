@@ -450,6 +450,11 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 if libc::setsid() == -1 {
                     fail(plan);
                 }
+                // If podvisor itself is killed outright, the container's main process goes too
+                // (its group is killed with it by podvisor only while podvisor lives).
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+                    fail(plan);
+                }
                 for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
                     if libc::dup2(from, to) == -1 {
                         fail(plan);
