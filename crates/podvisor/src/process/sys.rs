@@ -351,10 +351,12 @@ pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io:
         stderr: io_fds.map_or(-1, |f| f.1),
         errno: 0,
     };
-    // The child's stack: execvp's PATH search and script fallback use a few KiB of it.
-    let mut stack = vec![0u8; 128 * 1024];
-    // SAFETY: the stack grows down from its 16-byte aligned top, inside `stack`.
-    let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
+    // The child's stack: execvp's PATH search and script fallback use a few KiB of it. Left
+    // uninitialised (nothing reads it before the child writes it) and under malloc's mmap
+    // threshold, so that only the pages the child touches are ever faulted in.
+    let mut stack: Vec<u8> = Vec::with_capacity(64 * 1024);
+    // SAFETY: the stack grows down from its 16-byte aligned top, inside the allocation.
+    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
     let top = (top as usize & !15) as *mut libc::c_void;
     // SAFETY: with CLONE_VFORK this thread is suspended until the child execs or exits, so the
     // child has sole use of `plan` and everything it points to (`args`, `argv_ptrs`,
