@@ -83,8 +83,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
 }
 
 fn default_state_dir(namespace: &str, pod: &str) -> PathBuf {
-    // SAFETY-free check of the effective user through the environment is unreliable; the
-    // state dir for root is the system one, as SPEC.md says.
+    // Root (the owner of /proc/self) gets the system directory, as SPEC.md says.
     let root = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false);

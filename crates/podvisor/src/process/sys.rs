@@ -97,13 +97,6 @@ impl std::fmt::Debug for SigAction {
     }
 }
 
-impl SigAction {
-    /// Whether the disposition is "ignore" (which, unlike a handler, survives exec).
-    pub fn is_ignore(&self) -> bool {
-        self.action.sa_sigaction == libc::SIG_IGN
-    }
-}
-
 /// Sets `signal` to be ignored and returns its previous disposition.
 pub fn ignore_signal(signal: i32) -> io::Result<SigAction> {
     set_disposition(signal, libc::SIG_IGN)
