@@ -480,7 +480,7 @@ pub fn children_of(pid: i32) -> Vec<(i32, String)> {
 }
 
 /// Polls `cond` until it holds, failing the test after `PATIENCE`.
-pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !cond() {
         assert!(Instant::now() < deadline, "never happened: {what}");

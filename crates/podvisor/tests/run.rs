@@ -358,3 +358,39 @@ fn bad_input_exits_2() {
         "{out:?}"
     );
 }
+
+#[test]
+fn the_web_example_serves_and_stops() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pods/web.yaml");
+    let r = PodRun::new(&std::fs::read_to_string(example).unwrap());
+    let mut p = r.cmd(&[]).start();
+    wait_until("the app started", || {
+        r.reasons("app").contains(&"Started".to_string())
+    });
+    // The init container ran first and the sidecar runs beside the app.
+    assert_eq!(r.reasons("prepare"), ["Created", "Started", "Completed"]);
+    assert!(r.reasons("log-shipper").contains(&"Started".to_string()));
+    // python's http.server takes a moment to listen.
+    let mut response = String::new();
+    wait_until("an HTTP answer", || {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:8080") else {
+            return false;
+        };
+        let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+        response.clear();
+        s.read_to_string(&mut response).is_ok() && !response.is_empty()
+    });
+    assert!(response.starts_with("HTTP/1.0 200"), "{response}");
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0));
+    p.assert_no_leftovers();
+    // The app stops first, the sidecar last.
+    let killing: Vec<String> = r
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == "Killing")
+        .map(|e| e["object"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(killing, ["app", "log-shipper"]);
+}
