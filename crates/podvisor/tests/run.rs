@@ -32,7 +32,9 @@ impl PodRun {
     fn events(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.dir.file("events.json"))
             .unwrap_or_default()
-            .lines()
+            .split_inclusive('\n')
+            // A line still being written is read next time.
+            .filter(|l| l.ends_with('\n'))
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }

@@ -50,7 +50,8 @@ impl EventSink {
             if let Some(code) = event.exit_code {
                 obj["exitCode"] = code.into();
             }
-            let _ = writeln!(out, "{obj}");
+            // One write per line, so that readers never see half an event.
+            let _ = out.write_all(format!("{obj}\n").as_bytes());
             let _ = out.flush();
         }
     }
