@@ -396,3 +396,42 @@ fn the_web_example_serves_and_stops() {
         .collect();
     assert_eq!(killing, ["app", "log-shipper"]);
 }
+
+#[test]
+fn one_pod_per_state_dir() {
+    let r = PodRun::new(&pod(
+        "Always",
+        "  containers:\n  - {name: app, command: [sleep, '100']}\n",
+    ));
+    let mut first = r.cmd(&[]).start();
+    wait_until("the app started", || {
+        r.reasons("app").contains(&"Started".to_string())
+    });
+    let second = r.cmd(&[]).output();
+    assert_eq!(second.code(), 2, "{second:?}");
+    assert!(
+        second
+            .stderr
+            .contains("in use by another podvisor run (pid "),
+        "{second:?}"
+    );
+    assert!(
+        second.stderr.contains("one pod per state dir"),
+        "{second:?}"
+    );
+    // The first one is unharmed and stops as usual; then the dir is free again.
+    assert!(first.running());
+    first.signal("TERM");
+    assert_eq!(first.wait().code(), Some(0));
+    first.assert_no_leftovers();
+    let r2 = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: app, command: [/bin/true]}\n",
+    ));
+    let again = Run::new(podvisor())
+        .args(["run", "-q", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .arg(r2.dir.file("pod.yaml"))
+        .output();
+    assert_eq!(again.code(), 0, "{again:?}");
+}

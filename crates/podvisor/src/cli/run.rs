@@ -164,7 +164,12 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
         Ok(_) => 1,
         Err(e) => {
             super::write_err(&format!("error: {e}\n"));
-            1
+            // A busy state dir is a usage problem, like bad input.
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                2
+            } else {
+                1
+            }
         }
     }
 }

@@ -599,3 +599,14 @@ pub fn cpus_and_memory() -> (u64, u64) {
         (pages.max(0) as u64) * (page.max(0) as u64),
     )
 }
+
+/// Takes an exclusive, non-blocking `flock` on `file`. `Ok(false)` when another process holds
+/// it. The lock lasts as long as the file stays open, and goes with the process.
+pub fn try_lock(file: &std::fs::File) -> io::Result<bool> {
+    // SAFETY: flock on a descriptor we own.
+    match check(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
+    }
+}

@@ -70,6 +70,7 @@ pub fn run(plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Result<O
     // Orphans of containers come back to us (and are reaped) rather than to the host's init.
     sys::set_child_subreaper()?;
     std::fs::create_dir_all(state_dir.join("logs"))?;
+    let _lock = lock_state_dir(&state_dir)?;
     let mut sup = Supervisor {
         pod: Pod::new(plan.pod.clone()),
         plan,
@@ -258,6 +259,40 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// Why `run` refused to start.
+#[derive(Debug, thiserror::Error)]
+#[error("{dir}: in use by another podvisor run (pid {pid}): one pod per state dir; pass another --state-dir")]
+pub struct StateDirInUse {
+    pub dir: String,
+    pub pid: String,
+}
+
+/// One pod per state dir: an exclusive lock on `STATE_DIR/podvisor.lock`, holding our pid, for
+/// as long as the run lasts (the kernel drops it when podvisor dies, however it dies).
+fn lock_state_dir(dir: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join("podvisor.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    if !sys::try_lock(&file)? {
+        let mut pid = String::new();
+        let _ = file.read_to_string(&mut pid);
+        let err = StateDirInUse {
+            dir: dir.display().to_string(),
+            pid: pid.trim().to_string(),
+        };
+        return Err(io::Error::new(io::ErrorKind::AddrInUse, err));
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    write!(file, "{}", std::process::id())?;
+    Ok(file)
 }
 
 /// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = the
