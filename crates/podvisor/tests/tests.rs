@@ -2,6 +2,7 @@
 //! layout), on the small harness in `harness.rs`.
 
 mod examples;
+mod explain;
 mod harness;
 mod init;
 mod personas;

@@ -7,6 +7,8 @@ use std::io::Write;
 use crate::init::{self, args::Persona};
 
 #[cfg(feature = "full")]
+pub mod explain;
+#[cfg(feature = "full")]
 pub mod run;
 #[cfg(feature = "full")]
 pub mod validate;
@@ -19,6 +21,7 @@ Commands:
                                       compatible); `podvisor init --help` for its options
   run [OPTIONS] FILE                  Run a pod manifest (not in the PID 1 build)
   validate FILE                       Check a pod manifest (not in the PID 1 build)
+  explain [-o json] FILE              What the manifest's timings imply, and warnings
 
 Started as `tini` or `dumb-init` (a symlink or a copy), podvisor takes that program's command
 line unchanged.
@@ -55,6 +58,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         "validate" => validate::main(&argv[2..]),
         #[cfg(feature = "full")]
         "run" => run::main(&argv[2..]),
+        #[cfg(feature = "full")]
+        "explain" => explain::main(&argv[2..]),
         "-h" | "--help" | "help" => {
             write_out(USAGE);
             0

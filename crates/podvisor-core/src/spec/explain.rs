@@ -1,0 +1,459 @@
+//! `podvisor explain`: what a pod's settings imply, per container, before it is deployed — how
+//! soon it can be Ready, how long a hang goes unnoticed and when the kill comes, the restart
+//! backoff schedule, the stage schedule, and warnings (with the fix) for settings that will
+//! crash-loop or never become ready.
+//!
+//! The arithmetic follows the kubelet's prober worker (KUBELET.md §2.2): a probe runs every
+//! `periodSeconds`, an attempt lasts up to `timeoutSeconds`, `failureThreshold` failures in a
+//! row publish Failure, `successThreshold` successes publish Success, nothing runs before
+//! `initialDelaySeconds`, and liveness and readiness wait for startup.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
+
+use super::Manifest;
+use crate::backoff::BackoffPolicy;
+use crate::duration::format_duration;
+
+/// A probe with the API defaults applied (`SetDefaults_Probe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeTiming {
+    pub initial_delay: u64,
+    pub period: u64,
+    pub timeout: u64,
+    pub success: u64,
+    pub failure: u64,
+    /// An HTTP, TCP or gRPC probe (as opposed to exec).
+    pub network: bool,
+}
+
+impl ProbeTiming {
+    pub fn of(p: &Probe) -> ProbeTiming {
+        let get = |v: Option<i32>, default: u64| v.filter(|v| *v > 0).map_or(default, |v| v as u64);
+        ProbeTiming {
+            initial_delay: p.initial_delay_seconds.map_or(0, |v| v.max(0) as u64),
+            period: get(p.period_seconds, 10),
+            timeout: get(p.timeout_seconds, 1),
+            success: get(p.success_threshold, 1),
+            failure: get(p.failure_threshold, 3),
+            network: p.exec.is_none(),
+        }
+    }
+}
+
+/// What `explain` says about one container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerExplanation {
+    pub name: String,
+    /// Earliest time from start to Ready, if everything answers at once.
+    pub earliest_ready: Duration,
+    /// Latest time from start to Ready for an app that becomes healthy just in time, or `None`
+    /// when there is no deadline (no startup probe: readiness waits forever).
+    pub latest_ready: Option<Duration>,
+    /// Time the app has to pass its startup (or first liveness) checks before it is killed.
+    pub startup_window: Option<Duration>,
+    /// Worst case from a hang to its detection by liveness, and to the SIGKILL after it.
+    pub hang_detected: Option<Duration>,
+    pub hang_killed: Option<Duration>,
+    pub warnings: Vec<Warning>,
+}
+
+/// A setting that will hurt, and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub field: String,
+    pub problem: String,
+    pub fix: String,
+}
+
+/// The whole explanation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    pub pod: String,
+    pub containers: Vec<ContainerExplanation>,
+    /// Delays before restarts 1, 2, 3, … of a container that keeps crashing at once.
+    pub backoff: Vec<Duration>,
+    /// With staged instrumentation: (first restart count, stage) in order.
+    pub stages: Vec<(u32, &'static str)>,
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Explains a manifest. `start_time`: how long the app takes to start, if the user knows it.
+pub fn explain(
+    manifest: &Manifest,
+    backoff: BackoffPolicy,
+    start_time: Option<Duration>,
+) -> Explanation {
+    let spec = &manifest.workload.spec;
+    let pod_grace = spec
+        .termination_grace_period_seconds
+        .map_or(30, |g| g.max(0) as u64);
+    let mut containers = Vec::new();
+    let prefix = manifest.workload.kind.spec_path();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| c.restart_policy.as_deref() == Some("Always"));
+    for (i, c) in init
+        .map(|(i, c)| (format!("{prefix}.initContainers[{i}]"), c))
+        .chain(
+            spec.containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("{prefix}.containers[{i}]"), c)),
+        )
+    {
+        containers.push(explain_container(&i, c, pod_grace, start_time));
+    }
+    let mut delays = vec![Duration::ZERO];
+    let mut d = backoff.initial;
+    while delays.len() < 12 {
+        delays.push(d);
+        if d >= backoff.max {
+            break;
+        }
+        d = (d * 2).min(backoff.max);
+    }
+    let mut stages = Vec::new();
+    if let Some(s) = manifest
+        .supervision
+        .as_ref()
+        .and_then(|s| s.spec.staged_instrumentation.as_ref())
+    {
+        if s.enabled {
+            let debug = s.debug_after_restarts.unwrap_or(3);
+            let disable = s.disable_after_restarts.unwrap_or(6);
+            stages.push((0, "Nominal"));
+            if !s.logging && disable > debug {
+                stages.push((debug, "Debug"));
+            }
+            stages.push((if s.logging { debug } else { disable }, "Disabled"));
+        }
+    }
+    Explanation {
+        pod: manifest.workload.metadata.name.clone().unwrap_or_default(),
+        containers,
+        backoff: delays,
+        stages,
+    }
+}
+
+fn explain_container(
+    path: &str,
+    c: &Container,
+    pod_grace: u64,
+    start_time: Option<Duration>,
+) -> ContainerExplanation {
+    let startup = c.startup_probe.as_ref().map(ProbeTiming::of);
+    let readiness = c.readiness_probe.as_ref().map(ProbeTiming::of);
+    let liveness = c.liveness_probe.as_ref().map(ProbeTiming::of);
+    let mut warnings = Vec::new();
+    let warn = |w: &mut Vec<Warning>, field: &str, problem: String, fix: String| {
+        w.push(Warning {
+            field: format!("{path}.{field}"),
+            problem,
+            fix,
+        });
+    };
+
+    // Startup: the first attempt at initialDelay; the last allowed one failure-1 periods later.
+    let startup_done_earliest = startup.map_or(0, |s| s.initial_delay);
+    let startup_done_latest =
+        startup.map(|s| s.initial_delay + (s.failure - 1) * s.period + s.timeout);
+    // Readiness runs at once when startup succeeds, then every period.
+    let (ready_earliest, ready_latest) = match readiness {
+        // No readiness probe: ready once started, at once without a startup probe.
+        None => (
+            secs(startup_done_earliest),
+            Some(secs(startup_done_latest.unwrap_or(0))),
+        ),
+        Some(r) => {
+            let first = startup_done_earliest.max(r.initial_delay);
+            let extra = (r.success - 1) * r.period;
+            (
+                secs(first + extra),
+                startup_done_latest.map(|s| secs(s.max(r.initial_delay) + extra + r.timeout)),
+            )
+        }
+    };
+    // The window an app has to come up: the startup probe's, else liveness's first failures.
+    let startup_window = match (startup, liveness) {
+        (Some(s), _) => Some(secs(s.initial_delay + s.failure * s.period)),
+        (None, Some(l)) => Some(secs(l.initial_delay + l.failure * l.period)),
+        (None, None) => None,
+    };
+    let (hang_detected, hang_killed) = match liveness {
+        None => (None, None),
+        Some(l) => {
+            let detected = secs(l.failure * l.period + l.timeout);
+            let grace = c
+                .liveness_probe
+                .as_ref()
+                .and_then(|p| p.termination_grace_period_seconds)
+                .map_or(pod_grace, |g| g.max(0) as u64)
+                .max(2);
+            (Some(detected), Some(detected + secs(grace)))
+        }
+    };
+
+    for (field, probe) in [
+        ("startupProbe", startup),
+        ("readinessProbe", readiness),
+        ("livenessProbe", liveness),
+    ] {
+        let Some(p) = probe else { continue };
+        if p.timeout >= p.period {
+            warn(
+                &mut warnings,
+                &format!("{field}.timeoutSeconds"),
+                format!("timeoutSeconds ({}) ≥ periodSeconds ({}): a slow answer overlaps the next attempt, so one slow moment counts as several failures", p.timeout, p.period),
+                if p.period > 1 {
+                    format!("set timeoutSeconds below periodSeconds, e.g. timeoutSeconds: {}", (p.period / 2).max(1))
+                } else {
+                    format!("raise periodSeconds above timeoutSeconds, e.g. periodSeconds: {}", p.timeout + 1)
+                },
+            );
+        }
+        if p.failure == 1 && p.network && field != "startupProbe" {
+            warn(
+                &mut warnings,
+                &format!("{field}.failureThreshold"),
+                "failureThreshold 1 on a network probe: one dropped connection or slow answer fails it".to_string(),
+                "use failureThreshold: 3 (the default)".to_string(),
+            );
+        }
+    }
+    if let (Some(r), Some(l)) = (&c.readiness_probe, &c.liveness_probe) {
+        if same_check(r, l) {
+            warn(
+                &mut warnings,
+                "livenessProbe",
+                "liveness and readiness probes are identical: an overloaded app is restarted instead of being taken out of rotation, which adds load elsewhere and crash-loops under pressure".to_string(),
+                "make liveness check only that the process is alive (a cheaper endpoint, a higher failureThreshold)".to_string(),
+            );
+        }
+    }
+    if let (Some(start), None, Some(window)) = (start_time, startup, startup_window) {
+        if window < start {
+            warn(
+                &mut warnings,
+                "livenessProbe",
+                format!(
+                    "liveness can fire before the app has started: it gets {} (initialDelaySeconds + failureThreshold × periodSeconds), it needs {}",
+                    format_duration(window),
+                    format_duration(start)
+                ),
+                format!(
+                    "add a startupProbe with failureThreshold × periodSeconds ≥ {}, e.g. periodSeconds: 10, failureThreshold: {}",
+                    format_duration(start),
+                    start.as_secs().div_ceil(10) + 1
+                ),
+            );
+        }
+    }
+    if let Some(start) = start_time {
+        if let (Some(_), Some(window)) = (startup, startup_window) {
+            if window < start {
+                warn(
+                    &mut warnings,
+                    "startupProbe",
+                    format!("the startup probe allows {}, the app needs {}: it is killed before it starts, every time", format_duration(window), format_duration(start)),
+                    "raise startupProbe.failureThreshold".to_string(),
+                );
+            }
+        }
+    }
+    if let Some(pre_stop) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+        if let Some(s) = hook_sleep(pre_stop) {
+            if s >= pod_grace {
+                warn(
+                    &mut warnings,
+                    "lifecycle.preStop",
+                    format!("preStop sleeps {s} s but the grace period is {pod_grace} s: SIGTERM comes only 2 s before SIGKILL, so the app never shuts down cleanly"),
+                    format!("raise terminationGracePeriodSeconds above {} or shorten the preStop", s + 10),
+                );
+            }
+        }
+    }
+    ContainerExplanation {
+        name: c.name.clone(),
+        earliest_ready: ready_earliest,
+        latest_ready: ready_latest,
+        startup_window,
+        hang_detected,
+        hang_killed,
+        warnings,
+    }
+}
+
+fn hook_sleep(h: &LifecycleHandler) -> Option<u64> {
+    h.sleep.as_ref().map(|s| s.seconds.max(0) as u64)
+}
+
+/// Same handler and same timing.
+fn same_check(a: &Probe, b: &Probe) -> bool {
+    a.exec == b.exec
+        && a.http_get == b.http_get
+        && a.tcp_socket == b.tcp_socket
+        && a.grpc == b.grpc
+        && ProbeTiming::of(a) == ProbeTiming::of(b)
+}
+
+impl Explanation {
+    /// The report for people.
+    pub fn to_text(&self) -> String {
+        let mut out = format!("pod {}\n", self.pod);
+        let d = |x: Duration| format_duration(x);
+        for c in &self.containers {
+            out.push_str(&format!("\ncontainer {}\n", c.name));
+            let latest = c.latest_ready.map_or(
+                "no limit (without a startup probe, readiness waits as long as it takes)"
+                    .to_string(),
+                d,
+            );
+            out.push_str(&format!(
+                "  ready:          at the earliest {} after start; at the latest {}\n",
+                d(c.earliest_ready),
+                latest
+            ));
+            match c.startup_window {
+                Some(w) => out.push_str(&format!(
+                    "  startup window: {} to start before it is killed\n",
+                    d(w)
+                )),
+                None => out.push_str("  startup window: none (no startup or liveness probe)\n"),
+            }
+            match (c.hang_detected, c.hang_killed) {
+                (Some(det), Some(kill)) => out.push_str(&format!(
+                    "  a hang:         detected within {}, killed (SIGKILL) within {}\n",
+                    d(det),
+                    d(kill)
+                )),
+                _ => out.push_str("  a hang:         never detected (no liveness probe)\n"),
+            }
+            for w in &c.warnings {
+                out.push_str(&format!(
+                    "  warning: {}: {}\n           fix: {}\n",
+                    w.field, w.problem, w.fix
+                ));
+            }
+        }
+        let schedule: Vec<String> = self.backoff.iter().map(|x| d(*x)).collect();
+        out.push_str(&format!(
+            "\nrestart backoff (CrashLoopBackOff): {}, then every {}\n",
+            schedule.join(", "),
+            schedule.last().cloned().unwrap_or_default()
+        ));
+        if !self.stages.is_empty() {
+            let stages: Vec<String> = self
+                .stages
+                .iter()
+                .map(|(n, s)| format!("{s} from restart {n}"))
+                .collect();
+            out.push_str(&format!("instrumentation stages: {}\n", stages.join(", ")));
+        }
+        out
+    }
+}
+
+impl Explanation {
+    /// The report as JSON (`-o json`): durations in seconds.
+    pub fn to_json(&self) -> serde_json::Value {
+        let s = |d: Duration| serde_json::json!(d.as_secs_f64());
+        let opt = |d: Option<Duration>| d.map_or(serde_json::Value::Null, s);
+        serde_json::json!({
+            "pod": self.pod,
+            "containers": self.containers.iter().map(|c| serde_json::json!({
+                "name": c.name,
+                "earliestReadySeconds": s(c.earliest_ready),
+                "latestReadySeconds": opt(c.latest_ready),
+                "startupWindowSeconds": opt(c.startup_window),
+                "hangDetectedSeconds": opt(c.hang_detected),
+                "hangKilledSeconds": opt(c.hang_killed),
+                "warnings": c.warnings.iter().map(|w| serde_json::json!({
+                    "field": w.field, "problem": w.problem, "fix": w.fix,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "backoffSeconds": self.backoff.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
+            "stages": self.stages.iter().map(|(n, st)| serde_json::json!({"fromRestart": n, "stage": st})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(containers: &str) -> Manifest {
+        let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  terminationGracePeriodSeconds: 20\n  containers:\n{containers}");
+        crate::spec::load("p.yaml", &text).expect("valid")
+    }
+
+    #[test]
+    fn timings_follow_the_prober() {
+        let m = manifest(
+            "  - name: app
+    command: [x]
+    startupProbe: {httpGet: {port: 80}, periodSeconds: 5, failureThreshold: 12}
+    readinessProbe: {httpGet: {port: 80, path: /ready}, periodSeconds: 2, successThreshold: 2}
+    livenessProbe: {httpGet: {port: 80, path: /live}, periodSeconds: 10, timeoutSeconds: 2, failureThreshold: 3, terminationGracePeriodSeconds: 5}
+",
+        );
+        let e = explain(&m, BackoffPolicy::default(), None);
+        let c = &e.containers[0];
+        // Readiness runs as soon as startup succeeds; a second success one period later.
+        assert_eq!(c.earliest_ready, secs(2));
+        // Startup's last chance: 0 + 11 × 5 s + 1 s timeout; then readiness 2 s + 1 s.
+        assert_eq!(c.latest_ready, Some(secs(56 + 2 + 1)));
+        assert_eq!(c.startup_window, Some(secs(60)));
+        // Three failures 10 s apart, the last one timing out after 2 s; probe grace 5 s.
+        assert_eq!(c.hang_detected, Some(secs(32)));
+        assert_eq!(c.hang_killed, Some(secs(37)));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(e.backoff, [0, 10, 20, 40, 80, 160, 300].map(secs));
+        let text = e.to_text();
+        assert!(
+            text.contains("detected within 32s, killed (SIGKILL) within 37s"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn warnings_with_their_fix() {
+        let m = manifest(
+            "  - name: app
+    command: [x]
+    readinessProbe: {tcpSocket: {port: 80}, periodSeconds: 5, timeoutSeconds: 5, failureThreshold: 1}
+    livenessProbe: {tcpSocket: {port: 80}, periodSeconds: 5, timeoutSeconds: 5, failureThreshold: 1}
+    lifecycle: {preStop: {sleep: {seconds: 30}}}
+",
+        );
+        let e = explain(&m, BackoffPolicy::default(), Some(secs(60)));
+        let fields: Vec<&str> = e.containers[0]
+            .warnings
+            .iter()
+            .map(|w| w.field.as_str())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.containers[0].readinessProbe.timeoutSeconds",
+                "spec.containers[0].readinessProbe.failureThreshold",
+                "spec.containers[0].livenessProbe.timeoutSeconds",
+                "spec.containers[0].livenessProbe.failureThreshold",
+                "spec.containers[0].livenessProbe",
+                "spec.containers[0].livenessProbe",
+                "spec.containers[0].lifecycle.preStop",
+            ]
+        );
+        let start = &e.containers[0].warnings[5];
+        assert!(start.problem.contains("it gets 5s"), "{start:?}");
+        assert!(start.fix.contains("failureThreshold: 7"), "{start:?}");
+    }
+}
