@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod clock;
 pub mod duration;
 pub mod lifecycle;
+pub mod probe;
 pub mod restart;
 #[cfg(feature = "spec")]
 pub mod spec;
