@@ -2,8 +2,11 @@
 //! spec implies and the settings that will hurt, with their fix.
 
 use podvisor_core::backoff::{BackoffPolicy, DEFAULT_INITIAL, DEFAULT_MAX};
-use podvisor_core::duration::parse_duration;
+use std::time::Duration;
+
 use podvisor_core::spec::explain::explain;
+
+use super::manifest::{is_option, load, Flags};
 
 const USAGE: &str = "\
 Usage: podvisor explain [OPTIONS] FILE
@@ -20,6 +23,42 @@ Options:
   -h, --help                 Print this help
 ";
 
+struct Args {
+    file: String,
+    json: bool,
+    start: Option<Duration>,
+    initial: Duration,
+    max: Duration,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        file: String::new(),
+        json: false,
+        start: None,
+        initial: DEFAULT_INITIAL,
+        max: DEFAULT_MAX,
+    };
+    let mut file = None;
+    let mut flags = Flags::new(args);
+    while let Some(arg) = flags.next_arg() {
+        match arg.as_str() {
+            "-o" | "--output" => match flags.value()?.as_str() {
+                "json" => a.json = true,
+                other => return Err(format!("{arg}: {other:?}: only json is supported")),
+            },
+            "--start-time" => a.start = Some(flags.duration()?),
+            "--backoff-initial" => a.initial = flags.duration()?,
+            "--backoff-max" => a.max = flags.duration()?,
+            _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
+            _ if file.is_none() => file = Some(arg),
+            _ => return Err(format!("unexpected argument {arg:?}: one FILE only")),
+        }
+    }
+    a.file = file.ok_or("no FILE given")?;
+    Ok(a)
+}
+
 pub fn main(args: &[std::ffi::OsString]) -> i32 {
     let args: Vec<String> = args
         .iter()
@@ -29,78 +68,21 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
         super::write_out(USAGE);
         return 0;
     }
-    let usage_error = |msg: String| {
-        super::write_err(&format!(
-            "error: {msg}\nUsage: podvisor explain [OPTIONS] FILE\n"
-        ));
-        2
-    };
-    let (mut json, mut start, mut initial, mut max, mut file) =
-        (false, None, DEFAULT_INITIAL, DEFAULT_MAX, None);
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if arg.starts_with("--") => (n, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let duration = |v: Result<String, String>| {
-            v.and_then(|v| parse_duration(&v).map_err(|e| format!("{name}: {e}")))
-        };
-        match name {
-            "-o" | "--output" => match value() {
-                Ok(v) if v == "json" => json = true,
-                Ok(v) => return usage_error(format!("{name}: {v:?}: only json is supported")),
-                Err(e) => return usage_error(e),
-            },
-            "--start-time" => match duration(value()) {
-                Ok(d) => start = Some(d),
-                Err(e) => return usage_error(e),
-            },
-            "--backoff-initial" => match duration(value()) {
-                Ok(d) => initial = d,
-                Err(e) => return usage_error(e),
-            },
-            "--backoff-max" => match duration(value()) {
-                Ok(d) => max = d,
-                Err(e) => return usage_error(e),
-            },
-            _ if arg.starts_with('-') && arg != "-" => {
-                return usage_error(format!("unknown option {arg:?}"))
-            }
-            _ if file.is_none() => file = Some(arg.clone()),
-            _ => return usage_error(format!("unexpected argument {arg:?}")),
-        }
-    }
-    let Some(file) = file else {
-        return usage_error("no FILE given".into());
-    };
-    let text = match super::validate::read_manifest(&file) {
-        Ok(t) => t,
+    let a = match parse(&args) {
+        Ok(a) => a,
         Err(e) => {
-            super::write_err(&format!("error: {e}\n"));
+            super::write_err(&format!(
+                "error: {e}\nUsage: podvisor explain [OPTIONS] FILE\n"
+            ));
             return 2;
         }
     };
-    let manifest = match podvisor_core::spec::load(&file, &text) {
+    let manifest = match load(&a.file) {
         Ok(m) => m,
-        Err(errors) => {
-            let lines: String = errors
-                .to_string()
-                .lines()
-                .map(|l| format!("error: {l}\n"))
-                .collect();
-            super::write_err(&lines);
-            return 2;
-        }
+        Err(code) => return code,
     };
-    let e = explain(&manifest, BackoffPolicy::new(initial, max), start);
-    if json {
+    let e = explain(&manifest, BackoffPolicy::new(a.initial, a.max), a.start);
+    if a.json {
         super::write_out(&format!("{:#}\n", e.to_json()));
     } else {
         super::write_out(&e.to_text());

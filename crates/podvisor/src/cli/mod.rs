@@ -9,6 +9,8 @@ use crate::init::{self, args::Persona};
 #[cfg(feature = "full")]
 pub mod explain;
 #[cfg(feature = "full")]
+mod manifest;
+#[cfg(feature = "full")]
 pub mod run;
 #[cfg(feature = "full")]
 pub mod validate;

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use podvisor_core::backoff::{BackoffPolicy, DEFAULT_INITIAL, DEFAULT_MAX};
-use podvisor_core::duration::parse_duration;
 use podvisor_core::lifecycle::Phase;
 use podvisor_core::spec::plan::{plan, HostFacts};
 
+use super::manifest::{is_option, load, Flags};
 use crate::process::sys;
 use crate::supervisor::{self, events::EventSink};
 
@@ -48,33 +48,17 @@ fn parse(args: &[String]) -> Result<Args, String> {
         quiet: false,
     };
     let mut file = None;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if arg.starts_with("--") => (n, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match name {
-            "--state-dir" => a.state_dir = Some(PathBuf::from(value()?)),
-            "--events" => a.events = Some(value()?),
-            "--backoff-initial" => {
-                a.initial =
-                    parse_duration(&value()?).map_err(|e| format!("--backoff-initial: {e}"))?
-            }
-            "--backoff-max" => {
-                a.max = parse_duration(&value()?).map_err(|e| format!("--backoff-max: {e}"))?
-            }
+    let mut flags = Flags::new(args);
+    while let Some(arg) = flags.next_arg() {
+        match arg.as_str() {
+            "--state-dir" => a.state_dir = Some(PathBuf::from(flags.value()?)),
+            "--events" => a.events = Some(flags.value()?),
+            "--backoff-initial" => a.initial = flags.duration()?,
+            "--backoff-max" => a.max = flags.duration()?,
             "--metrics-addr" => return Err("--metrics-addr is not implemented yet".into()),
             "-q" | "--quiet" => a.quiet = true,
-            "-" => file = Some(arg.clone()),
-            _ if arg.starts_with('-') => return Err(format!("unknown option {arg:?}")),
-            _ if file.is_none() => file = Some(arg.clone()),
+            _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
+            _ if file.is_none() => file = Some(arg),
             _ => return Err(format!("unexpected argument {arg:?}: one FILE only")),
         }
     }
@@ -114,24 +98,9 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
             return 2;
         }
     };
-    let text = match super::validate::read_manifest(&a.file) {
-        Ok(t) => t,
-        Err(e) => {
-            super::write_err(&format!("error: {e}\n"));
-            return 2;
-        }
-    };
-    let manifest = match podvisor_core::spec::load(&a.file, &text) {
+    let manifest = match load(&a.file) {
         Ok(m) => m,
-        Err(errors) => {
-            let lines: String = errors
-                .to_string()
-                .lines()
-                .map(|l| format!("error: {l}\n"))
-                .collect();
-            super::write_err(&lines);
-            return 2;
-        }
+        Err(code) => return code,
     };
     let (cpus, memory) = sys::cpus_and_memory();
     let host = HostFacts {
