@@ -12,31 +12,33 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
 
+use super::plan::probe_timing;
 use super::Manifest;
 use crate::backoff::BackoffPolicy;
 use crate::duration::format_duration;
 
-/// A probe with the API defaults applied (`SetDefaults_Probe`).
+/// A probe's timing in whole seconds (as Kubernetes writes them), for the arithmetic below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProbeTiming {
-    pub initial_delay: u64,
-    pub period: u64,
-    pub timeout: u64,
-    pub success: u64,
-    pub failure: u64,
+struct Timing {
+    initial_delay: u64,
+    period: u64,
+    timeout: u64,
+    success: u64,
+    failure: u64,
     /// An HTTP, TCP or gRPC probe (as opposed to exec).
-    pub network: bool,
+    network: bool,
 }
 
-impl ProbeTiming {
-    pub fn of(p: &Probe) -> ProbeTiming {
-        let get = |v: Option<i32>, default: u64| v.filter(|v| *v > 0).map_or(default, |v| v as u64);
-        ProbeTiming {
-            initial_delay: p.initial_delay_seconds.map_or(0, |v| v.max(0) as u64),
-            period: get(p.period_seconds, 10),
-            timeout: get(p.timeout_seconds, 1),
-            success: get(p.success_threshold, 1),
-            failure: get(p.failure_threshold, 3),
+impl Timing {
+    fn of(p: &Probe) -> Timing {
+        // The defaults live in one place, with the run plan's.
+        let t = probe_timing(p);
+        Timing {
+            initial_delay: t.initial_delay.as_secs(),
+            period: t.period.as_secs(),
+            timeout: t.timeout.as_secs(),
+            success: u64::from(t.success_threshold),
+            failure: u64::from(t.failure_threshold),
             network: p.exec.is_none(),
         }
     }
@@ -150,9 +152,9 @@ fn explain_container(
     pod_grace: u64,
     start_time: Option<Duration>,
 ) -> ContainerExplanation {
-    let startup = c.startup_probe.as_ref().map(ProbeTiming::of);
-    let readiness = c.readiness_probe.as_ref().map(ProbeTiming::of);
-    let liveness = c.liveness_probe.as_ref().map(ProbeTiming::of);
+    let startup = c.startup_probe.as_ref().map(Timing::of);
+    let readiness = c.readiness_probe.as_ref().map(Timing::of);
+    let liveness = c.liveness_probe.as_ref().map(Timing::of);
     let mut warnings = Vec::new();
     let warn = |w: &mut Vec<Warning>, field: &str, problem: String, fix: String| {
         w.push(Warning {
@@ -302,7 +304,7 @@ fn same_check(a: &Probe, b: &Probe) -> bool {
         && a.http_get == b.http_get
         && a.tcp_socket == b.tcp_socket
         && a.grpc == b.grpc
-        && ProbeTiming::of(a) == ProbeTiming::of(b)
+        && Timing::of(a) == Timing::of(b)
 }
 
 impl Explanation {

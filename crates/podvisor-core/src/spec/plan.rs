@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Probe};
 
 use super::Manifest;
 use crate::backoff::BackoffPolicy;
 use crate::lifecycle::{ContainerPlan, Kind, PodPlan};
+use crate::probe::ProbeTiming;
 use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule};
 
 /// Facts about the host that the downward API exposes.
@@ -41,6 +42,24 @@ pub struct RunPlan {
     pub pod: PodPlan,
     /// Same order as `pod.containers`.
     pub exec: Vec<ContainerExec>,
+}
+
+/// A probe's timing with the API's defaults (`SetDefaults_Probe`) for what it leaves out or
+/// sets to 0 (`initialDelaySeconds` stays 0).
+pub fn probe_timing(p: &Probe) -> ProbeTiming {
+    let d = ProbeTiming::default();
+    let secs = |v: Option<i32>, default: Duration| {
+        v.filter(|v| *v > 0)
+            .map_or(default, |v| Duration::from_secs(v as u64))
+    };
+    let count = |v: Option<i32>, default: u32| v.filter(|v| *v > 0).map_or(default, |v| v as u32);
+    ProbeTiming {
+        initial_delay: secs(p.initial_delay_seconds, Duration::ZERO),
+        period: secs(p.period_seconds, d.period),
+        timeout: secs(p.timeout_seconds, d.timeout),
+        success_threshold: count(p.success_threshold, d.success_threshold),
+        failure_threshold: count(p.failure_threshold, d.failure_threshold),
+    }
 }
 
 /// The kubelet's default grace (`DefaultTerminationGracePeriodSeconds`).
