@@ -72,12 +72,19 @@ impl Backoff {
             .filter(|e| finished_at - e.last_update <= policy.reset_after)
     }
 
+    /// When a container whose last instance finished at `finished_at` may start again, or
+    /// `None` if it may start at once (no live entry).
+    pub fn retry_at(&self, policy: &BackoffPolicy, finished_at: Instant) -> Option<Instant> {
+        self.live_entry(policy, finished_at)
+            .map(|e| finished_at + e.delay)
+    }
+
     /// Whether the container, whose last instance finished at `finished_at`, may start at `now`.
     pub fn decide(&self, policy: &BackoffPolicy, finished_at: Instant, now: Instant) -> Decision {
-        match self.live_entry(policy, finished_at) {
-            Some(e) if now - finished_at < e.delay => Decision::Wait {
+        match (self.retry_at(policy, finished_at), self.entry) {
+            (Some(until), Some(e)) if now < until => Decision::Wait {
                 delay: e.delay,
-                until: finished_at + e.delay,
+                until,
             },
             _ => Decision::StartNow,
         }

@@ -236,18 +236,18 @@ impl Pod {
             // `Exited` input triggers; nothing to time.
         } else {
             for c in &self.containers {
-                if let ContainerState::Waiting {
-                    reason: WaitingReason::CrashLoopBackOff,
-                    ..
-                } = c.state
+                let backing_off = matches!(
+                    c.state,
+                    ContainerState::Waiting {
+                        reason: WaitingReason::CrashLoopBackOff,
+                        ..
+                    }
+                );
+                if let (true, Some(ContainerState::Terminated { finished_at, .. })) =
+                    (backing_off, &c.last_state)
                 {
-                    if let Some(ContainerState::Terminated { finished_at, .. }) = c.last_state {
-                        if let Decision::Wait { until, .. } =
-                            c.backoff
-                                .decide(&self.plan.backoff, finished_at, finished_at)
-                        {
-                            consider(until);
-                        }
+                    if let Some(until) = c.backoff.retry_at(&self.plan.backoff, *finished_at) {
+                        consider(until);
                     }
                 }
             }
@@ -362,14 +362,11 @@ impl Pod {
             kill_at: now + self.plan.grace.max(MIN_GRACE),
             requested,
         });
-        // Containers waiting to (re)start will not start now.
+        // A container waiting to restart will not: its last exit becomes its state again.
         for c in &mut self.containers {
-            if let ContainerState::Waiting { .. } = c.state {
-                if c.last_state.is_some() || c.restart_count > 0 {
-                    // Keep the last exit visible as the state.
-                    if let Some(last) = c.last_state.take() {
-                        c.state = last;
-                    }
+            if matches!(c.state, ContainerState::Waiting { .. }) {
+                if let Some(last) = c.last_state.take() {
+                    c.state = last;
                 }
             }
         }
