@@ -512,6 +512,10 @@ impl Init {
     }
 
     fn on_timers(&mut self) {
+        if self.next_deadline().is_none() {
+            // The common case: no timer, no clock read in the PID 1 loop.
+            return;
+        }
         let now = Instant::now();
         if let Some((at, sig)) = self.pending_stop {
             if now >= at {
