@@ -119,6 +119,42 @@ impl Manifest {
     pub fn position(&self, path: &str) -> Pos {
         self.documents[self.workload_doc].position(path)
     }
+
+    /// The ConfigMap of that name in this file.
+    pub fn config_map(&self, name: &str) -> Option<&ConfigMap> {
+        self.config_maps
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(name))
+    }
+
+    /// A key of a ConfigMap of this file: `data`, else `binaryData` (as text).
+    pub fn config_map_value(&self, name: &str, key: &str) -> Option<String> {
+        let m = self.config_map(name)?;
+        m.data
+            .as_ref()
+            .and_then(|d| d.get(key).cloned())
+            .or_else(|| {
+                let bytes = m.binary_data.as_ref()?.get(key)?;
+                Some(String::from_utf8_lossy(&bytes.0).into_owned())
+            })
+    }
+
+    /// The keys and values of a Secret of this file: `data` decoded, `stringData` on top (as
+    /// the API server merges them).
+    pub fn secret_data(&self, name: &str) -> Option<std::collections::BTreeMap<String, String>> {
+        let s = self
+            .secrets
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(name))?;
+        let mut out = std::collections::BTreeMap::new();
+        for (k, v) in s.data.iter().flatten() {
+            out.insert(k.clone(), String::from_utf8_lossy(&v.0).into_owned());
+        }
+        for (k, v) in s.string_data.iter().flatten() {
+            out.insert(k.clone(), v.clone());
+        }
+        Some(out)
+    }
 }
 
 /// Collects problems with their positions in one document.

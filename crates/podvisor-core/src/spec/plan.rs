@@ -194,26 +194,20 @@ fn resolve_env(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Vec<(S
     };
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
+        // envFrom takes a ConfigMap's `data` only, as the kubelet does.
         if let Some(r) = &from.config_map_ref {
-            if let Some(m) = manifest
-                .config_maps
-                .iter()
-                .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
+            for (k, v) in manifest
+                .config_map(&r.name)
+                .and_then(|m| m.data.as_ref())
+                .into_iter()
+                .flatten()
             {
-                for (k, v) in m.data.iter().flatten() {
-                    set(&mut env, format!("{prefix}{k}"), v.clone());
-                }
+                set(&mut env, format!("{prefix}{k}"), v.clone());
             }
         }
         if let Some(r) = &from.secret_ref {
-            if let Some(s) = manifest
-                .secrets
-                .iter()
-                .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
-            {
-                for (k, v) in secret_values(s) {
-                    set(&mut env, format!("{prefix}{k}"), v);
-                }
+            for (k, v) in manifest.secret_data(&r.name).into_iter().flatten() {
+                set(&mut env, format!("{prefix}{k}"), v);
             }
         }
     }
@@ -223,18 +217,6 @@ fn resolve_env(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Vec<(S
         }
     }
     env
-}
-
-fn secret_values(s: &k8s_openapi::api::core::v1::Secret) -> Vec<(String, String)> {
-    let mut out: BTreeMap<String, String> = BTreeMap::new();
-    for (k, v) in s.data.iter().flatten() {
-        out.insert(k.clone(), String::from_utf8_lossy(&v.0).into_owned());
-    }
-    // stringData wins over data, as the API server merges them.
-    for (k, v) in s.string_data.iter().flatten() {
-        out.insert(k.clone(), v.clone());
-    }
-    out.into_iter().collect()
 }
 
 fn env_value(
@@ -252,30 +234,10 @@ fn env_value(
         return Some(expand(var.value.as_deref().unwrap_or(""), &vars));
     };
     if let Some(r) = &from.config_map_key_ref {
-        let m = manifest
-            .config_maps
-            .iter()
-            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))?;
-        return m
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&r.key).cloned())
-            .or_else(|| {
-                m.binary_data
-                    .as_ref()
-                    .and_then(|d| d.get(&r.key))
-                    .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-            });
+        return manifest.config_map_value(&r.name, &r.key);
     }
     if let Some(r) = &from.secret_key_ref {
-        let s = manifest
-            .secrets
-            .iter()
-            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))?;
-        return secret_values(s)
-            .into_iter()
-            .find(|(k, _)| *k == r.key)
-            .map(|(_, v)| v);
+        return manifest.secret_data(&r.name)?.remove(&r.key);
     }
     if let Some(f) = &from.field_ref {
         let path = f.field_path.as_str();

@@ -194,30 +194,28 @@ fn validate_container(
     for (i, from) in c.env_from.iter().flatten().enumerate() {
         let at = format!("{path}.envFrom[{i}]");
         if let Some(r) = &from.config_map_ref {
-            if !r.optional.unwrap_or(false)
-                && !manifest
-                    .config_maps
-                    .iter()
-                    .any(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
-            {
-                p.push(
-                    &format!("{at}.configMapRef.name"),
-                    format!("Not found: ConfigMap {:?} is not in this file", r.name),
-                );
-            }
+            let found = manifest.config_map(&r.name).map(|_| true);
+            key_ref(
+                p,
+                &format!("{at}.configMapRef.name"),
+                "ConfigMap",
+                &r.name,
+                None,
+                r.optional,
+                found,
+            );
         }
         if let Some(r) = &from.secret_ref {
-            if !r.optional.unwrap_or(false)
-                && !manifest
-                    .secrets
-                    .iter()
-                    .any(|m| m.metadata.name.as_deref() == Some(r.name.as_str()))
-            {
-                p.push(
-                    &format!("{at}.secretRef.name"),
-                    format!("Not found: Secret {:?} is not in this file", r.name),
-                );
-            }
+            let found = manifest.secret_data(&r.name).map(|_| true);
+            key_ref(
+                p,
+                &format!("{at}.secretRef.name"),
+                "Secret",
+                &r.name,
+                None,
+                r.optional,
+                found,
+            );
         }
     }
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
@@ -348,48 +346,26 @@ fn validate_env(env: &EnvVar, path: &str, manifest: &Manifest, p: &mut Problems<
         );
     }
     if let Some(r) = &from.config_map_key_ref {
-        let map = manifest
-            .config_maps
-            .iter()
-            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()));
-        let has_key = map.is_some_and(|m| {
-            m.data.as_ref().is_some_and(|d| d.contains_key(&r.key))
-                || m.binary_data
-                    .as_ref()
-                    .is_some_and(|d| d.contains_key(&r.key))
-        });
-        if !has_key && !r.optional.unwrap_or(false) {
-            let what = match map {
-                None => format!("ConfigMap {:?} is not in this file", r.name),
-                Some(_) => format!("ConfigMap {:?} has no key {:?}", r.name, r.key),
-            };
-            p.push(
-                &format!("{path}.valueFrom.configMapKeyRef"),
-                format!("Not found: {what}"),
-            );
-        }
+        let found = manifest
+            .config_map(&r.name)
+            .map(|_| manifest.config_map_value(&r.name, &r.key).is_some());
+        let at = format!("{path}.valueFrom.configMapKeyRef");
+        key_ref(
+            p,
+            &at,
+            "ConfigMap",
+            &r.name,
+            Some(&r.key),
+            r.optional,
+            found,
+        );
     }
     if let Some(r) = &from.secret_key_ref {
-        let secret = manifest
-            .secrets
-            .iter()
-            .find(|m| m.metadata.name.as_deref() == Some(r.name.as_str()));
-        let has_key = secret.is_some_and(|s| {
-            s.data.as_ref().is_some_and(|d| d.contains_key(&r.key))
-                || s.string_data
-                    .as_ref()
-                    .is_some_and(|d| d.contains_key(&r.key))
-        });
-        if !has_key && !r.optional.unwrap_or(false) {
-            let what = match secret {
-                None => format!("Secret {:?} is not in this file", r.name),
-                Some(_) => format!("Secret {:?} has no key {:?}", r.name, r.key),
-            };
-            p.push(
-                &format!("{path}.valueFrom.secretKeyRef"),
-                format!("Not found: {what}"),
-            );
-        }
+        let found = manifest
+            .secret_data(&r.name)
+            .map(|d| d.contains_key(&r.key));
+        let at = format!("{path}.valueFrom.secretKeyRef");
+        key_ref(p, &at, "Secret", &r.name, Some(&r.key), r.optional, found);
     }
     if let Some(f) = &from.field_ref {
         let supported = [
@@ -415,6 +391,27 @@ fn validate_env(env: &EnvVar, path: &str, manifest: &Manifest, p: &mut Problems<
             );
         }
     }
+}
+
+/// A reference to a ConfigMap or Secret (and a key of it) of this file. `found`: `None` if the
+/// object is missing, else whether the key (or, without one, the object) is there.
+fn key_ref(
+    p: &mut Problems<'_>,
+    path: &str,
+    kind: &str,
+    name: &str,
+    key: Option<&str>,
+    optional: Option<bool>,
+    found: Option<bool>,
+) {
+    if optional.unwrap_or(false) || found == Some(true) {
+        return;
+    }
+    let what = match (found, key) {
+        (None, _) | (_, None) => format!("{kind} {name:?} is not in this file"),
+        (Some(_), Some(key)) => format!("{kind} {name:?} has no key {key:?}"),
+    };
+    p.push(path, format!("Not found: {what}"));
 }
 
 fn validate_supervision(
