@@ -810,10 +810,6 @@ impl ContainerStatus {
             )
     }
 
-    /// Whether a process of this container is alive.
-    pub fn is_live(&self) -> bool {
-        self.live
-    }
 }
 
 fn event(kind: EventType, reason: &str, object: &str, message: String) -> Effect {

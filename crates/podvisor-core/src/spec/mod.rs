@@ -115,11 +115,6 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Position of a field of the workload's document.
-    pub fn position(&self, path: &str) -> Pos {
-        self.documents[self.workload_doc].position(path)
-    }
-
     /// The ConfigMap of that name in this file.
     pub fn config_map(&self, name: &str) -> Option<&ConfigMap> {
         self.config_maps
