@@ -809,7 +809,6 @@ impl ContainerStatus {
                 }
             )
     }
-
 }
 
 fn event(kind: EventType, reason: &str, object: &str, message: String) -> Effect {
