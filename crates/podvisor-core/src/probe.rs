@@ -14,11 +14,22 @@ use std::time::Duration;
 
 use crate::clock::Instant;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ProbeKind {
     Liveness,
     Readiness,
     Startup,
+}
+
+impl ProbeKind {
+    /// As Kubernetes writes it in events ("Liveness probe failed: ...").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Liveness => "Liveness",
+            ProbeKind::Readiness => "Readiness",
+            ProbeKind::Startup => "Startup",
+        }
+    }
 }
 
 /// A published result. `Unknown` exists only as the startup probe's initial value.
@@ -34,6 +45,8 @@ pub enum ProbeResult {
 pub enum Outcome {
     Success,
     Failure(String),
+    /// Success with something to say (an HTTP redirect not followed): a `ProbeWarning` event.
+    Warning(String),
     /// The probe could not be run (e.g. a named port that does not resolve): not counted.
     Error(String),
 }
@@ -149,7 +162,7 @@ impl Worker {
             return None;
         }
         let (ok, message) = match outcome {
-            Outcome::Success => (true, None),
+            Outcome::Success | Outcome::Warning(_) => (true, None),
             Outcome::Failure(m) => (false, Some(m)),
             Outcome::Error(_) => return None,
         };

@@ -4,6 +4,8 @@
 
 pub mod cli;
 pub mod init;
+#[cfg(feature = "full")]
+pub mod probe;
 pub mod process;
 #[cfg(feature = "full")]
 pub mod supervisor;

@@ -68,10 +68,11 @@ fn the_job_example_succeeds_with_logs_and_events() {
     let r = PodRun::new(&std::fs::read_to_string(example).unwrap());
     let out = r.cmd(&[]).output();
     assert_eq!(out.code(), 0, "{out:?}");
+    // `fetch` is an init container: no readiness of its own.
     assert_eq!(r.reasons("fetch"), ["Created", "Started", "Completed"]);
     assert_eq!(
         r.reasons("build-report"),
-        ["Created", "Started", "Completed"]
+        ["Created", "Started", "Ready", "Completed", "NotReady"]
     );
     let completed = r
         .events()
@@ -161,7 +162,10 @@ fn restart_policies_decide_the_exit_code() {
     ));
     let out = r.cmd(&[]).output();
     assert_eq!(out.code(), 1, "{out:?}");
-    assert_eq!(r.reasons("app"), ["Created", "Started", "Error"]);
+    assert_eq!(
+        r.reasons("app"),
+        ["Created", "Started", "Ready", "Error", "NotReady"]
+    );
 
     // OnFailure: fails once (a marker file), then succeeds: exit 0.
     let r = PodRun::new(&pod(
@@ -180,10 +184,14 @@ fn restart_policies_decide_the_exit_code() {
         [
             "Created",
             "Started",
+            "Ready",
             "Error",
+            "NotReady",
             "Created",
             "Started",
-            "Completed"
+            "Ready",
+            "Completed",
+            "NotReady"
         ]
     );
 }
@@ -387,14 +395,14 @@ fn the_web_example_serves_and_stops() {
     p.signal("TERM");
     assert_eq!(p.wait().code(), Some(0));
     p.assert_no_leftovers();
-    // The app stops first, the sidecar last.
-    let killing: Vec<String> = r
+    // Both are told at once (Killing), the app exits first, the sidecar last.
+    let exits: Vec<String> = r
         .events()
         .iter()
-        .filter(|e| e["reason"] == "Killing")
+        .filter(|e| e.get("exitCode").is_some() && e["object"] != "prepare")
         .map(|e| e["object"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(killing, ["app", "log-shipper"]);
+    assert_eq!(exits, ["app", "log-shipper"]);
 }
 
 #[test]

@@ -9,8 +9,9 @@
 //! `restartPolicy: Always`) started in order, always restarted, stopped after the main
 //! containers; main containers; restart policies and exit-code rules; CrashLoopBackOff;
 //! graceful termination (SIGTERM, grace, SIGKILL); container states with the kubelet's reasons,
-//! `lastState`, `restartCount`; pod phase and conditions. Not yet: probes and hooks (so a
-//! container is ready as soon as it runs).
+//! `lastState`, `restartCount`; pod phase and conditions; startup, liveness and readiness
+//! probes (one `probe::Worker` per probe of the running instance; the shell runs the attempts);
+//! postStart and preStop hooks; readiness as `ready`, conditions and Ready/NotReady events.
 //!
 //! Rules are those of pkg/kubelet (see ../shared/KUBELET.md §3–§4), each cited where applied.
 
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, BackoffPolicy, Decision};
 use crate::clock::Instant;
+use crate::probe::{Outcome, ProbeKind, ProbeResult, ProbeTiming, Worker};
 use crate::restart::{should_restart, ContainerRestart, RestartPolicy};
 
 pub use state::{ContainerState, Phase, TerminatedReason, WaitingReason};
@@ -39,12 +41,64 @@ pub enum Kind {
     Main,
 }
 
+/// One probe of a container: its timing and the probe-level `terminationGracePeriodSeconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbePlan {
+    pub timing: ProbeTiming,
+    pub grace: Option<Duration>,
+}
+
+/// The probes a container has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Probes {
+    pub startup: Option<ProbePlan>,
+    pub liveness: Option<ProbePlan>,
+    pub readiness: Option<ProbePlan>,
+}
+
+impl Probes {
+    pub fn get(&self, kind: ProbeKind) -> Option<&ProbePlan> {
+        match kind {
+            ProbeKind::Startup => self.startup.as_ref(),
+            ProbeKind::Liveness => self.liveness.as_ref(),
+            ProbeKind::Readiness => self.readiness.as_ref(),
+        }
+    }
+}
+
+/// A lifecycle hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hook {
+    PostStart,
+    PreStop,
+}
+
 /// One container as the state machine needs it (the spec layer builds these).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerPlan {
     pub name: String,
     pub kind: Kind,
     pub restart: ContainerRestart,
+    pub probes: Probes,
+    pub post_start: bool,
+    pub pre_stop: bool,
+}
+
+impl ContainerPlan {
+    /// A container with no probes and no hooks; sidecars restart `Always`.
+    pub fn new(name: &str, kind: Kind) -> ContainerPlan {
+        ContainerPlan {
+            name: name.to_string(),
+            kind,
+            restart: ContainerRestart {
+                policy: (kind == Kind::Sidecar).then_some(RestartPolicy::Always),
+                rules: Vec::new(),
+            },
+            probes: Probes::default(),
+            post_start: false,
+            pre_stop: false,
+        }
+    }
 }
 
 /// The pod as the state machine needs it. Containers: init containers (and sidecars) in spec
@@ -92,6 +146,10 @@ pub enum Input {
     /// The instance's process could not be started (exec failed): `message` says why.
     StartFailed(InstanceId, String),
     Exited(InstanceId, ExitStatus),
+    /// A probe attempt asked for by `Effect::RunProbe` ended.
+    Probed(InstanceId, ProbeKind, Outcome),
+    /// A hook asked for by `Effect::RunHook` ended: `Err` says why it failed.
+    HookDone(InstanceId, Hook, Result<(), String>),
     /// A deadline from `next_deadline` has passed.
     Tick,
     /// Stop the pod gracefully (SIGTERM to podvisor, `podvisor stop`).
@@ -126,6 +184,10 @@ pub struct Event {
 pub enum Effect {
     Spawn(InstanceId),
     Signal(InstanceId, Signal),
+    /// Run one attempt of this probe (bounded by its timeout) and report `Input::Probed`.
+    RunProbe(InstanceId, ProbeKind),
+    /// Run the hook and report `Input::HookDone`.
+    RunHook(InstanceId, Hook),
     Event(Event),
     /// The pod reached a terminal phase and nothing runs any more.
     Finished(Phase),
@@ -140,20 +202,68 @@ pub struct ContainerStatus {
     pub restart_count: u32,
     /// The current (or last) instance number; 0 before the first start.
     pub instance: u32,
+    /// The API's `ready`: running, started, and its readiness probe (if any) succeeded.
+    pub ready: bool,
+    /// The API's `started`: running and its startup probe (if any) succeeded.
+    pub started: bool,
     /// Whether the current instance's process is alive (spawned and not yet exited).
     live: bool,
     /// A spawn was requested and neither `Started` nor `StartFailed` has come back.
     spawning: bool,
+    /// Some instance of this container has been started (in the `started` sense).
+    ever_started: bool,
+    /// The postStart hook of the current instance is running.
+    post_start_running: bool,
+    /// When the current instance's process started (postStart may still be running).
+    process_started_at: Instant,
     backoff: Backoff,
-    /// When SIGTERM went to the current instance, if it did.
-    term_sent: bool,
+    /// The probe workers of the running instance.
+    probes: Vec<ProbeSlot>,
+    /// The current instance is being killed.
+    kill: Option<Kill>,
+}
+
+/// One probe worker and whether an attempt is out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProbeSlot {
+    worker: Worker,
+    in_flight: bool,
+    /// A period came while an attempt was out: run again as soon as it ends (a Go ticker keeps
+    /// one tick).
+    tick_kept: bool,
+}
+
+/// A kill in progress (`killContainer`): preStop, SIGTERM, grace, SIGKILL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Kill {
+    began: Instant,
+    grace: Duration,
+    /// Part of a pod stop: sidecars wait for their turn.
+    pod_stop: bool,
+    pre_stop_running: bool,
+    term_at: Option<Instant>,
     kill_sent: bool,
 }
 
-/// A stop in progress: when SIGKILL is due.
+impl Kill {
+    /// SIGKILL falls due once the grace left when SIGTERM went has passed; whole seconds spent
+    /// in preStop and waiting come off the grace, and what is left never goes below 2 s.
+    fn kill_at(&self) -> Option<Instant> {
+        let term_at = self.term_at?;
+        let spent = Duration::from_secs((term_at - self.began).as_secs());
+        Some(term_at + self.grace.saturating_sub(spent).max(MIN_GRACE))
+    }
+
+    /// When preStop is abandoned and the wait for a sidecar's turn ends.
+    fn grace_end(&self) -> Instant {
+        self.began + self.grace
+    }
+}
+
+/// A pod stop in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stopping {
-    kill_at: Instant,
+    began: Instant,
     /// `Stop` was requested (as opposed to the pod having finished by itself).
     requested: bool,
 }
@@ -189,11 +299,16 @@ impl Pod {
                 last_state: None,
                 restart_count: 0,
                 instance: 0,
+                ready: false,
+                started: false,
                 live: false,
                 spawning: false,
+                ever_started: false,
+                post_start_running: false,
+                process_started_at: Instant::ZERO,
                 backoff: Backoff::default(),
-                term_sent: false,
-                kill_sent: false,
+                probes: Vec::new(),
+                kill: None,
             })
             .collect();
         Pod {
@@ -223,32 +338,43 @@ impl Pod {
         self.finished
     }
 
-    /// The earliest time at which a `Tick` can change something: a backoff ending or a SIGKILL
-    /// falling due.
+    /// The earliest time at which a `Tick` can change something: a backoff ending, a probe
+    /// falling due, a preStop to abandon or a SIGKILL falling due.
     pub fn next_deadline(&self) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut consider = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
-        if let Some(s) = self.stopping {
-            if self.containers.iter().any(|c| c.live && !c.kill_sent) {
-                consider(s.kill_at);
+        let stopping = self.stopping.is_some();
+        for c in &self.containers {
+            if let Some(k) = &c.kill {
+                if c.live && !k.kill_sent {
+                    consider(k.kill_at().unwrap_or_else(|| k.grace_end()));
+                }
             }
-            // Sidecars waiting for their turn get SIGTERM once the mains are gone, which an
-            // `Exited` input triggers; nothing to time.
-        } else {
-            for c in &self.containers {
-                let backing_off = matches!(
-                    c.state,
-                    ContainerState::Waiting {
-                        reason: WaitingReason::CrashLoopBackOff,
-                        ..
+            if c.live {
+                for slot in &c.probes {
+                    if stopping && slot.worker.kind != ProbeKind::Readiness {
+                        continue;
                     }
-                );
-                if let (true, Some(ContainerState::Terminated { finished_at, .. })) =
-                    (backing_off, &c.last_state)
-                {
-                    if let Some(until) = c.backoff.retry_at(&self.plan.backoff, *finished_at) {
-                        consider(until);
+                    if let Some(t) = slot.worker.next_run() {
+                        consider(t);
                     }
+                }
+            }
+            if stopping {
+                continue;
+            }
+            let backing_off = matches!(
+                c.state,
+                ContainerState::Waiting {
+                    reason: WaitingReason::CrashLoopBackOff,
+                    ..
+                }
+            );
+            if let (true, Some(ContainerState::Terminated { finished_at, .. })) =
+                (backing_off, &c.last_state)
+            {
+                if let Some(until) = c.backoff.retry_at(&self.plan.backoff, *finished_at) {
+                    consider(until);
                 }
             }
         }
@@ -264,10 +390,11 @@ impl Pod {
         match input {
             Input::Admit => self.admitted = true,
             Input::Started(id) => {
+                let post_start = self.plan.containers[id.container].post_start;
                 if let Some(c) = self.current(id) {
                     c.spawning = false;
                     c.live = true;
-                    c.state = ContainerState::Running { started_at: now };
+                    c.process_started_at = now;
                     let name = c.name.clone();
                     fx.push(event(
                         EventType::Normal,
@@ -275,8 +402,17 @@ impl Pod {
                         &name,
                         format!("Started container {name}"),
                     ));
+                    if post_start {
+                        // Not Running until postStart completes.
+                        c.post_start_running = true;
+                        fx.push(Effect::RunHook(id, Hook::PostStart));
+                    } else {
+                        self.become_running(id.container);
+                    }
                 }
             }
+            Input::HookDone(id, hook, result) => self.hook_done(now, id, hook, result, &mut fx),
+            Input::Probed(id, kind, outcome) => self.probed(now, id, kind, outcome, &mut fx),
             Input::StartFailed(id, message) => {
                 if let Some(c) = self.current(id) {
                     c.spawning = false;
@@ -302,10 +438,9 @@ impl Pod {
             Input::Exited(id, status) => {
                 if let Some(c) = self.current(id) {
                     c.live = false;
-                    let started_at = match c.state {
-                        ContainerState::Running { started_at } => Some(started_at),
-                        _ => None,
-                    };
+                    c.post_start_running = false;
+                    c.probes.clear();
+                    let started_at = Some(c.process_started_at);
                     let code = status.code();
                     let reason = if code == 0 {
                         TerminatedReason::Completed
@@ -345,9 +480,252 @@ impl Pod {
             }
         }
         if self.admitted {
+            self.schedule_probes(now, &mut fx);
+            // Readiness flips caused by the input come before what reconciling does about it.
+            self.update_started();
+            self.update_ready(&mut fx);
             self.reconcile(now, &mut fx);
+            self.update_started();
+            self.update_ready(&mut fx);
+            // `Finished` comes last: the shell stops reading effects there.
+            if let Some(i) = fx.iter().position(|e| matches!(e, Effect::Finished(_))) {
+                let finished = fx.remove(i);
+                fx.push(finished);
+            }
         }
         fx
+    }
+
+    /// The instance runs (its postStart, if any, completed): its probe workers begin.
+    fn become_running(&mut self, i: usize) {
+        let probes = self.plan.containers[i].probes;
+        let gated = probes.startup.is_some();
+        let c = &mut self.containers[i];
+        let started_at = c.process_started_at;
+        c.state = ContainerState::Running { started_at };
+        c.probes = [
+            ProbeKind::Startup,
+            ProbeKind::Liveness,
+            ProbeKind::Readiness,
+        ]
+        .into_iter()
+        .filter_map(|kind| {
+            let p = probes.get(kind)?;
+            Some(ProbeSlot {
+                worker: Worker::new(kind, p.timing, started_at, gated),
+                in_flight: false,
+                tick_kept: false,
+            })
+        })
+        .collect();
+    }
+
+    fn hook_done(
+        &mut self,
+        now: Instant,
+        id: InstanceId,
+        hook: Hook,
+        result: Result<(), String>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let grace = self.plan.grace;
+        let Some(c) = self.current(id) else {
+            return;
+        };
+        let name = c.name.clone();
+        match hook {
+            Hook::PostStart => {
+                if !(c.live && c.post_start_running) {
+                    return;
+                }
+                c.post_start_running = false;
+                match result {
+                    Ok(()) => self.become_running(id.container),
+                    Err(message) => {
+                        // The hook's output stays out of the event (it may hold secrets).
+                        fx.push(event(
+                            EventType::Warning,
+                            "FailedPostStartHook",
+                            &name,
+                            "PostStartHook failed".into(),
+                        ));
+                        c.state = ContainerState::Waiting {
+                            reason: WaitingReason::PostStartHookError,
+                            message: Some(message),
+                        };
+                        self.begin_kill(
+                            id.container,
+                            now,
+                            grace,
+                            "FailedPostStartHook".into(),
+                            false,
+                            fx,
+                        );
+                    }
+                }
+            }
+            Hook::PreStop => {
+                let Some(k) = c.kill.as_mut().filter(|k| k.pre_stop_running) else {
+                    return;
+                };
+                k.pre_stop_running = false;
+                if result.is_err() {
+                    fx.push(event(
+                        EventType::Warning,
+                        "FailedPreStopHook",
+                        &name,
+                        "PreStopHook failed".into(),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn probed(
+        &mut self,
+        now: Instant,
+        id: InstanceId,
+        kind: ProbeKind,
+        outcome: Outcome,
+        fx: &mut Vec<Effect>,
+    ) {
+        let stopping = self.stopping.is_some();
+        let plan = &self.plan.containers[id.container];
+        let probe_grace = plan.probes.get(kind).and_then(|p| p.grace);
+        let restartable = should_restart(self.plan.restart_policy, &plan.restart, 1, false);
+        let pod_grace = self.plan.grace;
+        let Some(c) = self.current(id) else {
+            return;
+        };
+        let name = c.name.clone();
+        let Some(slot) = c.probes.iter_mut().find(|s| s.worker.kind == kind) else {
+            return;
+        };
+        slot.in_flight = false;
+        // On pod termination liveness and startup end (a terminating container is never
+        // probe-killed); readiness goes on.
+        if (stopping && kind != ProbeKind::Readiness) || slot.worker.next_run().is_none() {
+            return;
+        }
+        let what = kind.as_str();
+        match &outcome {
+            Outcome::Success => {}
+            Outcome::Failure(out) => fx.push(event(
+                EventType::Warning,
+                "Unhealthy",
+                &name,
+                format!("{what} probe failed: {out}"),
+            )),
+            Outcome::Warning(out) => fx.push(event(
+                EventType::Warning,
+                "ProbeWarning",
+                &name,
+                format!("{what} probe warning: {out}"),
+            )),
+            Outcome::Error(err) => fx.push(event(
+                EventType::Warning,
+                "Unhealthy",
+                &name,
+                format!("{what} probe errored and resulted in unknown state: {err}"),
+            )),
+        }
+        let published = slot.worker.report(outcome);
+        if std::mem::take(&mut slot.tick_kept) && slot.worker.next_run().is_some() {
+            slot.in_flight = true;
+            fx.push(Effect::RunProbe(id, kind));
+        }
+        let Some(published) = published else {
+            return;
+        };
+        match (kind, published.result) {
+            (ProbeKind::Startup, ProbeResult::Success) => {
+                for s in &mut c.probes {
+                    s.worker.startup_succeeded(now);
+                }
+            }
+            (ProbeKind::Startup | ProbeKind::Liveness, ProbeResult::Failure) => {
+                let mut message = format!("Container {name} failed {} probe", what.to_lowercase());
+                if restartable {
+                    message.push_str(", will be restarted");
+                }
+                let grace = probe_grace.unwrap_or(pod_grace);
+                self.begin_kill(id.container, now, grace, message, false, fx);
+            }
+            _ => {}
+        }
+    }
+
+    /// Asks for the probe attempts that are due.
+    fn schedule_probes(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        let stopping = self.stopping.is_some();
+        for (i, c) in self.containers.iter_mut().enumerate() {
+            if !c.live {
+                continue;
+            }
+            for slot in &mut c.probes {
+                if stopping && slot.worker.kind != ProbeKind::Readiness {
+                    continue;
+                }
+                if slot.worker.due(now) {
+                    if slot.in_flight {
+                        slot.tick_kept = true;
+                    } else {
+                        slot.in_flight = true;
+                        let id = InstanceId {
+                            container: i,
+                            instance: c.instance,
+                        };
+                        fx.push(Effect::RunProbe(id, slot.worker.kind));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `started`: running, and the startup probe (if any) succeeded.
+    fn update_started(&mut self) {
+        for c in &mut self.containers {
+            c.started = matches!(c.state, ContainerState::Running { .. })
+                && c.probes
+                    .iter()
+                    .filter(|s| s.worker.kind == ProbeKind::Startup)
+                    .all(|s| s.worker.result() == ProbeResult::Success);
+            c.ever_started |= c.started;
+        }
+    }
+
+    /// `ready`, with a `Ready` / `NotReady` event when it flips.
+    fn update_ready(&mut self, fx: &mut Vec<Effect>) {
+        for i in 0..self.containers.len() {
+            if self.plan.containers[i].kind == Kind::Init {
+                continue;
+            }
+            let c = &self.containers[i];
+            let ready = c.started
+                && c.probes
+                    .iter()
+                    .filter(|s| s.worker.kind == ProbeKind::Readiness)
+                    .all(|s| s.worker.result() == ProbeResult::Success);
+            if ready != c.ready {
+                let name = c.name.clone();
+                self.containers[i].ready = ready;
+                fx.push(if ready {
+                    event(
+                        EventType::Normal,
+                        "Ready",
+                        &name,
+                        format!("Container {name} is ready"),
+                    )
+                } else {
+                    event(
+                        EventType::Normal,
+                        "NotReady",
+                        &name,
+                        format!("Container {name} is not ready"),
+                    )
+                });
+            }
+        }
     }
 
     /// The container's status if `id` is its current instance.
@@ -359,12 +737,12 @@ impl Pod {
 
     fn begin_stop(&mut self, now: Instant, requested: bool) {
         self.stopping = Some(Stopping {
-            kill_at: now + self.plan.grace.max(MIN_GRACE),
+            began: now,
             requested,
         });
         // A container waiting to restart will not: its last exit becomes its state again.
         for c in &mut self.containers {
-            if matches!(c.state, ContainerState::Waiting { .. }) {
+            if matches!(c.state, ContainerState::Waiting { .. }) && !c.live {
                 if let Some(last) = c.last_state.take() {
                     c.state = last;
                 }
@@ -372,7 +750,93 @@ impl Pod {
         }
     }
 
+    /// Starts killing container `i` (`killContainer`): a `Killing` event, then preStop (if the
+    /// container has one and there is grace), then SIGTERM and SIGKILL as `drive_kills` times.
+    fn begin_kill(
+        &mut self,
+        i: usize,
+        began: Instant,
+        grace: Duration,
+        message: String,
+        pod_stop: bool,
+        fx: &mut Vec<Effect>,
+    ) {
+        let pre_stop = self.plan.containers[i].pre_stop && grace > Duration::ZERO;
+        let c = &mut self.containers[i];
+        if !c.live || c.kill.is_some() {
+            return;
+        }
+        c.kill = Some(Kill {
+            began,
+            grace,
+            pod_stop,
+            pre_stop_running: pre_stop,
+            term_at: None,
+            kill_sent: false,
+        });
+        let name = c.name.clone();
+        fx.push(event(EventType::Normal, "Killing", &name, message));
+        if pre_stop {
+            let id = InstanceId {
+                container: i,
+                instance: c.instance,
+            };
+            fx.push(Effect::RunHook(id, Hook::PreStop));
+        }
+    }
+
+    /// Sends SIGTERM to each container being killed once its preStop is over (or abandoned at
+    /// the end of the grace) and, in a pod stop, its turn has come; SIGKILL when due (§4.2).
+    fn drive_kills(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        // Sidecars wait for every main container and the sidecars after them to be gone.
+        let mains_running = self
+            .containers
+            .iter()
+            .zip(&self.plan.containers)
+            .any(|(c, p)| p.kind != Kind::Sidecar && (c.live || c.spawning));
+        for i in 0..self.containers.len() {
+            let c = &self.containers[i];
+            let Some(k) = c.kill else {
+                continue;
+            };
+            if !c.live || k.kill_sent {
+                continue;
+            }
+            let id = InstanceId {
+                container: i,
+                instance: c.instance,
+            };
+            if let Some(kill_at) = k.kill_at() {
+                if now >= kill_at {
+                    self.containers[i].kill = Some(Kill {
+                        kill_sent: true,
+                        ..k
+                    });
+                    fx.push(Effect::Signal(id, Signal::Kill));
+                }
+                continue;
+            }
+            let expired = now >= k.grace_end();
+            let turn = !k.pod_stop
+                || self.plan.containers[i].kind != Kind::Sidecar
+                || expired
+                || (!mains_running
+                    && (i + 1..self.containers.len()).all(|j| {
+                        self.plan.containers[j].kind != Kind::Sidecar || !self.containers[j].live
+                    }));
+            if (!k.pre_stop_running || expired) && turn {
+                self.containers[i].kill = Some(Kill {
+                    term_at: Some(now),
+                    pre_stop_running: false,
+                    ..k
+                });
+                fx.push(Effect::Signal(id, Signal::Term));
+            }
+        }
+    }
+
     fn reconcile(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        self.drive_kills(now, fx);
         if self.stopping.is_some() {
             self.reconcile_stop(now, fx);
             return;
@@ -526,8 +990,8 @@ impl Pod {
         let c = &mut self.containers[i];
         c.instance += 1;
         c.spawning = true;
-        c.term_sent = false;
-        c.kill_sent = false;
+        c.kill = None;
+        c.probes.clear();
         c.state = ContainerState::Waiting {
             reason: WaitingReason::ContainerCreating,
             message: None,
@@ -545,57 +1009,20 @@ impl Pod {
         }));
     }
 
-    /// Stopping: SIGTERM to every running main and init container at once; sidecars once no
-    /// main container runs, last sidecar first; SIGKILL to all at the deadline (§4.2).
+    /// Stopping: every running container is killed at once with the pod's grace, counted from
+    /// the stop; sidecars get SIGTERM once no main container runs, last sidecar first (§4.2).
     fn reconcile_stop(&mut self, now: Instant, fx: &mut Vec<Effect>) {
         let Some(stopping) = self.stopping else {
             return;
         };
-        let kill = now >= stopping.kill_at;
-        let mains_running = self
-            .containers
-            .iter()
-            .zip(&self.plan.containers)
-            .any(|(c, p)| p.kind != Kind::Sidecar && (c.live || c.spawning));
-        // Sidecars in reverse order: each waits for the ones after it.
-        let sidecars: Vec<usize> = (0..self.containers.len())
-            .filter(|&i| self.plan.containers[i].kind == Kind::Sidecar)
-            .collect();
         for i in 0..self.containers.len() {
-            let kind = self.plan.containers[i].kind;
-            let c = &self.containers[i];
-            if !c.live {
-                continue;
-            }
-            let id = InstanceId {
-                container: i,
-                instance: c.instance,
-            };
-            let turn = match kind {
-                Kind::Sidecar => {
-                    !mains_running
-                        && sidecars
-                            .iter()
-                            .filter(|&&j| j > i)
-                            .all(|&j| !self.containers[j].live)
-                }
-                _ => true,
-            };
-            let name = c.name.clone();
-            if kill && !c.kill_sent {
-                self.containers[i].kill_sent = true;
-                fx.push(Effect::Signal(id, Signal::Kill));
-            } else if turn && !c.term_sent && !c.kill_sent {
-                self.containers[i].term_sent = true;
-                fx.push(event(
-                    EventType::Normal,
-                    "Killing",
-                    &name,
-                    format!("Stopping container {name}"),
-                ));
-                fx.push(Effect::Signal(id, Signal::Term));
+            if self.containers[i].live && self.containers[i].kill.is_none() {
+                let name = &self.containers[i].name;
+                let message = format!("Stopping container {name}");
+                self.begin_kill(i, stopping.began, self.plan.grace, message, true, fx);
             }
         }
+        self.drive_kills(now, fx);
         let anything_left = self.containers.iter().any(|c| c.live || c.spawning);
         if !anything_left {
             self.finished = true;
@@ -725,9 +1152,14 @@ pub struct Condition {
 }
 
 impl Pod {
-    /// Whether container `i` is ready: running and started (readiness probes will refine it).
+    /// Whether container `i` is ready: a regular init container once it exited 0, others as
+    /// their `ready`.
     pub fn is_ready(&self, i: usize) -> bool {
-        matches!(self.containers[i].state, ContainerState::Running { .. })
+        let c = &self.containers[i];
+        match self.plan.containers[i].kind {
+            Kind::Init => matches!(c.state, ContainerState::Terminated { exit_code: 0, .. }),
+            _ => c.ready,
+        }
     }
 
     /// PodScheduled, Initialized, ContainersReady and Ready, as pkg/kubelet/status/generate.go
@@ -799,7 +1231,7 @@ impl Pod {
 
 impl ContainerStatus {
     fn ever_started(&self) -> bool {
-        matches!(self.state, ContainerState::Running { .. })
+        self.ever_started
             || self.restart_count > 0
             || matches!(
                 self.state,

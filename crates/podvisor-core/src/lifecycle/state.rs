@@ -9,6 +9,7 @@ pub enum WaitingReason {
     PodInitializing,
     CrashLoopBackOff,
     CreateContainerError,
+    PostStartHookError,
 }
 
 impl WaitingReason {
@@ -18,6 +19,7 @@ impl WaitingReason {
             WaitingReason::PodInitializing => "PodInitializing",
             WaitingReason::CrashLoopBackOff => "CrashLoopBackOff",
             WaitingReason::CreateContainerError => "CreateContainerError",
+            WaitingReason::PostStartHookError => "PostStartHookError",
         }
     }
 }

@@ -2,9 +2,11 @@
 //! exit on schedule, or on SIGTERM after a delay, or never) and feeds the results back.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 use super::*;
+use crate::probe::ProbeTiming;
 use crate::restart::{ExitCodes, RestartRule};
 
 fn ms(n: u64) -> Duration {
@@ -20,6 +22,13 @@ struct Script {
     on_term: Option<u64>,
     /// Instances whose start fails (exec error).
     start_fails: Vec<u32>,
+    /// A probe attempt's outcome from (kind, instance, ms since the instance started).
+    probe: Rc<dyn Fn(ProbeKind, u32, u64) -> Outcome>,
+    /// How long a probe attempt takes.
+    probe_ms: u64,
+    /// How long each hook takes (`None`: it never ends) and whether it fails.
+    post_start: (Option<u64>, bool),
+    pre_stop: (Option<u64>, bool),
 }
 
 fn runs(runs: &[(Option<u64>, i32)]) -> Script {
@@ -27,6 +36,10 @@ fn runs(runs: &[(Option<u64>, i32)]) -> Script {
         runs: runs.to_vec(),
         on_term: Some(0),
         start_fails: vec![],
+        probe: Rc::new(|_, _, _| Outcome::Success),
+        probe_ms: 10,
+        post_start: (Some(0), false),
+        pre_stop: (Some(0), false),
     }
 }
 
@@ -44,6 +57,11 @@ struct Sim {
     log: Vec<String>,
     stop_at: Option<Instant>,
     max_restarts: Vec<u32>,
+    /// Probe and hook results still to come back.
+    pending: Vec<(Instant, Input)>,
+    started: BTreeMap<InstanceId, Instant>,
+    /// `t=MS Reason object: message` for events other than Created/Started/exits/BackOff.
+    events: Vec<String>,
 }
 
 impl Sim {
@@ -57,6 +75,9 @@ impl Sim {
             log: vec![],
             stop_at: None,
             max_restarts: vec![0; n],
+            pending: vec![],
+            started: BTreeMap::new(),
+            events: vec![],
         }
     }
 
@@ -99,6 +120,7 @@ impl Sim {
                     script.runs[(id.instance as usize - 1).min(script.runs.len() - 1)];
                 self.procs
                     .insert(id, (run.map(|r| self.now + ms(r)), ExitStatus::Code(code)));
+                self.started.insert(id, self.now);
                 self.feed(Input::Started(id));
             }
             Effect::Signal(id, sig) => {
@@ -122,7 +144,39 @@ impl Sim {
             Effect::Event(ev) if ev.reason == "BackOff" => {
                 self.log.push(format!("t={t} backoff {}", ev.object));
             }
-            Effect::Event(_) => {}
+            Effect::Event(ev) => {
+                if !["Created", "Started", "Completed", "Error"].contains(&ev.reason.as_str()) {
+                    self.events
+                        .push(format!("t={t} {} {}: {}", ev.reason, ev.object, ev.message));
+                }
+            }
+            Effect::RunProbe(id, kind) => {
+                self.log
+                    .push(format!("t={t} probe {kind:?} {}", self.name(id)).to_lowercase());
+                let script = &self.scripts[id.container];
+                let since = (self.now - self.started[&id]).as_millis() as u64;
+                let outcome = (script.probe)(kind, id.instance, since);
+                let at = self.now + ms(script.probe_ms);
+                self.pending.push((at, Input::Probed(id, kind, outcome)));
+            }
+            Effect::RunHook(id, hook) => {
+                self.log
+                    .push(format!("t={t} hook {hook:?} {}", self.name(id)).to_lowercase());
+                let script = &self.scripts[id.container];
+                let (takes, fails) = match hook {
+                    Hook::PostStart => script.post_start,
+                    Hook::PreStop => script.pre_stop,
+                };
+                if let Some(d) = takes {
+                    let result = if fails {
+                        Err("hook failed".into())
+                    } else {
+                        Ok(())
+                    };
+                    self.pending
+                        .push((self.now + ms(d), Input::HookDone(id, hook, result)));
+                }
+            }
             Effect::Finished(phase) => self.log.push(format!("t={t} finished {phase:?}")),
         }
     }
@@ -138,7 +192,8 @@ impl Sim {
                 .min_by_key(|e| (e.0, e.1));
             let deadline = self.pod.next_deadline();
             let stop = self.stop_at;
-            let candidates = [next_exit.map(|e| e.0), deadline, stop];
+            let next_result = self.pending.iter().map(|p| p.0).min();
+            let candidates = [next_exit.map(|e| e.0), deadline, stop, next_result];
             let Some(next) = candidates.iter().flatten().min().copied() else {
                 break;
             };
@@ -151,6 +206,10 @@ impl Sim {
                 self.log
                     .push(format!("t={} stop", next.since_origin().as_millis()));
                 self.feed(Input::Stop);
+            } else if next_result == Some(next) {
+                let i = self.pending.iter().position(|p| p.0 == next).unwrap();
+                let (_, input) = self.pending.remove(i);
+                self.feed(input);
             } else if let Some((at, id, st)) = next_exit.filter(|e| e.0 == next) {
                 let _ = at;
                 self.procs.remove(&id);
@@ -178,14 +237,7 @@ fn plan(policy: RestartPolicy, containers: &[(&str, Kind)]) -> PodPlan {
         grace: Duration::from_secs(30),
         containers: containers
             .iter()
-            .map(|(name, kind)| ContainerPlan {
-                name: name.to_string(),
-                kind: *kind,
-                restart: ContainerRestart {
-                    policy: (*kind == Kind::Sidecar).then_some(RestartPolicy::Always),
-                    rules: vec![],
-                },
-            })
+            .map(|(name, kind)| ContainerPlan::new(name, *kind))
             .collect(),
         backoff: BackoffPolicy::default(),
     }
@@ -635,6 +687,24 @@ fn random_pods_keep_the_invariants_and_always_finish() {
         let refs: Vec<(&str, Kind)> = containers.iter().map(|(n, k)| (n.as_str(), *k)).collect();
         let mut p = plan(policy, &refs);
         p.grace = ms(rng.next(5000));
+        // Probes and hooks on sidecars and main containers, some of them failing or hanging.
+        for c in p.containers.iter_mut().filter(|c| c.kind != Kind::Init) {
+            let timing = |rng: &mut Lcg| ProbePlan {
+                timing: ProbeTiming {
+                    initial_delay: ms(rng.next(3000)),
+                    period: ms(1000 + rng.next(3000)),
+                    timeout: ms(1000),
+                    success_threshold: 1,
+                    failure_threshold: 1 + rng.next(3) as u32,
+                },
+                grace: (rng.next(2) == 0).then(|| ms(rng.next(3000))),
+            };
+            c.probes.startup = (rng.next(3) == 0).then(|| timing(&mut rng));
+            c.probes.liveness = (rng.next(2) == 0).then(|| timing(&mut rng));
+            c.probes.readiness = (rng.next(2) == 0).then(|| timing(&mut rng));
+            c.post_start = rng.next(3) == 0;
+            c.pre_stop = rng.next(3) == 0;
+        }
         let scripts = containers
             .iter()
             .map(|_| {
@@ -658,6 +728,19 @@ fn random_pods_keep_the_invariants_and_always_finish() {
                         Some(rng.next(1000))
                     },
                     start_fails: if rng.next(6) == 0 { vec![1] } else { vec![] },
+                    probe: {
+                        let flaky = rng.next(3);
+                        Rc::new(move |_, _, since| {
+                            if flaky > 0 && since % (flaky * 1700) < 900 {
+                                Outcome::Failure("down".into())
+                            } else {
+                                Outcome::Success
+                            }
+                        })
+                    },
+                    probe_ms: rng.next(1500),
+                    post_start: ((rng.next(5) != 0).then(|| rng.next(2000)), rng.next(4) == 0),
+                    pre_stop: ((rng.next(5) != 0).then(|| rng.next(8000)), rng.next(4) == 0),
                 }
             })
             .collect();
@@ -738,6 +821,345 @@ fn conditions_follow_init_and_readiness() {
         [
             "ContainersReady=false PodCompleted",
             "Ready=false PodCompleted"
+        ]
+    );
+}
+
+fn probe(delay: u64, period: u64, failure: u32) -> ProbePlan {
+    ProbePlan {
+        timing: ProbeTiming {
+            initial_delay: ms(delay),
+            period: ms(period),
+            timeout: ms(1000),
+            success_threshold: 1,
+            failure_threshold: failure,
+        },
+        grace: None,
+    }
+}
+
+fn with_probe(f: impl Fn(ProbeKind, u32, u64) -> Outcome + 'static) -> Script {
+    Script {
+        probe: Rc::new(f),
+        ..forever()
+    }
+}
+
+#[test]
+fn readiness_starts_failed_and_follows_the_probe() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.containers[0].probes.readiness = Some(probe(5000, 1000, 2));
+    // Ready after 6.5 s of running, down from 10 s to 12 s.
+    let script = with_probe(|_, _, since| {
+        if (6500..20_000).contains(&since) && !(10_000..12_000).contains(&since) {
+            Outcome::Success
+        } else {
+            Outcome::Failure("HTTP probe failed with statuscode: 503".into())
+        }
+    });
+    let mut sim = Sim::new(p, vec![script]);
+    sim.run(14_500);
+    let probes: Vec<String> = sim.lines("probe");
+    assert_eq!(
+        probes[0], "t=5000 probe readiness app#1",
+        "nothing before the delay"
+    );
+    assert_eq!(probes[1], "t=6000 probe readiness app#1");
+    assert_eq!(
+        sim.events,
+        [
+            "t=5010 Unhealthy app: Readiness probe failed: HTTP probe failed with statuscode: 503",
+            "t=6010 Unhealthy app: Readiness probe failed: HTTP probe failed with statuscode: 503",
+            "t=7010 Ready app: Container app is ready",
+            "t=10010 Unhealthy app: Readiness probe failed: HTTP probe failed with statuscode: 503",
+            // failureThreshold 2: the second failure in a row publishes.
+            "t=11010 Unhealthy app: Readiness probe failed: HTTP probe failed with statuscode: 503",
+            "t=11010 NotReady app: Container app is not ready",
+            "t=12010 Ready app: Container app is ready",
+        ]
+    );
+    // Readiness never restarts anything.
+    assert_eq!(sim.lines("spawn").len(), 1);
+    let ready = sim.pod.conditions();
+    assert!(ready.iter().all(|c| c.status), "{ready:?}");
+}
+
+#[test]
+fn liveness_failure_kills_with_the_probes_grace_and_restarts() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.grace = Duration::from_secs(500);
+    let mut live = probe(0, 1000, 3);
+    live.grace = Some(Duration::from_secs(5));
+    p.containers[0].probes.liveness = Some(live);
+    // Instance 1 hangs after 2 s and ignores SIGTERM; instance 2 is healthy.
+    let mut script = with_probe(|_, instance, since| {
+        if instance == 1 && since >= 2000 {
+            Outcome::Failure("timeout".into())
+        } else {
+            Outcome::Success
+        }
+    });
+    script.on_term = None;
+    let mut sim = Sim::new(p, vec![script]);
+    sim.run(20_000);
+    // Failures at 2, 3 and 4 s: published at the third, then the worker holds.
+    assert_eq!(
+        sim.lines("app#1")
+            .iter()
+            .filter(|l| !l.contains("probe"))
+            .collect::<Vec<_>>(),
+        ["t=0 spawn app#1", "t=4010 term app#1", "t=9010 kill app#1"]
+    );
+    assert!(
+        sim.lines("probe liveness app#1")
+            .iter()
+            .all(|l| l.as_str() <= "t=4000 z"),
+        "no probe while killing: {:?}",
+        sim.lines("probe liveness app#1")
+    );
+    assert!(sim.events.contains(
+        &"t=4010 Killing app: Container app failed liveness probe, will be restarted".to_string()
+    ));
+    assert_eq!(
+        sim.lines("spawn"),
+        ["t=0 spawn app#1", "t=9010 spawn app#2"]
+    );
+    let c = &sim.pod.containers()[0];
+    assert_eq!(c.restart_count, 1);
+    assert!(matches!(
+        c.last_state,
+        Some(ContainerState::Terminated { exit_code: 137, .. })
+    ));
+
+    // Under Never the kill is final and the message says nothing of a restart.
+    let mut p = plan(RestartPolicy::Never, &[("app", Kind::Main)]);
+    p.containers[0].probes.liveness = Some(probe(0, 1000, 1));
+    let mut sim = Sim::new(p, vec![with_probe(|_, _, _| Outcome::Failure("no".into()))]);
+    sim.run(60_000);
+    assert!(sim
+        .events
+        .contains(&"t=10 Killing app: Container app failed liveness probe".to_string()));
+    assert_eq!(sim.lines("finished"), ["t=10 finished Failed"]);
+}
+
+#[test]
+fn startup_gates_liveness_and_readiness_and_its_failure_kills() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.containers[0].probes.startup = Some(probe(0, 1000, 10));
+    p.containers[0].probes.liveness = Some(probe(0, 10_000, 1));
+    p.containers[0].probes.readiness = Some(probe(0, 10_000, 1));
+    // Starts answering after 3.5 s.
+    let script = with_probe(|kind, _, since| match kind {
+        ProbeKind::Startup if since < 3500 => Outcome::Failure("refused".into()),
+        _ => Outcome::Success,
+    });
+    let mut sim = Sim::new(p.clone(), vec![script]);
+    sim.run(5_000);
+    assert_eq!(
+        sim.lines("probe"),
+        [
+            "t=0 probe startup app#1",
+            "t=1000 probe startup app#1",
+            "t=2000 probe startup app#1",
+            "t=3000 probe startup app#1",
+            "t=4000 probe startup app#1",
+            // Startup published Success at 4010: readiness and liveness at once.
+            "t=4010 probe liveness app#1",
+            "t=4010 probe readiness app#1",
+        ]
+    );
+    assert_eq!(
+        sim.events.last().unwrap(),
+        "t=4020 Ready app: Container app is ready"
+    );
+    assert!(sim.pod.containers()[0].started);
+
+    // A startup probe that never succeeds kills after failureThreshold × period.
+    let script = with_probe(|_, _, _| Outcome::Failure("refused".into()));
+    let mut sim = Sim::new(p, vec![script]);
+    sim.run(11_000);
+    assert!(sim.events.contains(
+        &"t=9010 Killing app: Container app failed startup probe, will be restarted".to_string()
+    ));
+    assert!(!sim.pod.containers()[0].started || sim.pod.containers()[0].instance == 2);
+}
+
+#[test]
+fn probe_errors_are_not_counted() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.containers[0].probes.liveness = Some(probe(0, 1000, 2));
+    let script = with_probe(|_, _, since| match since {
+        0..1000 => Outcome::Failure("one".into()),
+        1000..5000 => Outcome::Error("port not found".into()),
+        _ => Outcome::Failure("two".into()),
+    });
+    let mut sim = Sim::new(p, vec![script]);
+    sim.run(5_500);
+    assert_eq!(sim.lines("term"), ["t=5010 term app#1"]);
+    assert!(sim.events.contains(
+        &"t=1010 Unhealthy app: Liveness probe errored and resulted in unknown state: port not found"
+            .to_string()
+    ));
+}
+
+#[test]
+fn a_period_during_a_slow_attempt_is_kept_for_after_it() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.containers[0].probes.liveness = Some(probe(0, 1000, 3));
+    let mut script = with_probe(|_, _, _| Outcome::Failure("timeout".into()));
+    script.probe_ms = 3000; // a hung target: every attempt lasts its timeout of 3 s
+    let mut sim = Sim::new(p, vec![script]);
+    sim.run(9_500);
+    assert_eq!(
+        sim.lines("probe liveness app#1"),
+        [
+            "t=0 probe liveness app#1",
+            "t=3000 probe liveness app#1",
+            "t=6000 probe liveness app#1"
+        ]
+    );
+    assert_eq!(sim.lines("term"), ["t=9000 term app#1"]);
+}
+
+#[test]
+fn on_pod_stop_liveness_ends_and_readiness_goes_on() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.grace = Duration::from_secs(10);
+    p.containers[0].probes.liveness = Some(probe(0, 1000, 1));
+    p.containers[0].probes.readiness = Some(probe(0, 1000, 1));
+    let mut script = with_probe(|_, _, since| {
+        if since >= 2000 {
+            Outcome::Failure("shutting down".into())
+        } else {
+            Outcome::Success
+        }
+    });
+    script.on_term = Some(4500);
+    let mut sim = Sim::new(p, vec![script]);
+    sim.stop_at = Some(Instant::from_millis(1500));
+    sim.run(60_000);
+    let after_stop: Vec<String> = sim
+        .lines("probe")
+        .into_iter()
+        .filter(|l| l.as_str() >= "t=2")
+        .collect();
+    assert!(
+        after_stop.iter().all(|l| l.contains("readiness")),
+        "{after_stop:?}"
+    );
+    assert_eq!(after_stop.len(), 4);
+    assert!(sim
+        .events
+        .contains(&"t=2010 NotReady app: Container app is not ready".to_string()));
+    assert_eq!(
+        sim.lines("kill"),
+        Vec::<String>::new(),
+        "never probe-killed"
+    );
+}
+
+#[test]
+fn post_start_blocks_running_and_its_failure_kills() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.containers[0].post_start = true;
+    p.containers[0].pre_stop = true;
+    p.containers[0].probes.readiness = Some(probe(0, 1000, 1));
+    let mut script = forever();
+    script.post_start = (Some(2000), false);
+    let mut sim = Sim::new(p.clone(), vec![script]);
+    sim.run(1_500);
+    assert!(matches!(
+        sim.pod.containers()[0].state,
+        ContainerState::Waiting {
+            reason: WaitingReason::ContainerCreating,
+            ..
+        }
+    ));
+    assert!(
+        sim.lines("probe").is_empty(),
+        "no probe before postStart ends"
+    );
+    sim.run(3_000);
+    assert!(matches!(
+        sim.pod.containers()[0].state,
+        ContainerState::Running { started_at } if started_at == Instant::ZERO
+    ));
+    assert_eq!(sim.lines("probe")[0], "t=2000 probe readiness app#1");
+
+    // A failing postStart: event, PostStartHookError, killed through preStop, restarted.
+    let mut script = forever();
+    script.post_start = (Some(100), true);
+    script.pre_stop = (Some(300), false);
+    let mut sim = Sim::new(p, vec![script]);
+    sim.run(250);
+    assert!(matches!(
+        sim.pod.containers()[0].state,
+        ContainerState::Waiting {
+            reason: WaitingReason::PostStartHookError,
+            ..
+        }
+    ));
+    sim.run(1_000);
+    assert_eq!(
+        sim.log[..5],
+        [
+            "t=0 spawn app#1",
+            "t=0 hook poststart app#1",
+            "t=100 hook prestop app#1",
+            "t=400 term app#1",
+            "t=400 spawn app#2",
+        ]
+    );
+    assert_eq!(
+        sim.events[..2],
+        [
+            "t=100 FailedPostStartHook app: PostStartHook failed",
+            "t=100 Killing app: FailedPostStartHook",
+        ]
+    );
+}
+
+#[test]
+fn pre_stop_runs_before_sigterm_inside_the_grace() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.grace = Duration::from_secs(10);
+    p.containers[0].pre_stop = true;
+    // A failing preStop: event, then SIGTERM at once.
+    let mut script = forever();
+    script.pre_stop = (Some(1500), true);
+    script.on_term = None;
+    let mut sim = Sim::new(p.clone(), vec![script]);
+    sim.stop_at = Some(Instant::from_millis(1000));
+    sim.run(60_000);
+    assert_eq!(
+        sim.log[1..],
+        [
+            "t=1000 stop",
+            "t=1000 hook prestop app#1",
+            "t=2500 term app#1",
+            // 1 whole second came off the grace of 10 s.
+            "t=11500 kill app#1",
+            "t=11500 finished Failed",
+        ]
+    );
+    assert!(sim
+        .events
+        .contains(&"t=2500 FailedPreStopHook app: PreStopHook failed".to_string()));
+
+    // A preStop that overruns the grace is abandoned; SIGTERM still gets 2 s.
+    let mut script = forever();
+    script.pre_stop = (None, false);
+    script.on_term = None;
+    let mut sim = Sim::new(p, vec![script]);
+    sim.stop_at = Some(Instant::from_millis(1000));
+    sim.run(60_000);
+    assert_eq!(
+        sim.log[2..],
+        [
+            "t=1000 hook prestop app#1",
+            "t=11000 term app#1",
+            "t=13000 kill app#1",
+            "t=13000 finished Failed",
         ]
     );
 }

@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Probe};
+use k8s_openapi::api::core::v1::{Container, EnvVar, HTTPGetAction, LifecycleHandler, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::Manifest;
 use crate::backoff::BackoffPolicy;
-use crate::lifecycle::{ContainerPlan, Kind, PodPlan};
-use crate::probe::ProbeTiming;
+use crate::lifecycle::{ContainerPlan, Kind, PodPlan, ProbePlan, Probes};
+use crate::probe::{ProbeKind, ProbeTiming};
 use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule};
 
 /// Facts about the host that the downward API exposes.
@@ -27,12 +28,55 @@ pub struct HostFacts {
 /// The pod's IP, and the host's, as SPEC.md fixes them.
 pub const POD_IP: &str = "127.0.0.1";
 
-/// How to run one container.
+/// How to run one container, its probes and its hooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerExec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub working_dir: Option<String>,
+    pub startup: Option<Handler>,
+    pub liveness: Option<Handler>,
+    pub readiness: Option<Handler>,
+    pub post_start: Option<Handler>,
+    pub pre_stop: Option<Handler>,
+}
+
+impl ContainerExec {
+    pub fn probe(&self, kind: ProbeKind) -> Option<&Handler> {
+        match kind {
+            ProbeKind::Startup => self.startup.as_ref(),
+            ProbeKind::Liveness => self.liveness.as_ref(),
+            ProbeKind::Readiness => self.readiness.as_ref(),
+        }
+    }
+}
+
+/// A probe or hook action, resolved: named ports looked up, `$(VAR)` expanded, host defaulted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handler {
+    Exec {
+        command: Vec<String>,
+    },
+    Http {
+        /// `http` or `https`.
+        scheme: String,
+        host: String,
+        port: u16,
+        path: String,
+        headers: Vec<(String, String)>,
+    },
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    Grpc {
+        port: u16,
+        service: String,
+    },
+    Sleep(Duration),
+    /// What cannot run (a tcpSocket hook, which the API accepts and the kubelet fails at run
+    /// time; a port that does not resolve): running it is an error with this message.
+    Invalid(String),
 }
 
 /// Everything `podvisor run` needs.
@@ -128,6 +172,15 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
                 Some(RestartRule { exit_codes })
             })
             .collect();
+        let probe = |p: &Option<Probe>| {
+            p.as_ref().map(|p| ProbePlan {
+                timing: probe_timing(p),
+                grace: p
+                    .termination_grace_period_seconds
+                    .map(|s| Duration::from_secs(s.max(0) as u64)),
+            })
+        };
+        let lifecycle = c.lifecycle.as_ref();
         containers.push(ContainerPlan {
             name: c.name.clone(),
             kind,
@@ -135,6 +188,13 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
                 policy: restart_policy(c.restart_policy.as_deref()),
                 rules,
             },
+            probes: Probes {
+                startup: probe(&c.startup_probe),
+                liveness: probe(&c.liveness_probe),
+                readiness: probe(&c.readiness_probe),
+            },
+            post_start: lifecycle.is_some_and(|l| l.post_start.is_some()),
+            pre_stop: lifecycle.is_some_and(|l| l.pre_stop.is_some()),
         });
         exec.push(container_exec(c, manifest, &facts));
     }
@@ -174,11 +234,114 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
         .chain(c.args.iter().flatten())
         .map(|a| expand(a, &vars))
         .collect();
+    // Probe and hook commands see only the literal values of the container's own `env`
+    // (`ExpandContainerCommandOnlyStatic`).
+    let statics: BTreeMap<&str, &str> = c
+        .env
+        .iter()
+        .flatten()
+        .filter(|v| v.value_from.is_none())
+        .map(|v| (v.name.as_str(), v.value.as_deref().unwrap_or("")))
+        .collect();
+    let probe = |p: &Option<Probe>| {
+        p.as_ref().map(|p| {
+            if let Some(e) = &p.exec {
+                exec_handler(e.command.as_deref(), &statics)
+            } else if let Some(h) = &p.http_get {
+                http_handler(h, c)
+            } else if let Some(t) = &p.tcp_socket {
+                match resolve_port(&t.port, c) {
+                    Ok(port) => Handler::Tcp {
+                        host: t.host.clone().unwrap_or_else(|| POD_IP.to_string()),
+                        port,
+                    },
+                    Err(e) => Handler::Invalid(e),
+                }
+            } else if let Some(g) = &p.grpc {
+                Handler::Grpc {
+                    port: u16::try_from(g.port).unwrap_or(0),
+                    service: g.service.clone().unwrap_or_default(),
+                }
+            } else {
+                Handler::Invalid("probe has no handler".into())
+            }
+        })
+    };
+    let hook = |h: Option<&LifecycleHandler>| {
+        h.map(|h| {
+            if let Some(e) = &h.exec {
+                exec_handler(e.command.as_deref(), &statics)
+            } else if let Some(g) = &h.http_get {
+                http_handler(g, c)
+            } else if let Some(s) = &h.sleep {
+                Handler::Sleep(Duration::from_secs(s.seconds.max(0) as u64))
+            } else if h.tcp_socket.is_some() {
+                Handler::Invalid("tcpSocket is not supported in a lifecycle hook".into())
+            } else {
+                Handler::Invalid("hook has no handler".into())
+            }
+        })
+    };
+    let lifecycle = c.lifecycle.as_ref();
     ContainerExec {
         argv,
         env,
         working_dir: c.working_dir.clone(),
+        startup: probe(&c.startup_probe),
+        liveness: probe(&c.liveness_probe),
+        readiness: probe(&c.readiness_probe),
+        post_start: hook(lifecycle.and_then(|l| l.post_start.as_ref())),
+        pre_stop: hook(lifecycle.and_then(|l| l.pre_stop.as_ref())),
     }
+}
+
+fn exec_handler(command: Option<&[String]>, statics: &BTreeMap<&str, &str>) -> Handler {
+    Handler::Exec {
+        command: command
+            .unwrap_or_default()
+            .iter()
+            .map(|a| expand(a, statics))
+            .collect(),
+    }
+}
+
+fn http_handler(h: &HTTPGetAction, c: &Container) -> Handler {
+    let port = match resolve_port(&h.port, c) {
+        Ok(port) => port,
+        Err(e) => return Handler::Invalid(e),
+    };
+    Handler::Http {
+        scheme: h.scheme.as_deref().unwrap_or("HTTP").to_ascii_lowercase(),
+        host: h.host.clone().unwrap_or_else(|| POD_IP.to_string()),
+        port,
+        path: h.path.clone().unwrap_or_default(),
+        headers: h
+            .http_headers
+            .iter()
+            .flatten()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect(),
+    }
+}
+
+/// A port by number, or by the name of one of the container's ports (`findPortByName`, with the
+/// kubelet's last resort of a number written as a string).
+fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+    let n = match port {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(name) => c
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.container_port)
+            .or_else(|| name.parse().ok())
+            .ok_or_else(|| format!("port {name} not found"))?,
+    };
+    u16::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("invalid port number: {n}"))
 }
 
 /// The container's environment in the kubelet's order: `envFrom` sources first, then `env`

@@ -610,3 +610,162 @@ pub fn try_lock(file: &std::fs::File) -> io::Result<bool> {
         Err(e) => Err(e),
     }
 }
+
+/// Readiness flags of `Epoll::wait`.
+pub const EV_READ: u32 = libc::EPOLLIN as u32;
+pub const EV_WRITE: u32 = libc::EPOLLOUT as u32;
+
+/// An epoll instance: the run loop waits on it for signals, log pipes and probe sockets, so
+/// that a wake-up costs in proportion to what happened, not to how many descriptors there are.
+#[derive(Debug)]
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: no pointers; returns a new descriptor or -1.
+        let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: epoll_create1 returned a new descriptor that nothing else owns.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: interest,
+            u64: token,
+        };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        check(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    /// Watches `fd` for `interest` (EV_READ, EV_WRITE); hang-ups and errors always count.
+    pub fn add(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, interest)
+    }
+
+    pub fn modify(&self, fd: RawFd, token: u64, interest: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, interest)
+    }
+
+    /// Stops watching `fd` (closing it does too; this is for descriptors that stay open).
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits at most `timeout` (rounded up to the millisecond, so that a deadline 0.3 ms away
+    /// does not spin) and appends the tokens that are ready.
+    pub fn wait(&self, out: &mut Vec<u64>, timeout: Option<Duration>) -> io::Result<()> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 256];
+        let ms: libc::c_int = match timeout {
+            None => -1,
+            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+        };
+        // SAFETY: `events` is a valid array of `events.len()` entries for the kernel to fill.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.0.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as libc::c_int,
+                ms,
+            )
+        };
+        if n == -1 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        out.extend(events[..n as usize].iter().map(|e| e.u64));
+        Ok(())
+    }
+}
+
+/// Starts a non-blocking TCP connect. The stream is writable once the connect has ended;
+/// `connect_result` then tells how.
+pub fn tcp_connect_start(addr: &std::net::SocketAddr) -> io::Result<std::net::TcpStream> {
+    let (family, storage, len) = sockaddr(addr);
+    // SAFETY: no pointers; returns a new descriptor or -1.
+    let fd = check(unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: socket returned a new descriptor that nothing else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `storage` holds a sockaddr of `len` bytes for `family`.
+    let ret = unsafe { libc::connect(fd, &storage as *const _ as *const libc::sockaddr, len) };
+    if ret == -1 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(std::net::TcpStream::from(owned))
+}
+
+/// How a non-blocking connect ended (`SO_ERROR`).
+pub fn connect_result(stream: &std::net::TcpStream) -> io::Result<()> {
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `err` and `len` are valid for getsockopt to write an int.
+    check(unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            &mut err as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    if err == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(err))
+    }
+}
+
+fn sockaddr(addr: &std::net::SocketAddr) -> (libc::c_int, libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in, sin) };
+            (
+                libc::AF_INET,
+                storage,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            (
+                libc::AF_INET6,
+                storage,
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
+        }
+    }
+}

@@ -1,9 +1,10 @@
 //! The event loop of `podvisor run`: feeds inputs to the lifecycle core and carries out its
 //! effects.
 //!
-//! One thread, one `poll` over a signalfd (SIGCHLD, SIGTERM, SIGINT), the containers' log pipes
-//! and the core's next deadline: nothing wakes podvisor while nothing happens. The one reaper
-//! runs on SIGCHLD and routes each exit by pid to its container instance. Each container is a
+//! One thread, one epoll over a signalfd (SIGCHLD, SIGTERM, SIGINT), the containers' log pipes
+//! and the sockets and pipes of probes and hooks in flight, with a timeout at the next deadline
+//! (the core's, or a probe's timeout): nothing wakes podvisor while nothing happens. The one
+//! reaper runs on SIGCHLD and routes each exit by pid to its container instance or exec task. Each container is a
 //! session (process group) of its own; SIGTERM and SIGKILL go to the whole group, and when a
 //! container's main process exits, whatever it left in its group is killed, as a container
 //! runtime tears down the container's cgroup. podvisor is a child subreaper, so orphans come
@@ -20,11 +21,13 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{Effect, ExitStatus, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::lifecycle::{Effect, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::probe::Outcome as ProbeOutcome;
 use podvisor_core::spec::plan::RunPlan;
 
+use crate::probe::{Done, ExecContext, Owner, Tasks};
 use crate::process::sys::{
-    self, ChildSetup, ContainerIo, Exit, Inherited, Reaped, SigSet, SignalFd,
+    self, ChildSetup, ContainerIo, Epoll, Exit, Inherited, Reaped, SigSet, SignalFd, EV_READ,
 };
 use events::EventSink;
 use logs::LogStream;
@@ -71,6 +74,13 @@ pub fn run(plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Result<O
     sys::set_child_subreaper()?;
     std::fs::create_dir_all(state_dir.join("logs"))?;
     let _lock = lock_state_dir(&state_dir)?;
+    let epoll = Epoll::new()?;
+    epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
+    let envs = plan
+        .exec
+        .iter()
+        .map(|e| container_env(&plan.pod.name, &e.env))
+        .collect();
     let mut sup = Supervisor {
         pod: Pod::new(plan.pod.clone()),
         plan,
@@ -82,6 +92,10 @@ pub fn run(plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Result<O
         pids: HashMap::new(),
         groups: HashMap::new(),
         logs: Vec::new(),
+        free_logs: Vec::new(),
+        tasks: Tasks::default(),
+        envs,
+        epoll,
         state_dir,
         events,
         signals,
@@ -91,16 +105,36 @@ pub fn run(plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Result<O
     sup.run()
 }
 
+/// Epoll tokens: the kind in the high bits, a slot in the low ones.
+const TOKEN_SIGNALS: u64 = 0;
+const TOKEN_LOG: u64 = 1 << 32;
+const TOKEN_TASK: u64 = 2 << 32;
+const SLOT_MASK: u64 = (1 << 32) - 1;
+
+/// Who a child process is.
+#[derive(Debug, Clone, Copy)]
+enum PidOwner {
+    Container(InstanceId),
+    /// An exec probe or hook, by task slot.
+    Task(usize),
+}
+
 struct Supervisor {
     pod: Pod,
     plan: RunPlan,
     clock: RealClock,
     inherited: Inherited,
-    /// Live container processes: pid → instance.
-    pids: HashMap<i32, InstanceId>,
+    /// Live container and exec-task processes.
+    pids: HashMap<i32, PidOwner>,
     /// Process group of each live instance.
     groups: HashMap<InstanceId, i32>,
-    logs: Vec<LogStream>,
+    /// Log streams by slot (the epoll token); `None` once finished.
+    logs: Vec<Option<LogStream>>,
+    free_logs: Vec<usize>,
+    tasks: Tasks,
+    /// Each container's environment, `NAME=value`, made once.
+    envs: Vec<Vec<OsString>>,
+    epoll: Epoll,
     state_dir: PathBuf,
     events: EventSink,
     signals: SignalFd,
@@ -111,19 +145,33 @@ struct Supervisor {
 impl Supervisor {
     fn run(&mut self) -> io::Result<Outcome> {
         self.feed(Input::Admit)?;
+        let mut ready = Vec::new();
         while self.finished.is_none() {
-            let deadline = self.pod.next_deadline();
+            let core = self.pod.next_deadline();
+            let deadline = match (core, self.tasks.next_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let timeout = deadline.map(|d| d - self.clock.now());
-            let mut fds = vec![self.signals.as_raw_fd()];
-            fds.extend(self.logs.iter().map(|l| l.fd()));
-            let ready = sys::poll_readable(&fds, timeout)?;
+            ready.clear();
+            self.epoll.wait(&mut ready, timeout)?;
             // Logs first, so that a container's last lines precede its exit event.
-            for &i in ready.iter().filter(|&&i| i > 0).rev() {
-                if !self.logs[i - 1].drain()? {
-                    self.logs.remove(i - 1);
+            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_LOG) {
+                let slot = (token & SLOT_MASK) as usize;
+                if let Some(log) = self.logs.get_mut(slot).and_then(Option::as_mut) {
+                    if !log.drain()? {
+                        self.logs[slot] = None;
+                        self.free_logs.push(slot);
+                    }
                 }
             }
-            if ready.contains(&0) {
+            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_TASK) {
+                let slot = (token & SLOT_MASK) as usize;
+                if let Some(done) = self.tasks.on_ready(slot, &self.epoll, TOKEN_TASK) {
+                    self.task_done(done)?;
+                }
+            }
+            if ready.contains(&TOKEN_SIGNALS) {
                 while let Some(sig) = self.signals.read()? {
                     match sig {
                         libc::SIGCHLD => self.reap()?,
@@ -131,18 +179,45 @@ impl Supervisor {
                     }
                 }
             }
-            if deadline.is_some_and(|d| self.clock.now() >= d) {
+            let now = self.clock.now();
+            for done in self.tasks.expire(now) {
+                self.task_done(done)?;
+            }
+            if core.is_some_and(|d| now >= d) {
                 self.feed(Input::Tick)?;
             }
         }
-        // Everything has exited: take what is left in the pipes.
-        for mut log in std::mem::take(&mut self.logs) {
+        // Everything has exited: take what is left in the pipes, end what probes still run.
+        for mut log in std::mem::take(&mut self.logs).into_iter().flatten() {
             log.finish()?;
         }
+        self.reap_tasks();
         Ok(Outcome {
             phase: self.finished.unwrap_or(Phase::Failed),
             stopped: self.stopped,
         })
+    }
+
+    /// Kills the exec tasks still running and reaps them, so that nothing outlives the run.
+    fn reap_tasks(&mut self) {
+        let mut left: Vec<i32> = self.tasks.cancel_all();
+        left.retain(|pid| self.pids.contains_key(pid));
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !left.is_empty() && std::time::Instant::now() < give_up {
+            match sys::reap_one() {
+                Ok(Reaped::Exited { pid, .. }) => left.retain(|&p| p != pid),
+                Ok(Reaped::NoneReady) => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Ok(Reaped::NoChildren) | Err(_) => break,
+            }
+        }
+    }
+
+    fn task_done(&mut self, (owner, outcome): Done) -> io::Result<()> {
+        let input = match owner {
+            Owner::Probe(id, kind) => Input::Probed(id, kind, outcome),
+            Owner::Hook(id, hook) => Input::HookDone(id, hook, hook_result(outcome)),
+        };
+        self.feed(input)
     }
 
     fn stop_requested(&mut self) -> io::Result<()> {
@@ -161,9 +236,18 @@ impl Supervisor {
         loop {
             match sys::reap_one()? {
                 Reaped::Exited { pid, exit } => {
-                    let Some(id) = self.pids.remove(&pid) else {
-                        continue; // an adopted orphan
+                    let id = match self.pids.remove(&pid) {
+                        None => continue, // an adopted orphan, or a timed-out exec task
+                        Some(PidOwner::Task(slot)) => {
+                            if let Some(done) = self.tasks.on_exit(slot, pid, exit) {
+                                self.task_done(done)?;
+                            }
+                            continue;
+                        }
+                        Some(PidOwner::Container(id)) => id,
                     };
+                    // Its probes and hooks end with it, as they would in its container.
+                    self.tasks.cancel_instance(id);
                     if let Some(pgid) = self.groups.remove(&id) {
                         // What the container left in its group goes with it.
                         let _ = sys::send_signal(-pgid, libc::SIGKILL);
@@ -206,10 +290,69 @@ impl Supervisor {
                         self.events.emit(SystemTime::now(), &event, restarts);
                     }
                     Effect::Finished(phase) => self.finished = Some(phase),
+                    Effect::RunProbe(id, kind) => {
+                        let plan = &self.plan.exec[id.container];
+                        let timeout = self.plan.pod.containers[id.container]
+                            .probes
+                            .get(kind)
+                            .map(|p| p.timing.timeout);
+                        if let Some(handler) = plan.probe(kind) {
+                            let owner = Owner::Probe(id, kind);
+                            if let Some(input) = self.start_task(owner, handler.clone(), timeout) {
+                                queue.push_back(input);
+                            }
+                        }
+                    }
+                    Effect::RunHook(id, hook) => {
+                        let plan = &self.plan.exec[id.container];
+                        let handler = match hook {
+                            Hook::PostStart => plan.post_start.clone(),
+                            Hook::PreStop => plan.pre_stop.clone(),
+                        };
+                        match handler {
+                            Some(handler) => {
+                                let owner = Owner::Hook(id, hook);
+                                if let Some(input) = self.start_task(owner, handler, None) {
+                                    queue.push_back(input);
+                                }
+                            }
+                            None => queue.push_back(Input::HookDone(id, hook, Ok(()))),
+                        }
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Starts a probe attempt or hook; the input to feed when it ended at once.
+    fn start_task(
+        &mut self,
+        owner: Owner,
+        handler: podvisor_core::spec::plan::Handler,
+        timeout: Option<std::time::Duration>,
+    ) -> Option<Input> {
+        let i = owner.instance().container;
+        let ctx = ExecContext {
+            env: &self.envs[i],
+            working_dir: self.plan.exec[i].working_dir.as_ref().map(PathBuf::from),
+            inherited: &self.inherited,
+        };
+        let now = self.clock.now();
+        match self
+            .tasks
+            .start(owner, &handler, timeout, now, &ctx, &self.epoll, TOKEN_TASK)
+        {
+            Ok(Some((pid, slot))) => {
+                self.pids.insert(pid, PidOwner::Task(slot));
+                None
+            }
+            Ok(None) => None,
+            Err((owner, outcome)) => Some(match owner {
+                Owner::Probe(id, kind) => Input::Probed(id, kind, outcome),
+                Owner::Hook(id, hook) => Input::HookDone(id, hook, hook_result(outcome)),
+            }),
+        }
     }
 
     /// Starts an instance; returns the input that reports how it went.
@@ -225,7 +368,7 @@ impl Supervisor {
             stdout: out_write.as_raw_fd(),
             stderr: err_write.as_raw_fd(),
             working_dir: exec.working_dir.as_ref().map(PathBuf::from),
-            env: container_env(&self.plan.pod.name, &exec.env),
+            env: self.envs[id.container].clone(),
         };
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let result = sys::spawn(&argv, ChildSetup::Container(io), &self.inherited);
@@ -237,10 +380,10 @@ impl Supervisor {
                     .create(true)
                     .append(true)
                     .open(&log_path)?;
-                self.logs
-                    .push(LogStream::new(out_read, "stdout", file.try_clone()?));
-                self.logs.push(LogStream::new(err_read, "stderr", file));
-                self.pids.insert(pid, id);
+                let out = LogStream::new(out_read, "stdout", file.try_clone()?);
+                self.add_log(out)?;
+                self.add_log(LogStream::new(err_read, "stderr", file))?;
+                self.pids.insert(pid, PidOwner::Container(id));
                 self.groups.insert(id, pid);
                 Ok(Input::Started(id))
             }
@@ -258,6 +401,29 @@ impl Supervisor {
                 Ok(Input::StartFailed(id, msg))
             }
         }
+    }
+}
+
+impl Supervisor {
+    fn add_log(&mut self, log: LogStream) -> io::Result<()> {
+        let slot = match self.free_logs.pop() {
+            Some(s) => s,
+            None => {
+                self.logs.push(None);
+                self.logs.len() - 1
+            }
+        };
+        self.epoll.add(log.fd(), TOKEN_LOG | slot as u64, EV_READ)?;
+        self.logs[slot] = Some(log);
+        Ok(())
+    }
+}
+
+/// A hook's result from its handler's outcome: the output of a failure says why.
+fn hook_result(outcome: ProbeOutcome) -> Result<(), String> {
+    match outcome {
+        ProbeOutcome::Success | ProbeOutcome::Warning(_) => Ok(()),
+        ProbeOutcome::Failure(why) | ProbeOutcome::Error(why) => Err(why),
     }
 }
 

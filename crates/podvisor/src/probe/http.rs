@@ -1,0 +1,610 @@
+//! The httpGet probe and hook: one HTTP/1.1 GET per hop on a fresh connection, as the kubelet's
+//! prober sends it (pkg/probe/http): `User-Agent: kube-probe/<version>`, `Accept: */*`, no
+//! keep-alive, no proxy, no compression; same-host redirects followed up to 10; the body read up
+//! to 10 KiB; the whole exchange bounded by the probe's timeout (the caller's deadline).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+
+use podvisor_core::probe::Outcome;
+
+use super::go_error_text;
+use crate::process::sys;
+
+/// The Kubernetes minor version podvisor's probes claim to be (the API types it implements).
+pub const KUBE_PROBE_AGENT: &str = "kube-probe/1.37";
+
+/// At most this much of a body is read (`maxRespBodyLength`); more is not an error.
+const MAX_BODY: usize = 10 * 1024;
+/// A response head larger than this is refused.
+const MAX_HEAD: usize = 64 * 1024;
+/// Same-host redirects followed before giving up.
+const MAX_REDIRECTS: u32 = 10;
+
+/// A request target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub scheme: String,
+    pub host: String,
+    pub port: u16,
+    /// Path and query, as sent on the request line.
+    pub path: String,
+}
+
+impl Target {
+    /// The URL as Go prints it in errors (`Get "http://127.0.0.1:8080/healthz": ...`).
+    pub fn url(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("{}://{host}:{}{}", self.scheme, self.port, self.path)
+    }
+
+    fn host_port(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Where the exchange is.
+#[derive(Debug)]
+enum Phase {
+    Connecting,
+    Writing { off: usize },
+    Reading,
+}
+
+/// One probe's HTTP exchange, driven by readiness of its socket.
+#[derive(Debug)]
+pub struct HttpTask {
+    target: Target,
+    headers: Vec<(String, String)>,
+    /// The first target: redirects are judged against its host.
+    origin_host: String,
+    stream: TcpStream,
+    phase: Phase,
+    request: Vec<u8>,
+    response: Vec<u8>,
+    redirects: u32,
+}
+
+/// What a step of the exchange asks for next.
+#[derive(Debug)]
+pub enum Next {
+    /// Wait until the socket is writable (true) or readable (false).
+    Wait {
+        writable: bool,
+    },
+    /// A new connection was made (a redirect): register it anew.
+    Reconnected {
+        writable: bool,
+    },
+    Done(Outcome),
+}
+
+impl HttpTask {
+    /// Starts the request; `Err` is the outcome when it cannot even begin.
+    pub fn start(
+        scheme: &str,
+        host: &str,
+        port: u16,
+        path: &str,
+        headers: &[(String, String)],
+    ) -> Result<HttpTask, Outcome> {
+        let path = if path.is_empty() {
+            "/".to_string()
+        } else if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("/{path}")
+        };
+        let target = Target {
+            scheme: scheme.to_string(),
+            host: host.to_string(),
+            port,
+            path,
+        };
+        if target.scheme != "http" {
+            // TLS is not built in yet: say so rather than pretend.
+            return Err(Outcome::Error(format!(
+                "Get {:?}: scheme {:?} is not supported by podvisor yet",
+                target.url(),
+                target.scheme
+            )));
+        }
+        let stream = connect(&target)?;
+        let request = build_request(&target, headers);
+        Ok(HttpTask {
+            origin_host: target.host.clone(),
+            target,
+            headers: headers.to_vec(),
+            stream,
+            phase: Phase::Connecting,
+            request,
+            response: Vec::new(),
+            redirects: 0,
+        })
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// The outcome when the deadline passes first.
+    pub fn timed_out(&self) -> Outcome {
+        let during = match self.phase {
+            Phase::Reading if head_end(&self.response).is_some() => {
+                // Reading the body fails as an error in the kubelet (`ReadAtMost`).
+                return Outcome::Error(format!(
+                    "Get {:?}: context deadline exceeded (Client.Timeout or context cancellation while reading body)",
+                    self.target.url()
+                ));
+            }
+            _ => "while awaiting headers",
+        };
+        Outcome::Failure(format!(
+            "Get {:?}: context deadline exceeded (Client.Timeout exceeded {during})",
+            self.target.url()
+        ))
+    }
+
+    fn fail(&self, what: impl std::fmt::Display) -> Next {
+        Next::Done(Outcome::Failure(format!(
+            "Get {:?}: {what}",
+            self.target.url()
+        )))
+    }
+
+    /// Makes as much progress as the socket allows.
+    pub fn advance(&mut self) -> Next {
+        loop {
+            match self.phase {
+                Phase::Connecting => match sys::connect_result(&self.stream) {
+                    Ok(()) => self.phase = Phase::Writing { off: 0 },
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Next::Wait { writable: true }
+                    }
+                    Err(e) => {
+                        let dial = format!(
+                            "dial tcp {}: connect: {}",
+                            self.target.host_port(),
+                            go_error_text(&e)
+                        );
+                        return self.fail(dial);
+                    }
+                },
+                Phase::Writing { off } => match self.stream.write(&self.request[off..]) {
+                    Ok(n) if off + n == self.request.len() => self.phase = Phase::Reading,
+                    Ok(n) => self.phase = Phase::Writing { off: off + n },
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Next::Wait { writable: true }
+                    }
+                    // ENOTCONN while connecting: wait for writability.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                        return Next::Wait { writable: true }
+                    }
+                    Err(e) => return self.fail(go_error_text(&e)),
+                },
+                Phase::Reading => {
+                    let mut buf = [0u8; 4096];
+                    match self.stream.read(&mut buf) {
+                        Ok(0) => return self.judge(true),
+                        Ok(n) => {
+                            self.response.extend_from_slice(&buf[..n]);
+                            if let Some(next) = self.judge_partial() {
+                                return next;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            return Next::Wait { writable: false }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            if head_end(&self.response).is_some() {
+                                return Next::Done(Outcome::Error(go_error_text(&e)));
+                            }
+                            return self.fail(format!("read: {}", go_error_text(&e)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decides as soon as the response is complete (or its body reached the cap).
+    fn judge_partial(&mut self) -> Option<Next> {
+        if head_end(&self.response).is_none() {
+            if self.response.len() > MAX_HEAD {
+                return Some(self.fail("net/http: server response headers exceeded the limit"));
+            }
+            if !self.response.is_empty()
+                && !b"HTTP/".starts_with(&self.response[..self.response.len().min(5)])
+            {
+                return Some(self.fail(format!(
+                    "net/http: HTTP/1.x transport connection broken: malformed HTTP response {:?}",
+                    String::from_utf8_lossy(&self.response[..self.response.len().min(40)])
+                )));
+            }
+            return None;
+        }
+        match self.body_state() {
+            Ok(Body::Incomplete) => None,
+            _ => Some(self.judge(false)),
+        }
+    }
+
+    /// Judges the response as it stands; `eof`: the server closed the connection.
+    fn judge(&mut self, eof: bool) -> Next {
+        let Some(end) = head_end(&self.response) else {
+            if self.response.is_empty() {
+                return self.fail("EOF");
+            }
+            return self.fail(format!(
+                "net/http: HTTP/1.x transport connection broken: malformed HTTP response {:?}",
+                String::from_utf8_lossy(&self.response[..self.response.len().min(40)])
+            ));
+        };
+        let head = match parse_head(&self.response[..end]) {
+            Ok(h) => h,
+            Err(e) => {
+                return self.fail(format!(
+                    "net/http: HTTP/1.x transport connection broken: {e}"
+                ))
+            }
+        };
+        let body = match self.body_state() {
+            Ok(Body::Complete(b)) => b,
+            Ok(Body::Incomplete) if eof && head.content_length.is_none() && !head.chunked => {
+                self.response[end..].to_vec()
+            }
+            Ok(Body::Incomplete) => return Next::Done(Outcome::Error("unexpected EOF".into())),
+            Err(e) => return Next::Done(Outcome::Error(e)),
+        };
+        let body = String::from_utf8_lossy(&body[..body.len().min(MAX_BODY)]).into_owned();
+        if (300..400).contains(&head.status) {
+            if let Some(location) = &head.location {
+                match self.redirect(location) {
+                    Some(next) => return next,
+                    None => {
+                        return Next::Done(Outcome::Warning(format!(
+                            "Probe terminated redirects, Response body: {body}"
+                        )))
+                    }
+                }
+            }
+            return Next::Done(Outcome::Warning(format!(
+                "Probe terminated redirects, Response body: {body}"
+            )));
+        }
+        if (200..400).contains(&head.status) {
+            Next::Done(Outcome::Success)
+        } else {
+            Next::Done(Outcome::Failure(format!(
+                "HTTP probe failed with statuscode: {}",
+                head.status
+            )))
+        }
+    }
+
+    /// Follows a redirect to the same host (a new connection); `None`: not followed.
+    fn redirect(&mut self, location: &str) -> Option<Next> {
+        let next = resolve_location(&self.target, location)?;
+        if next.host != self.origin_host {
+            return None;
+        }
+        if self.redirects >= MAX_REDIRECTS {
+            return Some(Next::Done(Outcome::Failure(format!(
+                "Get {:?}: stopped after {MAX_REDIRECTS} redirects",
+                next.url()
+            ))));
+        }
+        self.redirects += 1;
+        if next.scheme != "http" {
+            return Some(Next::Done(Outcome::Error(format!(
+                "Get {:?}: scheme {:?} is not supported by podvisor yet",
+                next.url(),
+                next.scheme
+            ))));
+        }
+        match connect(&next) {
+            Ok(stream) => {
+                self.request = build_request(&next, &self.headers);
+                self.target = next;
+                self.stream = stream;
+                self.phase = Phase::Connecting;
+                self.response.clear();
+                Some(Next::Reconnected { writable: true })
+            }
+            Err(outcome) => Some(Next::Done(outcome)),
+        }
+    }
+
+    fn body_state(&self) -> Result<Body, String> {
+        let Some(end) = head_end(&self.response) else {
+            return Ok(Body::Incomplete);
+        };
+        let head = parse_head(&self.response[..end])?;
+        let body = &self.response[end..];
+        if head.status / 100 == 1 || head.status == 204 || head.status == 304 {
+            return Ok(Body::Complete(Vec::new()));
+        }
+        if head.chunked {
+            return dechunk(body);
+        }
+        match head.content_length {
+            Some(n) if body.len() >= n.min(MAX_BODY) => {
+                Ok(Body::Complete(body[..n.min(body.len())].to_vec()))
+            }
+            Some(_) => Ok(Body::Incomplete),
+            None if body.len() >= MAX_BODY => Ok(Body::Complete(body.to_vec())),
+            None => Ok(Body::Incomplete),
+        }
+    }
+}
+
+fn connect(target: &Target) -> Result<TcpStream, Outcome> {
+    let addr = resolve(&target.host, target.port)
+        .map_err(|e| Outcome::Failure(format!("Get {:?}: dial tcp: {e}", target.url())))?;
+    sys::tcp_connect_start(&addr).map_err(|e| {
+        Outcome::Failure(format!(
+            "Get {:?}: dial tcp {}: connect: {}",
+            target.url(),
+            target.host_port(),
+            go_error_text(&e)
+        ))
+    })
+}
+
+/// An IP literal at once; a name through the system resolver (blocking, as names in probes
+/// are rare and usually in /etc/hosts).
+pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("lookup {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("lookup {host}: no such host"))
+}
+
+/// The request as Go's client writes it with the prober's settings.
+pub fn build_request(target: &Target, headers: &[(String, String)]) -> Vec<u8> {
+    let mut host = target.host_port();
+    let mut agent = Some(KUBE_PROBE_AGENT.to_string());
+    let mut accept = Some("*/*".to_string());
+    let mut others = Vec::new();
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("host") {
+            host = value.clone();
+        } else if name.eq_ignore_ascii_case("user-agent") {
+            agent = Some(value.clone());
+        } else if name.eq_ignore_ascii_case("accept") {
+            // An empty Accept removes the header.
+            accept = (!value.is_empty()).then(|| value.clone());
+        } else {
+            others.push((name.as_str(), value.as_str()));
+        }
+    }
+    let mut req = format!("GET {} HTTP/1.1\r\nHost: {host}\r\n", target.path);
+    if let Some(a) = agent {
+        req.push_str(&format!("User-Agent: {a}\r\n"));
+    }
+    if let Some(a) = accept {
+        req.push_str(&format!("Accept: {a}\r\n"));
+    }
+    for (name, value) in others {
+        req.push_str(&format!("{name}: {value}\r\n"));
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    req.into_bytes()
+}
+
+/// Where a `Location` points, relative to the request it answered.
+fn resolve_location(from: &Target, location: &str) -> Option<Target> {
+    let location = location.trim();
+    if let Some((scheme, rest)) = location.split_once("://") {
+        let scheme = scheme.to_ascii_lowercase();
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        let (host, port) = split_authority(authority, default_port)?;
+        return Some(Target {
+            scheme,
+            host,
+            port,
+            path: path.to_string(),
+        });
+    }
+    let path = if location.starts_with('/') {
+        location.to_string()
+    } else {
+        let dir = from.path.rsplit_once('/').map_or("", |(d, _)| d);
+        format!("{dir}/{location}")
+    };
+    Some(Target {
+        path,
+        ..from.clone()
+    })
+}
+
+fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None => default_port,
+        };
+        return Some((host.to_string(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) => Some((h.to_string(), p.parse().ok()?)),
+        None => Some((authority.to_string(), default_port)),
+    }
+}
+
+/// A response head, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub status: u16,
+    pub location: Option<String>,
+    pub content_length: Option<usize>,
+    pub chunked: bool,
+}
+
+/// The end of the head (after the blank line), if it has arrived.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+pub fn parse_head(head: &[u8]) -> Result<Head, String> {
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or_default();
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("malformed HTTP response {status_line:?}"));
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .filter(|s| (100..1000).contains(s))
+        .ok_or_else(|| format!("malformed HTTP status code in {status_line:?}"))?;
+    let mut head = Head {
+        status,
+        location: None,
+        content_length: None,
+        chunked: false,
+    };
+    for line in lines.filter(|l| !l.is_empty()) {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(format!("malformed MIME header line: {line}"));
+        };
+        let value = value.trim();
+        match name.to_ascii_lowercase().as_str() {
+            "location" => head.location = Some(value.to_string()),
+            "content-length" => {
+                head.content_length = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("bad Content-Length {value:?}"))?,
+                )
+            }
+            "transfer-encoding" => head.chunked = value.eq_ignore_ascii_case("chunked"),
+            _ => {}
+        }
+    }
+    Ok(head)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Body {
+    Incomplete,
+    Complete(Vec<u8>),
+}
+
+/// Decodes a chunked body as far as it has arrived (or up to the cap).
+fn dechunk(mut buf: &[u8]) -> Result<Body, String> {
+    let mut out = Vec::new();
+    loop {
+        if out.len() >= MAX_BODY {
+            return Ok(Body::Complete(out));
+        }
+        let Some(line_end) = buf.windows(2).position(|w| w == b"\r\n") else {
+            return Ok(Body::Incomplete);
+        };
+        let size_text = String::from_utf8_lossy(&buf[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| "malformed chunked encoding".to_string())?;
+        buf = &buf[line_end + 2..];
+        if size == 0 {
+            return Ok(Body::Complete(out));
+        }
+        if buf.len() < size + 2 {
+            out.extend_from_slice(&buf[..buf.len().min(size)]);
+            if out.len() >= MAX_BODY {
+                return Ok(Body::Complete(out));
+            }
+            return Ok(Body::Incomplete);
+        }
+        out.extend_from_slice(&buf[..size]);
+        buf = &buf[size + 2..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(path: &str) -> Target {
+        Target {
+            scheme: "http".into(),
+            host: "127.0.0.1".into(),
+            port: 8080,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn request_as_the_prober_sends_it() {
+        let req = build_request(&target("/healthz"), &[]);
+        assert_eq!(
+            String::from_utf8(req).unwrap(),
+            "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: kube-probe/1.37\r\n\
+             Accept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let headers = [
+            ("Host".to_string(), "example.com".to_string()),
+            ("Accept".to_string(), String::new()),
+            ("X-Custom".to_string(), "a".to_string()),
+            ("X-Custom".to_string(), "b".to_string()),
+            ("User-Agent".to_string(), "mine".to_string()),
+        ];
+        let req = String::from_utf8(build_request(&target("/"), &headers)).unwrap();
+        assert_eq!(
+            req,
+            "GET / HTTP/1.1\r\nHost: example.com\r\nUser-Agent: mine\r\nX-Custom: a\r\n\
+             X-Custom: b\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn heads_and_bodies() {
+        let h =
+            parse_head(b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 3\r\n\r\n").unwrap();
+        assert_eq!(h.status, 302);
+        assert_eq!(h.location.as_deref(), Some("/x"));
+        assert_eq!(h.content_length, Some(3));
+        assert!(parse_head(b"garbage\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 abc\r\n\r\n").is_err());
+        assert_eq!(
+            dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
+            Body::Complete(b"abcde".to_vec())
+        );
+        assert_eq!(dechunk(b"3\r\nab").unwrap(), Body::Incomplete);
+        assert!(dechunk(b"zz\r\n").is_err());
+    }
+
+    #[test]
+    fn redirect_targets() {
+        let from = target("/a/b");
+        assert_eq!(resolve_location(&from, "/c").unwrap().path, "/c");
+        assert_eq!(resolve_location(&from, "c").unwrap().path, "/a/c");
+        let other = resolve_location(&from, "http://example.com:81/x").unwrap();
+        assert_eq!(
+            (other.host.as_str(), other.port, other.path.as_str()),
+            ("example.com", 81, "/x")
+        );
+        let v6 = resolve_location(&from, "http://[::1]/").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 80));
+    }
+}
