@@ -13,6 +13,13 @@
 //!   parent has no other child left, zombie or alive (exit 0), or 10 s pass (exit 1): checks
 //!   that the init above us reaps what it adopts.
 //! - `sleep SECS` — sleep, then exit 0.
+//! - `serve PORT [--log FILE] [--dir DIR] [--healthy-for SECS]` — an HTTP/1.1 server on
+//!   127.0.0.1:PORT for probe and hook tests; prints `listening PORT`. Each request is appended
+//!   to `--log` as `PATH user-agent=UA accept=ACCEPT host=HOST`. Paths: `/healthz` (200 for the
+//!   first `--healthy-for` seconds, then 500), `/status/N`, `/switch/NAME` (200 while
+//!   DIR/NAME exists, else 503), `/redirect?loc=URL` (302 to URL), `/loop` (302 to itself),
+//!   `/hang` (never answers), `/garbage` (not HTTP), `/endless` (a body that never ends),
+//!   `/truncated` (closes mid-body); anything else 200.
 
 #![no_main]
 
@@ -38,13 +45,16 @@ extern "C" fn main(
         Some("report") => report(),
         Some("zombies") => zombies(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
         Some("orphans") => orphans(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
+        Some("serve") => serve(&args[1..]),
         Some("sleep") => {
             let secs: f64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0);
             std::thread::sleep(Duration::from_secs_f64(secs));
             0
         }
         _ => {
-            eprintln!("usage: podvisor-testbin exit|die|signals|report|zombies|orphans|sleep ...");
+            eprintln!(
+                "usage: podvisor-testbin exit|die|signals|report|zombies|orphans|serve|sleep ..."
+            );
             2
         }
     };
@@ -284,4 +294,120 @@ fn count_siblings(me: u32, parent: u32) -> (usize, usize) {
         }
     }
     (z, live)
+}
+
+/// The `serve` subcommand: one thread per connection, `Connection: close` always.
+fn serve(args: &[String]) -> i32 {
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+    let port: u16 = args.first().and_then(|p| p.parse().ok()).unwrap_or(8080);
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let log = opt("--log");
+    let dir = opt("--dir");
+    let healthy_for: Option<f64> = opt("--healthy-for").and_then(|s| s.parse().ok());
+    let listener = match TcpListener::bind(("127.0.0.1", port)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("serve: {e}");
+            return 1;
+        }
+    };
+    println!("listening {port}");
+    let _ = std::io::stdout().flush();
+    let started = Instant::now();
+    let log_lock = std::sync::Arc::new(std::sync::Mutex::new(()));
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let (log, dir, log_lock) = (log.clone(), dir.clone(), log_lock.clone());
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                return; // a TCP probe: connected, closed
+            }
+            let mut headers = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.trim_end().split_once(':') {
+                    headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
+                }
+            }
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map_or("", |(_, v)| v.as_str())
+                    .to_string()
+            };
+            let path = request_line.split(' ').nth(1).unwrap_or("/").to_string();
+            if let Some(log) = &log {
+                let _guard = log_lock.lock();
+                let line = format!(
+                    "{path} user-agent={} accept={} host={}\n",
+                    header("user-agent"),
+                    header("accept"),
+                    header("host")
+                );
+                let _ = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .and_then(|mut f| f.write_all(line.as_bytes()));
+            }
+            let reply = |conn: &mut std::net::TcpStream, status: u16, extra: &str, body: &str| {
+                let _ = conn.write_all(
+                    format!(
+                        "HTTP/1.1 {status} X\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+            };
+            let (route, query) = path.split_once('?').unwrap_or((&path, ""));
+            match route {
+                "/healthz" => {
+                    let ok = healthy_for.is_none_or(|s| started.elapsed().as_secs_f64() < s);
+                    reply(&mut conn, if ok { 200 } else { 500 }, "", "ok");
+                }
+                "/loop" => reply(&mut conn, 302, "Location: /loop\r\n", ""),
+                "/redirect" => {
+                    let loc = query.strip_prefix("loc=").unwrap_or("/");
+                    reply(&mut conn, 302, &format!("Location: {loc}\r\n"), "moved");
+                }
+                "/hang" => std::thread::sleep(Duration::from_secs(3600)),
+                "/garbage" => {
+                    let _ = conn.write_all(b"garbage\r\n\r\n");
+                }
+                "/endless" => {
+                    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+                    let chunk = [b'x'; 4096];
+                    while conn.write_all(&chunk).is_ok() {}
+                }
+                "/truncated" => {
+                    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort");
+                }
+                _ => {
+                    if let Some(code) = route.strip_prefix("/status/") {
+                        reply(&mut conn, code.parse().unwrap_or(500), "", "status");
+                    } else if let Some(name) = route.strip_prefix("/switch/") {
+                        let on = dir
+                            .as_ref()
+                            .is_some_and(|d| std::path::Path::new(d).join(name).exists());
+                        reply(&mut conn, if on { 200 } else { 503 }, "", "switch");
+                    } else {
+                        reply(&mut conn, 200, "", "hello");
+                    }
+                }
+            }
+        });
+    }
+    0
 }

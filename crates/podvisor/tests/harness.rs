@@ -487,3 +487,59 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A run with its own state dir and JSON events file.
+pub struct PodRun {
+    pub dir: TempDir,
+}
+
+impl PodRun {
+    pub fn new(manifest: &str) -> PodRun {
+        let dir = TempDir::new();
+        std::fs::write(dir.file("pod.yaml"), manifest).unwrap();
+        PodRun { dir }
+    }
+
+    pub fn cmd(&self, extra: &[&str]) -> Run {
+        Run::new(podvisor())
+            .args(["run", "-q", "--state-dir"])
+            .arg(self.dir.file("state"))
+            .arg("--events")
+            .arg(self.dir.file("events.json"))
+            .args(extra)
+            .arg(self.dir.file("pod.yaml"))
+    }
+
+    /// Events as (reason, object, exitCode).
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.file("events.json"))
+            .unwrap_or_default()
+            .split_inclusive('\n')
+            // A line still being written is read next time.
+            .filter(|l| l.ends_with('\n'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn reasons(&self, object: &str) -> Vec<String> {
+        self.events()
+            .iter()
+            .filter(|e| e["object"] == object)
+            .map(|e| e["reason"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    pub fn log(&self, container: &str, instance: u32) -> String {
+        let path = self
+            .dir
+            .file("state")
+            .join("logs")
+            .join(container)
+            .join(format!("{instance}.log"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+pub fn pod(policy: &str, containers: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
+}

@@ -6,62 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-/// A run with its own state dir and JSON events file.
-struct PodRun {
-    dir: TempDir,
-}
-
-impl PodRun {
-    fn new(manifest: &str) -> PodRun {
-        let dir = TempDir::new();
-        std::fs::write(dir.file("pod.yaml"), manifest).unwrap();
-        PodRun { dir }
-    }
-
-    fn cmd(&self, extra: &[&str]) -> Run {
-        Run::new(podvisor())
-            .args(["run", "-q", "--state-dir"])
-            .arg(self.dir.file("state"))
-            .arg("--events")
-            .arg(self.dir.file("events.json"))
-            .args(extra)
-            .arg(self.dir.file("pod.yaml"))
-    }
-
-    /// Events as (reason, object, exitCode).
-    fn events(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.dir.file("events.json"))
-            .unwrap_or_default()
-            .split_inclusive('\n')
-            // A line still being written is read next time.
-            .filter(|l| l.ends_with('\n'))
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    fn reasons(&self, object: &str) -> Vec<String> {
-        self.events()
-            .iter()
-            .filter(|e| e["object"] == object)
-            .map(|e| e["reason"].as_str().unwrap().to_string())
-            .collect()
-    }
-
-    fn log(&self, container: &str, instance: u32) -> String {
-        let path = self
-            .dir
-            .file("state")
-            .join("logs")
-            .join(container)
-            .join(format!("{instance}.log"));
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
-}
-
-fn pod(policy: &str, containers: &str) -> String {
-    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
-}
-
 #[test]
 fn the_job_example_succeeds_with_logs_and_events() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pods/job.yaml");

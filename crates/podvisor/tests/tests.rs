@@ -4,7 +4,9 @@
 mod examples;
 mod explain;
 mod harness;
+mod hooks;
 mod init;
 mod personas;
+mod probes;
 mod run;
 mod validate;

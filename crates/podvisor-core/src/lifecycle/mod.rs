@@ -626,7 +626,7 @@ impl Pod {
                 EventType::Warning,
                 "Unhealthy",
                 &name,
-                format!("{what} probe errored and resulted in unknown state: {err}"),
+                format!("{what} probe errored: {err}"),
             )),
         }
         let published = slot.worker.report(outcome);
@@ -878,7 +878,8 @@ impl Pod {
                 Kind::Sidecar => {
                     let c = &self.containers[i];
                     match c.state {
-                        ContainerState::Running { .. } => continue,
+                        // Running is not enough: it must have *started* (startup probe).
+                        ContainerState::Running { .. } => {}
                         ContainerState::Terminated { .. } => self.try_restart(i, now, fx),
                         ContainerState::Waiting {
                             reason: WaitingReason::CrashLoopBackOff,

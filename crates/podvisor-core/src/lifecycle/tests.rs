@@ -996,10 +996,9 @@ fn probe_errors_are_not_counted() {
     let mut sim = Sim::new(p, vec![script]);
     sim.run(5_500);
     assert_eq!(sim.lines("term"), ["t=5010 term app#1"]);
-    assert!(sim.events.contains(
-        &"t=1010 Unhealthy app: Liveness probe errored and resulted in unknown state: port not found"
-            .to_string()
-    ));
+    assert!(sim
+        .events
+        .contains(&"t=1010 Unhealthy app: Liveness probe errored: port not found".to_string()));
 }
 
 #[test]
@@ -1161,5 +1160,27 @@ fn pre_stop_runs_before_sigterm_inside_the_grace() {
             "t=13000 kill app#1",
             "t=13000 finished Failed",
         ]
+    );
+}
+
+#[test]
+fn the_next_container_waits_for_a_sidecars_startup_probe() {
+    let mut p = plan(
+        RestartPolicy::Always,
+        &[("side", Kind::Sidecar), ("app", Kind::Main)],
+    );
+    p.containers[0].probes.startup = Some(probe(0, 1000, 30));
+    let script = with_probe(|_, _, since| {
+        if since >= 2500 {
+            Outcome::Success
+        } else {
+            Outcome::Failure("refused".into())
+        }
+    });
+    let mut sim = Sim::new(p, vec![script, forever()]);
+    sim.run(5_000);
+    assert_eq!(
+        sim.lines("spawn"),
+        ["t=0 spawn side#1", "t=3010 spawn app#1"]
     );
 }
