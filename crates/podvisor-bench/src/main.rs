@@ -12,6 +12,13 @@
 //! `podvisor-bench run`: `podvisor run` with 100 containers of `sleep`: podvisor's own CPU time
 //! while idle for 10 s (from /proc/PID/schedstat), its peak RSS, the time to stop all 100, and
 //! how late a container whose backoff has expired is restarted.
+//!
+//! `podvisor-bench probes`: 1,000 containers of `sleep`, each with a TCP liveness probe and an
+//! HTTP readiness probe at a period of 1 s against listeners in this process, for 30 s:
+//! podvisor's own CPU (its schedstat, so the probe targets and containers are not counted), its
+//! peak RSS, and how far each HTTP probe's arrival drifts from its schedule (first arrival plus
+//! whole periods); then 200 containers with exec probes (`true`) at 1 s: podvisor's own CPU,
+//! without the probe processes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,9 +36,10 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("init") => init_bench(&args[1..]),
         Some("run") => run_bench(&args[1..]),
+        Some("probes") => probes_bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: podvisor-bench init|run [--podvisor PATH] [--testbin PATH] [--quick]"
+                "usage: podvisor-bench init|run|probes [--podvisor PATH] [--testbin PATH] [--quick]"
             );
             std::process::exit(2);
         }
@@ -514,4 +522,192 @@ fn supervisord(dir: &Path, idle: Duration) -> Option<(f64, f64, f64)> {
         .status();
     let _ = child.wait();
     Some((cpu, rss, start.elapsed().as_secs_f64() * 1e3))
+}
+
+/// HTTP probe arrivals: (container index, when).
+type Arrivals = std::sync::Arc<std::sync::Mutex<Vec<(usize, Instant)>>>;
+
+/// Serves `GET /r/N` with 200 and records (N, arrival) for every request; TCP probes connect
+/// to a second listener that accepts and closes.
+fn probe_targets() -> (u16, u16, Arrivals) {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+    let http = TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ports = (
+        http.local_addr().unwrap().port(),
+        tcp.local_addr().unwrap().port(),
+    );
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let seen = arrivals.clone();
+    std::thread::spawn(move || {
+        for conn in http.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let at = Instant::now();
+            let mut buf = [0u8; 2048];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&got);
+            if let Some(n) = text
+                .strip_prefix("GET /r/")
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse().ok())
+            {
+                seen.lock().unwrap().push((n, at));
+            }
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    std::thread::spawn(move || {
+        for conn in tcp.incoming() {
+            drop(conn);
+        }
+    });
+    (ports.0, ports.1, arrivals)
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn probes_bench(args: &[String]) {
+    let here = std::env::current_exe().unwrap();
+    let podvisor = arg_value(args, "--podvisor")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let quick = args.iter().any(|a| a == "--quick");
+    let (n, window, n_exec) = if quick {
+        (200, Duration::from_secs(8), 50)
+    } else {
+        (1000, Duration::from_secs(30), 200)
+    };
+    let dir = std::env::temp_dir().join(format!("podvisor-bench-probes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (http_port, tcp_port, arrivals) = probe_targets();
+
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: probes}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - name: c{i}\n    command: [sleep, '1000']\n    livenessProbe: {{tcpSocket: {{port: {tcp_port}}}, periodSeconds: 1}}\n    readinessProbe: {{httpGet: {{path: /r/{i}, port: {http_port}}}, periodSeconds: 1}}\n"
+        ));
+    }
+    let (cpu, rss, events) = measure_pod(&podvisor, &dir, "net", &yaml, n, window);
+    let started = arrivals.lock().unwrap().clone();
+    // Drift: each container's k-th arrival against its first plus k periods.
+    let mut by: Vec<Vec<Instant>> = vec![Vec::new(); n];
+    for (i, at) in started {
+        if i < n {
+            by[i].push(at);
+        }
+    }
+    let mut drift = Vec::new();
+    for arrivals in &by {
+        let Some(&first) = arrivals.first() else {
+            continue;
+        };
+        for (k, at) in arrivals.iter().enumerate().skip(1) {
+            let due = first + Duration::from_secs(k as u64);
+            let d = if *at >= due { *at - due } else { due - *at };
+            drift.push(d.as_secs_f64() * 1e3);
+        }
+    }
+    let unhealthy = count_events(&events, "Unhealthy");
+    let ready = count_events(&events, "Ready");
+
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: execs}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
+    for i in 0..n_exec {
+        yaml.push_str(&format!(
+            "  - name: c{i}\n    command: [sleep, '1000']\n    readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}\n"
+        ));
+    }
+    let (exec_cpu, exec_rss, exec_events) =
+        measure_pod(&podvisor, &dir, "exec", &yaml, n_exec, window);
+    let exec_ready = count_events(&exec_events, "Ready");
+    let secs = window.as_secs_f64();
+    println!(
+        "podvisor run with probes ({} s windows; podvisor's own CPU from /proc/PID/schedstat)",
+        secs
+    );
+    println!("{:<58} {:>10}  target", "figure", "podvisor");
+    println!(
+        "{:<58} {:>9.2}%  <= 5 %",
+        format!("CPU, {n} containers x (TCP liveness + HTTP readiness) @1s"),
+        cpu / secs * 100.0
+    );
+    println!(
+        "{:<58} {:>7.0} KiB  <= 40 MiB",
+        "peak RSS of podvisor (same run)", rss
+    );
+    println!(
+        "{:<58} {:>8.2} ms  <= 10 ms",
+        format!("HTTP probe drift from schedule, p99 of {}", drift.len()),
+        percentile(drift.clone(), 0.99)
+    );
+    println!("{:<58} {:>8.2} ms", "  p50", percentile(drift.clone(), 0.5));
+    println!("{:<58} {:>8.2} ms", "  max", percentile(drift, 1.0));
+    println!(
+        "{:<58} {:>10}",
+        "Ready events / Unhealthy events",
+        format!("{ready} / {unhealthy}")
+    );
+    println!(
+        "{:<58} {:>9.2}%  <= 3 %",
+        format!("CPU, {n_exec} containers x exec readiness @1s"),
+        exec_cpu / secs * 100.0
+    );
+    println!(
+        "{:<58} {:>7.0} KiB",
+        "peak RSS of podvisor (exec run)", exec_rss
+    );
+    println!("{:<58} {:>10}", "Ready events (exec run)", exec_ready);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `yaml` until its `n` containers started, waits 2 s for the probes to settle, then
+/// measures podvisor's CPU seconds over `window`; returns (CPU s, peak RSS KiB, events file).
+fn measure_pod(
+    podvisor: &Path,
+    dir: &Path,
+    name: &str,
+    yaml: &str,
+    n: usize,
+    window: Duration,
+) -> (f64, f64, PathBuf) {
+    let pod = dir.join(format!("{name}.yaml"));
+    std::fs::write(&pod, yaml).unwrap();
+    let events = dir.join(format!("{name}-events.json"));
+    let mut child = Command::new(podvisor)
+        .args(["run", "-q", "--state-dir"])
+        .arg(dir.join(format!("{name}-state")))
+        .arg("--events")
+        .arg(&events)
+        .arg(&pod)
+        .spawn()
+        .expect("podvisor run");
+    let pid = child.id();
+    wait_for("started containers", Duration::from_secs(120), || {
+        count_events(&events, "Started") >= n
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let before = cpu_ns(pid);
+    std::thread::sleep(window);
+    let cpu = (cpu_ns(pid) - before) as f64 / 1e9;
+    let rss = vm_hwm_kb(pid).unwrap_or(f64::NAN);
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "podvisor run exited {status}");
+    (cpu, rss, events)
 }

@@ -95,6 +95,7 @@ pub struct Worker {
     /// For liveness and readiness: whether startup has succeeded (or there is no startup
     /// probe).
     started: bool,
+    started_at: Instant,
 }
 
 impl Worker {
@@ -115,6 +116,7 @@ impl Worker {
             on_hold: false,
             next_run: started_at + timing.initial_delay,
             started: !(gated && kind != ProbeKind::Startup),
+            started_at,
         }
     }
 
@@ -127,6 +129,13 @@ impl Worker {
         (!self.on_hold && self.started).then_some(self.next_run)
     }
 
+    /// Delays the first attempt to at least `jitter` after the start (probe spreading).
+    pub fn delay_first(&mut self, jitter: Duration) {
+        if self.last.is_none() {
+            self.next_run = self.next_run.max(self.started_at + jitter);
+        }
+    }
+
     /// The startup probe succeeded: liveness and readiness begin; readiness runs at once.
     pub fn startup_succeeded(&mut self, now: Instant) {
         if self.started {
@@ -134,7 +143,9 @@ impl Worker {
         }
         self.started = true;
         self.next_run = match self.kind {
-            ProbeKind::Readiness => now.max(self.next_run),
+            // At once (not waiting out a first-probe jitter), but never before the initial
+            // delay.
+            ProbeKind::Readiness => now.max(self.started_at + self.timing.initial_delay),
             _ => self.next_run.max(now),
         };
     }

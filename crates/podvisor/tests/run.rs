@@ -336,6 +336,10 @@ fn the_web_example_serves_and_stops() {
         s.read_to_string(&mut response).is_ok() && !response.is_empty()
     });
     assert!(response.starts_with("HTTP/1.0 200"), "{response}");
+    // Its readiness probe (httpGet on the named port) makes it Ready.
+    wait_until("app Ready", || {
+        r.reasons("app").contains(&"Ready".to_string())
+    });
     p.signal("TERM");
     assert_eq!(p.wait().code(), Some(0));
     p.assert_no_leftovers();

@@ -19,6 +19,8 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use crate::backoff::{Backoff, BackoffPolicy, Decision};
@@ -110,6 +112,11 @@ pub struct PodPlan {
     pub grace: Duration,
     pub containers: Vec<ContainerPlan>,
     pub backoff: BackoffPolicy,
+    /// Spreads first probes: a container started less than one probe period after the clock's
+    /// origin (podvisor's own start) has its first probe delayed by a pseudo-random fraction of
+    /// the period derived from this seed, as the kubelet does right after it starts, so that a
+    /// pod of many containers does not probe them all at the same instant. `None`: no jitter.
+    pub probe_jitter_seed: Option<u64>,
 }
 
 /// Identifies one run of one container: inputs about an older instance are stale and ignored.
@@ -277,6 +284,12 @@ pub struct Pod {
     admitted: bool,
     stopping: Option<Stopping>,
     finished: bool,
+    /// When probes fall due: (time, container, instance, kind), checked against the worker
+    /// when popped (entries of replaced instances or rescheduled workers are dropped then).
+    probe_due: BinaryHeap<Reverse<(Instant, usize, u32, ProbeKind)>>,
+    /// The earliest backoff end or kill step, computed after each full step; `None` inside:
+    /// nothing.
+    slow_deadline: Option<Option<Instant>>,
 }
 
 impl Pod {
@@ -318,6 +331,8 @@ impl Pod {
             admitted: false,
             stopping: None,
             finished: false,
+            probe_due: BinaryHeap::new(),
+            slow_deadline: None,
         }
     }
 
@@ -340,7 +355,43 @@ impl Pod {
 
     /// The earliest time at which a `Tick` can change something: a backoff ending, a probe
     /// falling due, a preStop to abandon or a SIGKILL falling due.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(&Reverse(entry)) = self.probe_due.peek() {
+            if self.probe_entry_live(entry) {
+                break;
+            }
+            self.probe_due.pop();
+        }
+        let probe = self.probe_due.peek().map(|Reverse(e)| e.0);
+        let slow = match self.slow_deadline {
+            Some(d) => d,
+            None => {
+                let d = self.compute_slow_deadline();
+                self.slow_deadline = Some(d);
+                d
+            }
+        };
+        match (probe, slow) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether a `probe_due` entry still stands for a worker's next run.
+    fn probe_entry_live(&self, (at, i, instance, kind): (Instant, usize, u32, ProbeKind)) -> bool {
+        let c = &self.containers[i];
+        if c.instance != instance || !c.live {
+            return false;
+        }
+        if self.stopping.is_some() && kind != ProbeKind::Readiness {
+            return false;
+        }
+        c.probes
+            .iter()
+            .any(|s| s.worker.kind == kind && s.worker.next_run() == Some(at))
+    }
+
+    fn compute_slow_deadline(&self) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut consider = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
         let stopping = self.stopping.is_some();
@@ -348,16 +399,6 @@ impl Pod {
             if let Some(k) = &c.kill {
                 if c.live && !k.kill_sent {
                     consider(k.kill_at().unwrap_or_else(|| k.grace_end()));
-                }
-            }
-            if c.live {
-                for slot in &c.probes {
-                    if stopping && slot.worker.kind != ProbeKind::Readiness {
-                        continue;
-                    }
-                    if let Some(t) = slot.worker.next_run() {
-                        consider(t);
-                    }
                 }
             }
             if stopping {
@@ -412,7 +453,12 @@ impl Pod {
                 }
             }
             Input::HookDone(id, hook, result) => self.hook_done(now, id, hook, result, &mut fx),
-            Input::Probed(id, kind, outcome) => self.probed(now, id, kind, outcome, &mut fx),
+            Input::Probed(id, kind, outcome) => {
+                // Most attempts change nothing published: then nothing else needs a look.
+                if !self.probed(now, id, kind, outcome, &mut fx) {
+                    return fx;
+                }
+            }
             Input::StartFailed(id, message) => {
                 if let Some(c) = self.current(id) {
                     c.spawning = false;
@@ -472,15 +518,22 @@ impl Pod {
                     }));
                 }
             }
-            Input::Tick => {}
+            Input::Tick => {
+                self.run_due_probes(now, &mut fx);
+                let slow_due = matches!(self.slow_deadline, Some(Some(d)) if d <= now)
+                    || self.slow_deadline.is_none();
+                if !slow_due {
+                    return fx;
+                }
+            }
             Input::Stop => {
                 if self.stopping.is_none() {
                     self.begin_stop(now, true);
                 }
             }
         }
+        self.slow_deadline = None;
         if self.admitted {
-            self.schedule_probes(now, &mut fx);
             // Readiness flips caused by the input come before what reconciling does about it.
             self.update_started();
             self.update_ready(&mut fx);
@@ -500,8 +553,10 @@ impl Pod {
     fn become_running(&mut self, i: usize) {
         let probes = self.plan.containers[i].probes;
         let gated = probes.startup.is_some();
+        let seed = self.plan.probe_jitter_seed;
         let c = &mut self.containers[i];
         let started_at = c.process_started_at;
+        let instance = c.instance;
         c.state = ContainerState::Running { started_at };
         c.probes = [
             ProbeKind::Startup,
@@ -511,13 +566,25 @@ impl Pod {
         .into_iter()
         .filter_map(|kind| {
             let p = probes.get(kind)?;
+            let mut worker = Worker::new(kind, p.timing, started_at, gated);
+            if let Some(seed) = seed {
+                if started_at.since_origin() < p.timing.period {
+                    worker.delay_first(jitter(seed, i, kind, p.timing.period));
+                }
+            }
             Some(ProbeSlot {
-                worker: Worker::new(kind, p.timing, started_at, gated),
+                worker,
                 in_flight: false,
                 tick_kept: false,
             })
         })
         .collect();
+        for s in &c.probes {
+            if let Some(at) = s.worker.next_run() {
+                self.probe_due
+                    .push(Reverse((at, i, instance, s.worker.kind)));
+            }
+        }
     }
 
     fn hook_done(
@@ -581,6 +648,7 @@ impl Pod {
         }
     }
 
+    /// Records an attempt; `true` when a published result changed (a full step must follow).
     fn probed(
         &mut self,
         now: Instant,
@@ -588,44 +656,48 @@ impl Pod {
         kind: ProbeKind,
         outcome: Outcome,
         fx: &mut Vec<Effect>,
-    ) {
+    ) -> bool {
         let stopping = self.stopping.is_some();
         let plan = &self.plan.containers[id.container];
         let probe_grace = plan.probes.get(kind).and_then(|p| p.grace);
         let restartable = should_restart(self.plan.restart_policy, &plan.restart, 1, false);
         let pod_grace = self.plan.grace;
-        let Some(c) = self.current(id) else {
-            return;
+        let Some(c) = self
+            .containers
+            .get_mut(id.container)
+            .filter(|c| c.instance == id.instance)
+        else {
+            return false;
         };
-        let name = c.name.clone();
         let Some(slot) = c.probes.iter_mut().find(|s| s.worker.kind == kind) else {
-            return;
+            return false;
         };
         slot.in_flight = false;
         // On pod termination liveness and startup end (a terminating container is never
         // probe-killed); readiness goes on.
         if (stopping && kind != ProbeKind::Readiness) || slot.worker.next_run().is_none() {
-            return;
+            return false;
         }
+        let name = &c.name;
         let what = kind.as_str();
         match &outcome {
             Outcome::Success => {}
             Outcome::Failure(out) => fx.push(event(
                 EventType::Warning,
                 "Unhealthy",
-                &name,
+                name,
                 format!("{what} probe failed: {out}"),
             )),
             Outcome::Warning(out) => fx.push(event(
                 EventType::Warning,
                 "ProbeWarning",
-                &name,
+                name,
                 format!("{what} probe warning: {out}"),
             )),
             Outcome::Error(err) => fx.push(event(
                 EventType::Warning,
                 "Unhealthy",
-                &name,
+                name,
                 format!("{what} probe errored: {err}"),
             )),
         }
@@ -635,12 +707,21 @@ impl Pod {
             fx.push(Effect::RunProbe(id, kind));
         }
         let Some(published) = published else {
-            return;
+            return false;
         };
+        let name = name.clone();
         match (kind, published.result) {
             (ProbeKind::Startup, ProbeResult::Success) => {
                 for s in &mut c.probes {
                     s.worker.startup_succeeded(now);
+                    if let Some(at) = s.worker.next_run() {
+                        self.probe_due.push(Reverse((
+                            at,
+                            id.container,
+                            id.instance,
+                            s.worker.kind,
+                        )));
+                    }
                 }
             }
             (ProbeKind::Startup | ProbeKind::Liveness, ProbeResult::Failure) => {
@@ -653,31 +734,41 @@ impl Pod {
             }
             _ => {}
         }
+        true
     }
 
     /// Asks for the probe attempts that are due.
-    fn schedule_probes(&mut self, now: Instant, fx: &mut Vec<Effect>) {
-        let stopping = self.stopping.is_some();
-        for (i, c) in self.containers.iter_mut().enumerate() {
-            if !c.live {
+    fn run_due_probes(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        while let Some(&Reverse(entry)) = self.probe_due.peek() {
+            if entry.0 > now {
+                break;
+            }
+            self.probe_due.pop();
+            if !self.probe_entry_live(entry) {
                 continue;
             }
-            for slot in &mut c.probes {
-                if stopping && slot.worker.kind != ProbeKind::Readiness {
-                    continue;
-                }
-                if slot.worker.due(now) {
-                    if slot.in_flight {
-                        slot.tick_kept = true;
-                    } else {
-                        slot.in_flight = true;
-                        let id = InstanceId {
-                            container: i,
-                            instance: c.instance,
-                        };
-                        fx.push(Effect::RunProbe(id, slot.worker.kind));
-                    }
-                }
+            let (_, i, instance, kind) = entry;
+            let c = &mut self.containers[i];
+            let Some(slot) = c.probes.iter_mut().find(|s| s.worker.kind == kind) else {
+                continue;
+            };
+            if !slot.worker.due(now) {
+                continue;
+            }
+            if let Some(next) = slot.worker.next_run() {
+                self.probe_due.push(Reverse((next, i, instance, kind)));
+            }
+            if slot.in_flight {
+                slot.tick_kept = true;
+            } else {
+                slot.in_flight = true;
+                fx.push(Effect::RunProbe(
+                    InstanceId {
+                        container: i,
+                        instance,
+                    },
+                    kind,
+                ));
             }
         }
     }
@@ -1252,4 +1343,16 @@ fn event(kind: EventType, reason: &str, object: &str, message: String) -> Effect
         message,
         exit_code: None,
     })
+}
+
+/// A pseudo-random fraction of `period` for the first probe of container `i`'s `kind` probe
+/// (SplitMix64 of the seed and the probe's identity).
+fn jitter(seed: u64, i: usize, kind: ProbeKind, period: Duration) -> Duration {
+    let mut z = seed ^ ((i as u64) << 8) ^ (kind as u64);
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let fraction = (z >> 11) as f64 / (1u64 << 53) as f64;
+    period.mul_f64(fraction)
 }

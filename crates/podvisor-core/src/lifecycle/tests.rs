@@ -240,6 +240,7 @@ fn plan(policy: RestartPolicy, containers: &[(&str, Kind)]) -> PodPlan {
             .map(|(name, kind)| ContainerPlan::new(name, *kind))
             .collect(),
         backoff: BackoffPolicy::default(),
+        probe_jitter_seed: None,
     }
 }
 
@@ -1182,5 +1183,41 @@ fn the_next_container_waits_for_a_sidecars_startup_probe() {
     assert_eq!(
         sim.lines("spawn"),
         ["t=0 spawn side#1", "t=3010 spawn app#1"]
+    );
+}
+
+#[test]
+fn first_probes_spread_over_a_period_only_right_after_podvisor_starts() {
+    let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+    let kinds: Vec<(&str, Kind)> = names.iter().map(|n| (n.as_str(), Kind::Main)).collect();
+    let mut p = plan(RestartPolicy::Always, &kinds);
+    p.probe_jitter_seed = Some(42);
+    for c in &mut p.containers {
+        c.probes.readiness = Some(probe(0, 1000, 3));
+    }
+    let scripts = vec![runs(&[(Some(1500), 1), (None, 0)]); 20];
+    let mut sim = Sim::new(p, scripts);
+    sim.run(1_499);
+    let first: Vec<u64> = sim
+        .lines("probe readiness")
+        .iter()
+        .map(|l| l[2..l.find(' ').unwrap()].parse().unwrap())
+        .collect();
+    assert_eq!(
+        first.len(),
+        20 + first.iter().filter(|&&t| t >= 1000).count()
+    );
+    assert!(first.iter().all(|&t| t < 1500));
+    let distinct: std::collections::BTreeSet<u64> = first.iter().map(|t| t / 100).collect();
+    assert!(distinct.len() >= 5, "spread over the period: {first:?}");
+    // The second instances start at 1.5 s, more than a period after podvisor started: no
+    // jitter, probed at once.
+    sim.run(1_600);
+    assert_eq!(
+        sim.lines("probe readiness")
+            .iter()
+            .filter(|l| l.starts_with("t=1500 ") && l.ends_with("#2"))
+            .count(),
+        20
     );
 }

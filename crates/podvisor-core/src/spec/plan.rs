@@ -210,6 +210,8 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             grace,
             containers,
             backoff,
+            // The shell seeds it (podvisor run); a plan alone is deterministic.
+            probe_jitter_seed: None,
         },
         exec,
     }

@@ -15,7 +15,7 @@ use podvisor_core::spec::plan::POD_IP;
 
 use super::go_error_text;
 use super::http::KUBE_PROBE_AGENT;
-use crate::process::sys;
+use crate::process::sys::{self, ConnectState};
 
 const PATH: &str = "/grpc.health.v1.Health/Check";
 
@@ -91,12 +91,10 @@ impl GrpcTask {
 
     pub fn advance(&mut self) -> Next {
         if let Phase::Connecting = self.phase {
-            match sys::connect_result(&self.stream) {
-                Ok(()) => self.phase = Phase::Exchanging,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Next::Wait { writable: true }
-                }
-                Err(e) => {
+            match sys::connect_state(&self.stream) {
+                ConnectState::Connected => self.phase = Phase::Exchanging,
+                ConnectState::Connecting => return Next::Wait { writable: true },
+                ConnectState::Failed(e) => {
                     return Next::Done(Outcome::Failure(format!(
                         "failed to connect service {:?}: {}",
                         self.addr,

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use podvisor_core::probe::Outcome;
 
 use super::go_error_text;
-use crate::process::sys;
+use crate::process::sys::{self, ConnectState};
 
 /// The Kubernetes minor version podvisor's probes claim to be (the API types it implements).
 pub const KUBE_PROBE_AGENT: &str = "kube-probe/1.37";
@@ -164,12 +164,10 @@ impl HttpTask {
     pub fn advance(&mut self) -> Next {
         loop {
             match self.phase {
-                Phase::Connecting => match sys::connect_result(&self.stream) {
-                    Ok(()) => self.phase = Phase::Writing { off: 0 },
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        return Next::Wait { writable: true }
-                    }
-                    Err(e) => {
+                Phase::Connecting => match sys::connect_state(&self.stream) {
+                    ConnectState::Connected => self.phase = Phase::Writing { off: 0 },
+                    ConnectState::Connecting => return Next::Wait { writable: true },
+                    ConnectState::Failed(e) => {
                         let dial = format!(
                             "dial tcp {}: connect: {}",
                             self.target.host_port(),
@@ -179,7 +177,11 @@ impl HttpTask {
                     }
                 },
                 Phase::Writing { off } => match self.stream.write(&self.request[off..]) {
-                    Ok(n) if off + n == self.request.len() => self.phase = Phase::Reading,
+                    // The answer cannot be there yet: wait for it rather than try a read.
+                    Ok(n) if off + n == self.request.len() => {
+                        self.phase = Phase::Reading;
+                        return Next::Wait { writable: false };
+                    }
                     Ok(n) => self.phase = Phase::Writing { off: off + n },
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         return Next::Wait { writable: true }

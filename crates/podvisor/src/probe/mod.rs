@@ -131,15 +131,43 @@ impl Tasks {
             }
             Handler::Invalid(why) => return Err((owner, Outcome::Error(why.clone()))),
         };
+        // A loopback connect often completes at once: go as far as possible before waiting.
+        let mut work = work;
+        let interest = |writable: bool| if writable { EV_WRITE } else { EV_READ };
+        let first = match &mut work {
+            Work::Exec(_) => Ok(EV_READ),
+            Work::Http(h) => match h.advance() {
+                http::Next::Wait { writable } | http::Next::Reconnected { writable } => {
+                    Ok(interest(writable))
+                }
+                http::Next::Done(o) => Err(o),
+            },
+            Work::Tcp(t) => match t.state() {
+                Some(o) => Err(o),
+                None => Ok(EV_WRITE),
+            },
+            Work::Grpc(g) => match g.advance() {
+                grpc::Next::Wait { writable } => Ok(interest(writable)),
+                grpc::Next::Done(o) => Err(o),
+            },
+            Work::Sleep => Ok(0),
+        };
+        let first = match first {
+            Ok(i) => i,
+            Err(outcome) => {
+                work.cancel();
+                return Err((owner, outcome));
+            }
+        };
         let deadline = timeout.map(|t| now + t);
         let slot = self.insert(owner, work, deadline);
         let task = self.slots[slot].as_ref().expect("just inserted");
         let token = token_base | slot as u64;
         let registered = match &task.work {
-            Work::Exec(e) => epoll.add(e.output.as_raw_fd(), token, EV_READ),
-            Work::Http(h) => epoll.add(h.stream().as_raw_fd(), token, EV_WRITE),
-            Work::Tcp(t) => epoll.add(t.stream.as_raw_fd(), token, EV_WRITE),
-            Work::Grpc(g) => epoll.add(g.stream().as_raw_fd(), token, EV_WRITE),
+            Work::Exec(e) => epoll.add(e.output.as_raw_fd(), token, first),
+            Work::Http(h) => epoll.add(h.stream().as_raw_fd(), token, first),
+            Work::Tcp(t) => epoll.add(t.stream.as_raw_fd(), token, first),
+            Work::Grpc(g) => epoll.add(g.stream().as_raw_fd(), token, first),
             Work::Sleep => Ok(()),
         };
         if let Err(e) = registered {
@@ -250,7 +278,7 @@ impl Tasks {
                 }
                 http::Next::Done(o) => Some(o),
             },
-            Work::Tcp(t) => Some(t.finish()),
+            Work::Tcp(t) => t.state(),
             Work::Grpc(g) => match g.advance() {
                 grpc::Next::Wait { writable } => {
                     let interest = if writable { EV_WRITE } else { EV_READ };
@@ -418,14 +446,16 @@ impl TcpTask {
         Ok(TcpTask { stream, addr })
     }
 
-    fn finish(&self) -> Outcome {
-        match sys::connect_result(&self.stream) {
-            Ok(()) => Outcome::Success,
-            Err(e) => Outcome::Failure(format!(
+    /// The outcome once the connect has ended; `None` while it is still under way.
+    fn state(&self) -> Option<Outcome> {
+        match sys::connect_state(&self.stream) {
+            sys::ConnectState::Connecting => None,
+            sys::ConnectState::Connected => Some(Outcome::Success),
+            sys::ConnectState::Failed(e) => Some(Outcome::Failure(format!(
                 "dial tcp {}: connect: {}",
                 self.addr,
                 go_error_text(&e)
-            )),
+            ))),
         }
     }
 }

@@ -683,7 +683,7 @@ impl Epoll {
 }
 
 /// Starts a non-blocking TCP connect. The stream is writable once the connect has ended;
-/// `connect_result` then tells how.
+/// `connect_state` then tells how.
 pub fn tcp_connect_start(addr: &std::net::SocketAddr) -> io::Result<std::net::TcpStream> {
     let (family, storage, len) = sockaddr(addr);
     // SAFETY: no pointers; returns a new descriptor or -1.
@@ -707,12 +707,22 @@ pub fn tcp_connect_start(addr: &std::net::SocketAddr) -> io::Result<std::net::Tc
     Ok(std::net::TcpStream::from(owned))
 }
 
-/// How a non-blocking connect ended (`SO_ERROR`).
-pub fn connect_result(stream: &std::net::TcpStream) -> io::Result<()> {
+/// Where a non-blocking connect stands.
+#[derive(Debug)]
+pub enum ConnectState {
+    Connecting,
+    Connected,
+    Failed(io::Error),
+}
+
+/// Checks a non-blocking connect without waiting: a pending error (`SO_ERROR`) means it
+/// failed, a peer (`getpeername`) that it is done. On loopback the handshake often completes
+/// within `connect` itself, and this saves a trip through epoll.
+pub fn connect_state(stream: &std::net::TcpStream) -> ConnectState {
     let mut err: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `err` and `len` are valid for getsockopt to write an int.
-    check(unsafe {
+    let ret = unsafe {
         libc::getsockopt(
             stream.as_raw_fd(),
             libc::SOL_SOCKET,
@@ -720,11 +730,17 @@ pub fn connect_result(stream: &std::net::TcpStream) -> io::Result<()> {
             &mut err as *mut _ as *mut libc::c_void,
             &mut len,
         )
-    })?;
-    if err == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(err))
+    };
+    if ret == -1 {
+        return ConnectState::Failed(io::Error::last_os_error());
+    }
+    if err != 0 {
+        return ConnectState::Failed(io::Error::from_raw_os_error(err));
+    }
+    match stream.peer_addr() {
+        Ok(_) => ConnectState::Connected,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => ConnectState::Connecting,
+        Err(e) => ConnectState::Failed(e),
     }
 }
 
@@ -768,4 +784,21 @@ fn sockaddr(addr: &std::net::SocketAddr) -> (libc::c_int, libc::sockaddr_storage
             )
         }
     }
+}
+
+/// Raises the soft limit on open files to the hard limit: every container takes two pipes and
+/// every probe in flight a socket or pipe, so a large pod needs more than the usual 1024.
+pub fn raise_open_files_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through the pointer.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads one rlimit through the pointer.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    }
+    Ok(lim.rlim_cur)
 }

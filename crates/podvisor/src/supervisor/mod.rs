@@ -63,7 +63,14 @@ pub struct Outcome {
 }
 
 /// Runs the pod until it finishes or is stopped.
-pub fn run(plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Result<Outcome> {
+pub fn run(mut plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Result<Outcome> {
+    // First probes of the containers started now spread over their period (see PodPlan).
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    plan.pod.probe_jitter_seed = Some(nanos ^ u64::from(std::process::id()).rotate_left(32));
+    let _ = sys::raise_open_files_limit();
     let mut set = SigSet::empty();
     for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
         set.add(sig);
