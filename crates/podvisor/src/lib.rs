@@ -2,6 +2,8 @@
 //! systems do. This library holds the binary's modules so that they can be tested in place; the
 //! binary (`main.rs`) only dispatches.
 
+#[cfg(feature = "full")]
+pub mod api;
 pub mod cli;
 pub mod init;
 #[cfg(feature = "full")]

@@ -1,6 +1,7 @@
 //! Integration tests of the `podvisor` binary: one test binary, modules per face (ripgrep's
 //! layout), on the small harness in `harness.rs`.
 
+mod api;
 mod examples;
 mod explain;
 mod harness;

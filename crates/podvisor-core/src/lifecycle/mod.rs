@@ -161,6 +161,12 @@ pub enum Input {
     Tick,
     /// Stop the pod gracefully (SIGTERM to podvisor, `podvisor stop`).
     Stop,
+    /// `podvisor restart CONTAINER`: stop that container gracefully (if it runs) and start it
+    /// again at once, whatever its policy; its restartCount grows, its backoff is untouched.
+    RestartContainer(usize),
+    /// `podvisor restart`: stop every container gracefully, then start the pod again from its
+    /// init containers (a whole-pod restart, event `PodRestarting`).
+    RestartPod,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +204,9 @@ pub enum Effect {
     Event(Event),
     /// The pod reached a terminal phase and nothing runs any more.
     Finished(Phase),
+    /// A whole-pod restart has stopped everything: the shell wipes the emptyDir volumes before
+    /// the init containers run again.
+    WipeVolumes,
 }
 
 /// One container's status and bookkeeping.
@@ -228,6 +237,10 @@ pub struct ContainerStatus {
     probes: Vec<ProbeSlot>,
     /// The current instance is being killed.
     kill: Option<Kill>,
+    /// To be started as a first run (pod start, or after a whole-pod restart).
+    fresh: bool,
+    /// `RestartContainer` asked for a start as soon as it is down.
+    restart_now: bool,
 }
 
 /// One probe worker and whether an attempt is out.
@@ -273,6 +286,8 @@ struct Stopping {
     began: Instant,
     /// `Stop` was requested (as opposed to the pod having finished by itself).
     requested: bool,
+    /// A whole-pod restart: once everything is down, start again.
+    restart: bool,
 }
 
 /// The pod state machine.
@@ -322,6 +337,8 @@ impl Pod {
                 backoff: Backoff::default(),
                 probes: Vec::new(),
                 kill: None,
+                fresh: true,
+                restart_now: false,
             })
             .collect();
         Pod {
@@ -526,9 +543,35 @@ impl Pod {
                     return fx;
                 }
             }
-            Input::Stop => {
-                if self.stopping.is_none() {
+            Input::Stop => match &mut self.stopping {
+                None => self.begin_stop(now, true),
+                // A stop during a whole-pod restart ends it there.
+                Some(s) => {
+                    s.restart = false;
+                    s.requested = true;
+                }
+            },
+            Input::RestartContainer(i) => {
+                if self.stopping.is_none() && i < self.containers.len() {
+                    let c = &mut self.containers[i];
+                    c.restart_now = true;
+                    let message = format!("Stopping container {} to restart it", c.name);
+                    let grace = self.plan.grace;
+                    self.begin_kill(i, now, grace, message, false, &mut fx);
+                }
+            }
+            Input::RestartPod => {
+                if self.stopping.is_none() && !self.phase.is_terminal() {
+                    fx.push(event(
+                        EventType::Normal,
+                        "PodRestarting",
+                        "pod",
+                        "Restarting the pod: every container stops, emptyDir volumes are wiped, init containers run again".into(),
+                    ));
                     self.begin_stop(now, true);
+                    if let Some(s) = &mut self.stopping {
+                        s.restart = true;
+                    }
                 }
             }
         }
@@ -830,6 +873,7 @@ impl Pod {
         self.stopping = Some(Stopping {
             began: now,
             requested,
+            restart: false,
         });
         // A container waiting to restart will not: its last exit becomes its state again.
         for c in &mut self.containers {
@@ -932,6 +976,18 @@ impl Pod {
             self.reconcile_stop(now, fx);
             return;
         }
+        // Restarts asked for by `podvisor restart CONTAINER`, once the container is down.
+        for i in 0..self.containers.len() {
+            let c = &mut self.containers[i];
+            if c.restart_now && !c.live && !c.spawning {
+                c.restart_now = false;
+                if let ContainerState::Terminated { .. } = c.state {
+                    c.last_state = Some(c.state.clone());
+                }
+                c.restart_count += 1;
+                self.spawn(i, fx);
+            }
+        }
         // Init containers and sidecars, in order: each regular init container must complete,
         // each sidecar must be running, before the next one starts (KUBELET.md §3.6, §4.3).
         let mut init_done = true;
@@ -952,9 +1008,7 @@ impl Pod {
                             }
                             self.try_restart(i, now, fx);
                         }
-                        ContainerState::Waiting { .. }
-                            if !c.spawning && c.last_state.is_none() && c.instance == 0 =>
-                        {
+                        ContainerState::Waiting { .. } if !c.spawning && c.fresh => {
                             self.spawn(i, fx)
                         }
                         ContainerState::Waiting {
@@ -976,7 +1030,7 @@ impl Pod {
                             reason: WaitingReason::CrashLoopBackOff,
                             ..
                         } => self.try_restart(i, now, fx),
-                        ContainerState::Waiting { .. } if !c.spawning && c.instance == 0 => {
+                        ContainerState::Waiting { .. } if !c.spawning && c.fresh => {
                             self.spawn(i, fx)
                         }
                         _ => {}
@@ -1001,9 +1055,7 @@ impl Pod {
                         reason: WaitingReason::CrashLoopBackOff,
                         ..
                     } => self.try_restart(i, now, fx),
-                    ContainerState::Waiting { .. } if !c.spawning && c.instance == 0 => {
-                        self.spawn(i, fx)
-                    }
+                    ContainerState::Waiting { .. } if !c.spawning && c.fresh => self.spawn(i, fx),
                     ContainerState::Terminated { exit_code, .. } => {
                         let restart = should_restart(
                             self.plan.restart_policy,
@@ -1080,6 +1132,11 @@ impl Pod {
 
     fn spawn(&mut self, i: usize, fx: &mut Vec<Effect>) {
         let c = &mut self.containers[i];
+        if c.fresh && c.instance > 0 {
+            // Started again by a whole-pod restart: restartCount only ever grows.
+            c.restart_count += 1;
+        }
+        c.fresh = false;
         c.instance += 1;
         c.spawning = true;
         c.kill = None;
@@ -1116,6 +1173,28 @@ impl Pod {
         }
         self.drive_kills(now, fx);
         let anything_left = self.containers.iter().any(|c| c.live || c.spawning);
+        if !anything_left && stopping.restart {
+            self.stopping = None;
+            let has_init = self.plan.containers.iter().any(|c| c.kind != Kind::Main);
+            for (c, p) in self.containers.iter_mut().zip(&self.plan.containers) {
+                if let ContainerState::Terminated { .. } = c.state {
+                    c.last_state = Some(c.state.clone());
+                }
+                c.state = ContainerState::Waiting {
+                    reason: if has_init && p.kind == Kind::Main {
+                        WaitingReason::PodInitializing
+                    } else {
+                        WaitingReason::ContainerCreating
+                    },
+                    message: None,
+                };
+                c.fresh = true;
+                c.restart_now = false;
+            }
+            fx.push(Effect::WipeVolumes);
+            self.reconcile(now, fx);
+            return;
+        }
         if !anything_left {
             self.finished = true;
             if stopping.requested && !matches!(self.phase, Phase::Failed | Phase::Succeeded) {

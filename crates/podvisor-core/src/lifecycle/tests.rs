@@ -178,6 +178,7 @@ impl Sim {
                 }
             }
             Effect::Finished(phase) => self.log.push(format!("t={t} finished {phase:?}")),
+            Effect::WipeVolumes => self.events.push(format!("t={t} wipe volumes")),
         }
     }
 
@@ -1220,4 +1221,80 @@ fn first_probes_spread_over_a_period_only_right_after_podvisor_starts() {
             .count(),
         20
     );
+}
+
+#[test]
+fn restart_one_container_now_whatever_its_policy() {
+    let mut sim = Sim::new(
+        plan(
+            RestartPolicy::Never,
+            &[("a", Kind::Main), ("b", Kind::Main)],
+        ),
+        vec![forever(), forever()],
+    );
+    sim.run(1_000);
+    sim.now = Instant::from_millis(1_000);
+    sim.feed(Input::RestartContainer(0));
+    sim.run(2_000);
+    assert_eq!(
+        sim.log,
+        [
+            "t=0 spawn a#1",
+            "t=0 spawn b#1",
+            "t=1000 term a#1",
+            "t=1000 spawn a#2"
+        ]
+    );
+    let a = &sim.pod.containers()[0];
+    assert_eq!(a.restart_count, 1);
+    assert!(matches!(
+        a.last_state,
+        Some(ContainerState::Terminated { exit_code: 143, .. })
+    ));
+    assert_eq!(sim.pod.containers()[1].restart_count, 0);
+    assert_eq!(sim.pod.phase(), Phase::Running);
+}
+
+#[test]
+fn restart_the_whole_pod_reruns_init_containers() {
+    let p = plan(
+        RestartPolicy::Always,
+        &[
+            ("init", Kind::Init),
+            ("side", Kind::Sidecar),
+            ("app", Kind::Main),
+        ],
+    );
+    let mut side = forever();
+    side.on_term = Some(100);
+    let mut sim = Sim::new(p, vec![runs(&[(Some(50), 0)]), side, forever()]);
+    sim.run(1_000);
+    sim.now = Instant::from_millis(1_000);
+    sim.feed(Input::RestartPod);
+    sim.run(3_000);
+    assert_eq!(
+        sim.log,
+        [
+            "t=0 spawn init#1",
+            "t=50 spawn side#1",
+            "t=50 spawn app#1",
+            "t=1000 term app#1",
+            "t=1000 term side#1",
+            "t=1100 spawn init#2",
+            "t=1150 spawn side#2",
+            "t=1150 spawn app#2",
+        ]
+    );
+    assert!(sim
+        .events
+        .iter()
+        .any(|e| e.starts_with("t=1000 PodRestarting pod: ")));
+    assert!(sim.events.contains(&"t=1100 wipe volumes".to_string()));
+    assert!(sim.pod.containers().iter().all(|c| c.restart_count == 1));
+    assert!(!sim.pod.is_finished());
+    assert_eq!(sim.pod.phase(), Phase::Running);
+    // A stop afterwards still ends the pod.
+    sim.stop_at = Some(Instant::from_millis(4_000));
+    sim.run(10_000);
+    assert!(sim.pod.is_finished());
 }

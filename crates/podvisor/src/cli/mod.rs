@@ -7,11 +7,19 @@ use std::io::Write;
 use crate::init::{self, args::Persona};
 
 #[cfg(feature = "full")]
+mod client;
+#[cfg(feature = "full")]
+pub mod control;
+#[cfg(feature = "full")]
 pub mod explain;
+#[cfg(feature = "full")]
+pub mod logs;
 #[cfg(feature = "full")]
 mod manifest;
 #[cfg(feature = "full")]
 pub mod run;
+#[cfg(feature = "full")]
+pub mod status;
 #[cfg(feature = "full")]
 pub mod validate;
 
@@ -24,6 +32,15 @@ Commands:
   run [OPTIONS] FILE                  Run a pod manifest (not in the PID 1 build)
   validate FILE                       Check a pod manifest (not in the PID 1 build)
   explain [-o json] FILE              What the manifest's timings imply, and warnings
+  status [-o wide|json|yaml|describe] [-w]
+                                      The running pod, as kubectl get pod / describe
+  describe                            Same as status -o describe
+  logs CONTAINER [--previous] [-f] [--tail N] [--timestamps] [--since DUR]
+                                      A container's output, as kubectl logs
+  events [-w] [-o json]               The pod's events, oldest first
+  stop                                Graceful termination of the running pod
+  restart [CONTAINER]                 Restart one container, or the whole pod
+                                      (these take --state-dir DIR; default: the running pod)
 
 Started as `tini` or `dumb-init` (a symlink or a copy), podvisor takes that program's command
 line unchanged.
@@ -62,6 +79,18 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         "run" => run::main(&argv[2..]),
         #[cfg(feature = "full")]
         "explain" => explain::main(&argv[2..]),
+        #[cfg(feature = "full")]
+        "status" => status::main(&argv[2..], false),
+        #[cfg(feature = "full")]
+        "describe" => status::main(&argv[2..], true),
+        #[cfg(feature = "full")]
+        "events" => control::events(&argv[2..]),
+        #[cfg(feature = "full")]
+        "stop" => control::stop(&argv[2..]),
+        #[cfg(feature = "full")]
+        "restart" => control::restart(&argv[2..]),
+        #[cfg(feature = "full")]
+        "logs" => logs::main(&argv[2..]),
         "-h" | "--help" | "help" => {
             write_out(USAGE);
             0

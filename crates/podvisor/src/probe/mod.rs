@@ -67,6 +67,7 @@ struct Task {
     owner: Owner,
     work: Work,
     serial: u64,
+    started: Instant,
 }
 
 /// The tasks in flight, by slot; the slot is the epoll token's low bits.
@@ -79,8 +80,8 @@ pub struct Tasks {
     serial: u64,
 }
 
-/// A finished task.
-pub type Done = (Owner, Outcome);
+/// A finished task: what it was for, how it went, how long it took.
+pub type Done = (Owner, Outcome, std::time::Duration);
 
 impl Tasks {
     /// Starts a task. `Ok(Some(pid))` when it is a process the reaper must route here,
@@ -96,7 +97,7 @@ impl Tasks {
         epoll: &Epoll,
         token_base: u64,
     ) -> Result<Option<(i32, usize)>, Done> {
-        let fail = |o: Outcome| (owner, o);
+        let fail = |o: Outcome| (owner, o, Duration::ZERO);
         let (work, pid) = match handler {
             Handler::Exec { command } => {
                 let task = ExecTask::start(command, ctx).map_err(fail)?;
@@ -124,12 +125,14 @@ impl Tasks {
             ),
             Handler::Sleep(d) => {
                 if d.is_zero() {
-                    return Err((owner, Outcome::Success));
+                    return Err((owner, Outcome::Success, Duration::ZERO));
                 }
-                self.insert(owner, Work::Sleep, Some(now + *d));
+                self.insert(owner, Work::Sleep, Some(now + *d), now);
                 return Ok(None);
             }
-            Handler::Invalid(why) => return Err((owner, Outcome::Error(why.clone()))),
+            Handler::Invalid(why) => {
+                return Err((owner, Outcome::Error(why.clone()), Duration::ZERO))
+            }
         };
         // A loopback connect often completes at once: go as far as possible before waiting.
         let mut work = work;
@@ -156,11 +159,11 @@ impl Tasks {
             Ok(i) => i,
             Err(outcome) => {
                 work.cancel();
-                return Err((owner, outcome));
+                return Err((owner, outcome, Duration::ZERO));
             }
         };
         let deadline = timeout.map(|t| now + t);
-        let slot = self.insert(owner, work, deadline);
+        let slot = self.insert(owner, work, deadline, now);
         let task = self.slots[slot].as_ref().expect("just inserted");
         let token = token_base | slot as u64;
         let registered = match &task.work {
@@ -176,17 +179,25 @@ impl Tasks {
             return Err((
                 owner,
                 Outcome::Error(format!("cannot watch the probe: {e}")),
+                Duration::ZERO,
             ));
         }
         Ok(pid.map(|p| (p, slot)))
     }
 
-    fn insert(&mut self, owner: Owner, work: Work, deadline: Option<Instant>) -> usize {
+    fn insert(
+        &mut self,
+        owner: Owner,
+        work: Work,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> usize {
         self.serial += 1;
         let task = Task {
             owner,
             work,
             serial: self.serial,
+            started: now,
         };
         let slot = match self.free.pop() {
             Some(s) => {
@@ -245,14 +256,20 @@ impl Tasks {
                 Work::Grpc(g) => g.timed_out(),
                 Work::Sleep => Outcome::Success,
             };
-            done.push((task.owner, outcome));
+            done.push((task.owner, outcome, now - task.started));
             task.work.cancel();
         }
         done
     }
 
     /// The task's socket or pipe is ready.
-    pub fn on_ready(&mut self, slot: usize, epoll: &Epoll, token_base: u64) -> Option<Done> {
+    pub fn on_ready(
+        &mut self,
+        slot: usize,
+        epoll: &Epoll,
+        token_base: u64,
+        now: Instant,
+    ) -> Option<Done> {
         let task = self.slots.get_mut(slot)?.as_mut()?;
         let token = token_base | slot as u64;
         let outcome = match &mut task.work {
@@ -291,11 +308,17 @@ impl Tasks {
         }?;
         let task = self.remove(slot)?;
         task.work.cancel();
-        Some((task.owner, outcome))
+        Some((task.owner, outcome, now - task.started))
     }
 
     /// An exec task's process exited.
-    pub fn on_exit(&mut self, slot: usize, pid: i32, exit: sys::Exit) -> Option<Done> {
+    pub fn on_exit(
+        &mut self,
+        slot: usize,
+        pid: i32,
+        exit: sys::Exit,
+        now: Instant,
+    ) -> Option<Done> {
         match self.slots.get(slot) {
             Some(Some(Task {
                 work: Work::Exec(e),
@@ -314,8 +337,9 @@ impl Tasks {
             _ => Outcome::Failure(output),
         };
         // Whatever the command left behind in its group goes with it.
+        let took = now - task.started;
         task.work.cancel();
-        Some((task.owner, outcome))
+        Some((task.owner, outcome, took))
     }
 
     /// Ends every task of an instance that is gone (its processes killed, sockets closed).

@@ -802,3 +802,109 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
     }
     Ok(lim.rlim_cur)
 }
+
+/// Runs `f` with the file-mode creation mask set to `mask`, then restores it (podvisor's run
+/// loop is single-threaded, so nothing else creates files meanwhile).
+pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
+    // SAFETY: umask has no memory effects.
+    let old = unsafe { libc::umask(mask as libc::mode_t) };
+    let out = f();
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    out
+}
+
+/// The user id of the process at the other end of a unix socket (`SO_PEERCRED`).
+pub fn peer_uid(stream: &std::os::unix::net::UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for getsockopt to write one ucred.
+    check(unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    Ok(cred.uid)
+}
+
+pub fn getuid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// inotify event bits used by `logs -f`.
+pub const IN_MODIFY: u32 = libc::IN_MODIFY;
+pub const IN_CREATE: u32 = libc::IN_CREATE;
+pub const IN_MOVED_TO: u32 = libc::IN_MOVED_TO;
+pub const IN_CLOSE_WRITE: u32 = libc::IN_CLOSE_WRITE;
+
+/// An inotify instance: `logs -f` sleeps in `read` until a log file changes.
+#[derive(Debug)]
+pub struct Inotify(std::fs::File);
+
+impl Inotify {
+    pub fn new() -> io::Result<Inotify> {
+        // SAFETY: no pointers; returns a new descriptor or -1.
+        let fd = check(unsafe { libc::inotify_init1(libc::IN_CLOEXEC) })?;
+        // SAFETY: inotify_init1 returned a new descriptor that nothing else owns.
+        Ok(Inotify(std::fs::File::from(unsafe {
+            OwnedFd::from_raw_fd(fd)
+        })))
+    }
+
+    /// Watches `path` for `mask`; returns the watch descriptor.
+    pub fn watch(&self, path: &std::path::Path, mask: u32) -> io::Result<i32> {
+        let c = c_string(path.as_os_str().as_bytes())?;
+        // SAFETY: a valid NUL-terminated path.
+        check(unsafe { libc::inotify_add_watch(self.0.as_raw_fd(), c.as_ptr(), mask) })
+    }
+
+    /// Blocks until events come; returns (watch descriptor, mask, name) of each.
+    pub fn read(&mut self) -> io::Result<Vec<(i32, u32, String)>> {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        let n = loop {
+            match self.0.read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        let mut out = Vec::new();
+        let mut at = 0;
+        let head = std::mem::size_of::<libc::inotify_event>();
+        while at + head <= n {
+            // SAFETY: the kernel wrote whole events; read_unaligned copes with the byte buffer.
+            let ev: libc::inotify_event = unsafe {
+                std::ptr::read_unaligned(buf[at..].as_ptr() as *const libc::inotify_event)
+            };
+            let name_bytes = &buf[at + head..(at + head + ev.len as usize).min(n)];
+            let end = name_bytes
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(name_bytes.len());
+            out.push((
+                ev.wd,
+                ev.mask,
+                String::from_utf8_lossy(&name_bytes[..end]).into_owned(),
+            ));
+            at += head + ev.len as usize;
+        }
+        Ok(out)
+    }
+}
+
+/// Whether some process holds the `flock` on the file at `path` (a run on its state dir).
+pub fn lock_is_held(path: &std::path::Path) -> io::Result<bool> {
+    let file = std::fs::File::open(path)?;
+    // Taking it for a moment tells; closing the file gives it back.
+    Ok(!try_lock(&file)?)
+}

@@ -23,7 +23,9 @@ impl EventSink {
         EventSink { json, human }
     }
 
-    pub fn emit(&mut self, at: SystemTime, event: &Event, restart_count: Option<u32>) {
+    /// Writes the event where it goes and returns its JSON line (without the newline), which
+    /// the status API keeps and streams.
+    pub fn emit(&mut self, at: SystemTime, event: &Event, restart_count: Option<u32>) -> String {
         let time = rfc3339_millis(at);
         let kind = match event.kind {
             EventType::Normal => "Normal",
@@ -36,24 +38,26 @@ impl EventSink {
             );
             let _ = std::io::stderr().write_all(line.as_bytes());
         }
+        let mut obj = serde_json::json!({
+            "time": time,
+            "type": kind,
+            "reason": event.reason,
+            "object": event.object,
+            "message": event.message,
+            "restartCount": restart_count,
+            // Stages come with staged instrumentation (escalation); until then none.
+            "stage": null,
+        });
+        if let Some(code) = event.exit_code {
+            obj["exitCode"] = code.into();
+        }
+        let line = obj.to_string();
         if let Some(out) = &mut self.json {
-            let mut obj = serde_json::json!({
-                "time": time,
-                "type": kind,
-                "reason": event.reason,
-                "object": event.object,
-                "message": event.message,
-                "restartCount": restart_count,
-                // Stages come with staged instrumentation (escalation); until then none.
-                "stage": null,
-            });
-            if let Some(code) = event.exit_code {
-                obj["exitCode"] = code.into();
-            }
             // One write per line, so that readers never see half an event.
-            let _ = out.write_all(format!("{obj}\n").as_bytes());
+            let _ = out.write_all(format!("{line}\n").as_bytes());
             let _ = out.flush();
         }
+        line
     }
 }
 

@@ -1,24 +1,110 @@
 //! Container output into one log file per instance, in the kubelet's CRI format: one line per
-//! output line, `TIME STREAM F|P TEXT` (F a full line, P a partial one cut at end of output).
+//! output line, `TIME STREAM F|P TEXT` (F a full line, P a partial one: cut at end of output, or
+//! at 16 KiB as the kubelet cuts long lines). A file past the size limit is rotated: `N.log`
+//! becomes `N.log.1` (older ones shift up, the oldest beyond the count is removed), as the
+//! kubelet's containerLogMaxSize / containerLogMaxFiles do.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::SystemTime;
 
 use super::events::rfc3339_millis;
+
+/// A line longer than this is written in parts (`P`), as the kubelet does.
+const MAX_LINE: usize = 16 * 1024;
+
+/// Size and count limits of an instance's log files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    pub max_size: u64,
+    /// Files kept per instance, the current one included (at least 1).
+    pub max_files: u32,
+}
+
+impl Default for LogLimits {
+    /// The kubelet's defaults: containerLogMaxSize 10Mi, containerLogMaxFiles 5.
+    fn default() -> Self {
+        LogLimits {
+            max_size: 10 << 20,
+            max_files: 5,
+        }
+    }
+}
+
+/// The log file of one container instance, shared by its stdout and stderr.
+#[derive(Debug)]
+pub struct LogFile {
+    path: PathBuf,
+    file: File,
+    size: u64,
+    limits: LogLimits,
+}
+
+impl LogFile {
+    pub fn create(path: PathBuf, limits: LogLimits) -> io::Result<Rc<RefCell<LogFile>>> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        let size = file.metadata()?.len();
+        Ok(Rc::new(RefCell::new(LogFile {
+            path,
+            file,
+            size,
+            limits,
+        })))
+    }
+
+    fn write(&mut self, lines: &[u8]) -> io::Result<()> {
+        self.file.write_all(lines)?;
+        self.size += lines.len() as u64;
+        if self.size >= self.limits.max_size {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        let keep = self.limits.max_files.max(1);
+        let name = |k: u32| {
+            let mut p = self.path.clone().into_os_string();
+            p.push(format!(".{k}"));
+            PathBuf::from(p)
+        };
+        if keep == 1 {
+            self.file.set_len(0)?;
+            self.size = 0;
+            return Ok(());
+        }
+        let _ = std::fs::remove_file(name(keep - 1));
+        for k in (1..keep - 1).rev() {
+            let _ = std::fs::rename(name(k), name(k + 1));
+        }
+        std::fs::rename(&self.path, name(1))?;
+        self.file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        self.size = 0;
+        Ok(())
+    }
+}
 
 /// One stream (stdout or stderr) of one container instance.
 #[derive(Debug)]
 pub struct LogStream {
     pipe: File,
     stream: &'static str,
-    file: File,
+    file: Rc<RefCell<LogFile>>,
     partial: Vec<u8>,
 }
 
 impl LogStream {
-    pub fn new(pipe: File, stream: &'static str, file: File) -> LogStream {
+    pub fn new(pipe: File, stream: &'static str, file: Rc<RefCell<LogFile>>) -> LogStream {
         LogStream {
             pipe,
             stream,
@@ -58,7 +144,16 @@ impl LogStream {
             data = &data[nl + 1..];
         }
         self.partial.extend_from_slice(data);
-        self.file.write_all(&out)
+        while self.partial.len() >= MAX_LINE {
+            out.extend_from_slice(format!("{time} {} P ", self.stream).as_bytes());
+            out.extend_from_slice(&self.partial[..MAX_LINE]);
+            out.push(b'\n');
+            self.partial.drain(..MAX_LINE);
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.file.borrow_mut().write(&out)
     }
 
     /// Reads to the end and writes a last partial line, if any.
@@ -77,7 +172,7 @@ impl LogStream {
             let mut line = format!("{time} {} P ", self.stream).into_bytes();
             line.append(&mut self.partial);
             line.push(b'\n');
-            self.file.write_all(&line)?;
+            self.file.borrow_mut().write(&line)?;
         }
         Ok(())
     }

@@ -11,9 +11,9 @@
 //! back to it and are reaped too.
 
 pub mod events;
-mod logs;
+pub mod logs;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -25,12 +25,15 @@ use podvisor_core::lifecycle::{Effect, ExitStatus, Hook, Input, InstanceId, Phas
 use podvisor_core::probe::Outcome as ProbeOutcome;
 use podvisor_core::spec::plan::RunPlan;
 
+use crate::api::metrics::{render, ContainerSample, Counters};
+use crate::api::status::{pod_json, PodInfo};
+use crate::api::{Request, Server};
 use crate::probe::{Done, ExecContext, Owner, Tasks};
 use crate::process::sys::{
     self, ChildSetup, ContainerIo, Epoll, Exit, Inherited, Reaped, SigSet, SignalFd, EV_READ,
 };
 use events::EventSink;
-use logs::LogStream;
+use logs::{LogFile, LogLimits, LogStream};
 
 /// The monotonic clock of the shell: time since the supervisor started.
 #[derive(Debug)]
@@ -63,7 +66,21 @@ pub struct Outcome {
 }
 
 /// Runs the pod until it finishes or is stopped.
-pub fn run(mut plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Result<Outcome> {
+/// How `run` is set up beyond the pod itself.
+#[derive(Debug, Default)]
+pub struct Settings {
+    pub logs: LogLimits,
+    /// Serve Prometheus metrics here (`--metrics-addr`).
+    pub metrics: Option<std::net::TcpListener>,
+}
+
+pub fn run(
+    mut plan: RunPlan,
+    info: PodInfo,
+    state_dir: PathBuf,
+    events: EventSink,
+    settings: Settings,
+) -> io::Result<Outcome> {
     // First probes of the containers started now spread over their period (see PodPlan).
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -83,6 +100,16 @@ pub fn run(mut plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Resu
     let _lock = lock_state_dir(&state_dir)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
+    let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
+    let metrics = match settings.metrics {
+        Some(l) => Some(Server::metrics(
+            l,
+            &epoll,
+            TOKEN_METRICS_LISTEN,
+            TOKEN_METRICS,
+        )?),
+        None => None,
+    };
     let envs = plan
         .exec
         .iter()
@@ -92,6 +119,14 @@ pub fn run(mut plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Resu
         pod: Pod::new(plan.pod.clone()),
         plan,
         clock: RealClock::new(),
+        wall_origin: SystemTime::now(),
+        info,
+        api,
+        condition_times: BTreeMap::new(),
+        instance_pids: HashMap::new(),
+        log_limits: settings.logs,
+        metrics,
+        counters: Counters::default(),
         inherited: Inherited {
             mask,
             actions: Vec::new(),
@@ -116,6 +151,10 @@ pub fn run(mut plan: RunPlan, state_dir: PathBuf, events: EventSink) -> io::Resu
 const TOKEN_SIGNALS: u64 = 0;
 const TOKEN_LOG: u64 = 1 << 32;
 const TOKEN_TASK: u64 = 2 << 32;
+const TOKEN_API_LISTEN: u64 = 3 << 32;
+const TOKEN_API: u64 = 4 << 32;
+const TOKEN_METRICS_LISTEN: u64 = 5 << 32;
+const TOKEN_METRICS: u64 = 6 << 32;
 const SLOT_MASK: u64 = (1 << 32) - 1;
 
 /// Who a child process is.
@@ -130,6 +169,17 @@ struct Supervisor {
     pod: Pod,
     plan: RunPlan,
     clock: RealClock,
+    /// Wall-clock time at the clock's origin, for API timestamps.
+    wall_origin: SystemTime,
+    info: PodInfo,
+    api: Server,
+    /// Each pod condition's status and when it last changed.
+    condition_times: BTreeMap<&'static str, (bool, SystemTime)>,
+    /// The pid each container instance ran as (its containerID).
+    instance_pids: HashMap<(usize, u32), i32>,
+    log_limits: LogLimits,
+    metrics: Option<Server>,
+    counters: Counters,
     inherited: Inherited,
     /// Live container and exec-task processes.
     pids: HashMap<i32, PidOwner>,
@@ -174,9 +224,32 @@ impl Supervisor {
             }
             for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_TASK) {
                 let slot = (token & SLOT_MASK) as usize;
-                if let Some(done) = self.tasks.on_ready(slot, &self.epoll, TOKEN_TASK) {
+                let now = self.clock.now();
+                if let Some(done) = self.tasks.on_ready(slot, &self.epoll, TOKEN_TASK, now) {
                     self.task_done(done)?;
                 }
+            }
+            if ready.contains(&TOKEN_API_LISTEN) {
+                self.api.accept(&self.epoll);
+            }
+            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_API) {
+                let slot = (token & SLOT_MASK) as usize;
+                if let Some(request) = self.api.on_ready(slot, &self.epoll) {
+                    self.serve(slot, request)?;
+                }
+            }
+            if let Some(mut m) = self.metrics.take() {
+                if ready.contains(&TOKEN_METRICS_LISTEN) {
+                    m.accept(&self.epoll);
+                }
+                for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_METRICS) {
+                    let slot = (token & SLOT_MASK) as usize;
+                    if m.on_ready(slot, &self.epoll).is_some() {
+                        let text = self.metrics_text();
+                        m.reply(slot, 200, &text, &self.epoll);
+                    }
+                }
+                self.metrics = Some(m);
             }
             if ready.contains(&TOKEN_SIGNALS) {
                 while let Some(sig) = self.signals.read()? {
@@ -199,6 +272,10 @@ impl Supervisor {
             log.finish()?;
         }
         self.reap_tasks();
+        self.api.shut_down(&self.epoll);
+        if let Some(m) = &mut self.metrics {
+            m.shut_down(&self.epoll);
+        }
         Ok(Outcome {
             phase: self.finished.unwrap_or(Phase::Failed),
             stopped: self.stopped,
@@ -219,7 +296,145 @@ impl Supervisor {
         }
     }
 
-    fn task_done(&mut self, (owner, outcome): Done) -> io::Result<()> {
+    /// Answers an API request.
+    fn serve(&mut self, slot: usize, request: Request) -> io::Result<()> {
+        match request {
+            Request::Status => {
+                let body = format!("{}\n", self.status_json());
+                self.api.reply(slot, 200, &body, &self.epoll);
+            }
+            Request::WatchStatus => {
+                let line = self.status_json();
+                self.api.seen_status(&line);
+                self.api
+                    .watch(slot, false, &format!("{line}\n"), &self.epoll);
+            }
+            Request::Events => {
+                let body = self.api.recent_events();
+                self.api.reply(slot, 200, &body, &self.epoll);
+            }
+            Request::WatchEvents => {
+                let first = self.api.recent_events();
+                self.api.watch(slot, true, &first, &self.epoll);
+            }
+            Request::Stop => {
+                self.api
+                    .reply(slot, 202, "{\"stopping\":true}\n", &self.epoll);
+                if !self.stopped {
+                    self.stopped = true;
+                    self.feed(Input::Stop)?;
+                }
+            }
+            Request::Metrics => {
+                let text = self.metrics_text();
+                self.api.reply(slot, 200, &text, &self.epoll);
+            }
+            Request::RestartPod => {
+                if self.stopped || self.pod.phase().is_terminal() {
+                    self.api
+                        .reply(slot, 409, "the pod is stopping\n", &self.epoll);
+                } else {
+                    self.api
+                        .reply(slot, 202, "{\"restarting\":\"pod\"}\n", &self.epoll);
+                    self.counters.pod_restarts += 1;
+                    self.feed(Input::RestartPod)?;
+                }
+            }
+            Request::RestartContainer(name) => {
+                let found = self.pod.containers().iter().position(|c| c.name == name);
+                match found {
+                    None => {
+                        let names: Vec<&str> = self
+                            .pod
+                            .containers()
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect();
+                        let msg = format!(
+                            "no container {name:?} in pod {}; its containers: {}\n",
+                            self.info.name,
+                            names.join(", ")
+                        );
+                        self.api.reply(slot, 404, &msg, &self.epoll);
+                    }
+                    Some(_) if self.stopped || self.pod.phase().is_terminal() => {
+                        self.api
+                            .reply(slot, 409, "the pod is stopping\n", &self.epoll);
+                    }
+                    Some(i) => {
+                        let body = format!("{}\n", serde_json::json!({"restarting": name}));
+                        self.api.reply(slot, 202, &body, &self.epoll);
+                        self.feed(Input::RestartContainer(i))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn metrics_text(&self) -> String {
+        let samples: Vec<ContainerSample<'_>> = self
+            .pod
+            .containers()
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ContainerSample {
+                name: &c.name,
+                restarts: c.restart_count,
+                pgid: self
+                    .groups
+                    .get(&InstanceId {
+                        container: i,
+                        instance: c.instance,
+                    })
+                    .copied(),
+            })
+            .collect();
+        render(
+            &self.info.name,
+            &self.info.namespace,
+            &self.counters,
+            &samples,
+        )
+    }
+
+    /// The pod as a v1 Pod object, on one line.
+    fn status_json(&self) -> String {
+        let origin = self.wall_origin;
+        let wall = move |t: Instant| origin + t.since_origin();
+        let times: BTreeMap<&'static str, SystemTime> = self
+            .condition_times
+            .iter()
+            .map(|(k, (_, t))| (*k, *t))
+            .collect();
+        let pids = &self.instance_pids;
+        let id = |i: usize, n: u32| pids.get(&(i, n)).map(|p| format!("podvisor://{p}"));
+        pod_json(&self.pod, &self.info, &wall, &times, &id).to_string()
+    }
+
+    /// After a step with events: condition transition times, and the status watchers.
+    fn after_changes(&mut self) {
+        let now = SystemTime::now();
+        for c in self.pod.conditions() {
+            let entry = self
+                .condition_times
+                .entry(c.kind)
+                .or_insert((c.status, now));
+            if entry.0 != c.status {
+                *entry = (c.status, now);
+            }
+        }
+        if self.api.status_watched() {
+            let line = self.status_json();
+            self.api.status(line, &self.epoll);
+        }
+    }
+
+    fn task_done(&mut self, (owner, outcome, took): Done) -> io::Result<()> {
+        if let (Owner::Probe(id, kind), Some(_)) = (owner, &self.metrics) {
+            let name = &self.plan.pod.containers[id.container].name;
+            self.counters.probe(name, kind, &outcome, took);
+        }
         let input = match owner {
             Owner::Probe(id, kind) => Input::Probed(id, kind, outcome),
             Owner::Hook(id, hook) => Input::HookDone(id, hook, hook_result(outcome)),
@@ -246,7 +461,8 @@ impl Supervisor {
                     let id = match self.pids.remove(&pid) {
                         None => continue, // an adopted orphan, or a timed-out exec task
                         Some(PidOwner::Task(slot)) => {
-                            if let Some(done) = self.tasks.on_exit(slot, pid, exit) {
+                            let now = self.clock.now();
+                            if let Some(done) = self.tasks.on_exit(slot, pid, exit, now) {
                                 self.task_done(done)?;
                             }
                             continue;
@@ -272,6 +488,7 @@ impl Supervisor {
 
     /// Feeds an input and carries out the effects, including those of the inputs they cause.
     fn feed(&mut self, input: Input) -> io::Result<()> {
+        let mut changed = false;
         let mut queue: VecDeque<Input> = VecDeque::from([input]);
         while let Some(input) = queue.pop_front() {
             let now = self.clock.now();
@@ -294,8 +511,12 @@ impl Supervisor {
                             .iter()
                             .find(|c| c.name == event.object)
                             .map(|c| c.restart_count);
-                        self.events.emit(SystemTime::now(), &event, restarts);
+                        let line = self.events.emit(SystemTime::now(), &event, restarts);
+                        self.api.event(line, &self.epoll);
+                        changed = true;
                     }
+                    // Volumes are not provided yet (README): nothing to wipe.
+                    Effect::WipeVolumes => {}
                     Effect::Finished(phase) => self.finished = Some(phase),
                     Effect::RunProbe(id, kind) => {
                         let plan = &self.plan.exec[id.container];
@@ -329,6 +550,9 @@ impl Supervisor {
                 }
             }
         }
+        if changed {
+            self.after_changes();
+        }
         Ok(())
     }
 
@@ -355,8 +579,14 @@ impl Supervisor {
                 None
             }
             Ok(None) => None,
-            Err((owner, outcome)) => Some(match owner {
-                Owner::Probe(id, kind) => Input::Probed(id, kind, outcome),
+            Err((owner, outcome, took)) => Some(match owner {
+                Owner::Probe(id, kind) => {
+                    if self.metrics.is_some() {
+                        let name = &self.plan.pod.containers[id.container].name;
+                        self.counters.probe(name, kind, &outcome, took);
+                    }
+                    Input::Probed(id, kind, outcome)
+                }
                 Owner::Hook(id, hook) => Input::HookDone(id, hook, hook_result(outcome)),
             }),
         }
@@ -383,14 +613,12 @@ impl Supervisor {
         drop((out_write, err_write));
         match result {
             Ok(pid) => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log_path)?;
-                let out = LogStream::new(out_read, "stdout", file.try_clone()?);
+                let file = LogFile::create(log_path, self.log_limits)?;
+                let out = LogStream::new(out_read, "stdout", file.clone());
                 self.add_log(out)?;
                 self.add_log(LogStream::new(err_read, "stderr", file))?;
                 self.pids.insert(pid, PidOwner::Container(id));
+                self.instance_pids.insert((id.container, id.instance), pid);
                 self.groups.insert(id, pid);
                 Ok(Input::Started(id))
             }

@@ -1,0 +1,526 @@
+//! The status API of `podvisor run`: HTTP/1.1 with JSON bodies on a unix socket in the state
+//! dir (`podvisor.sock`, mode 0600, only our own user or root may talk to it), served from the
+//! run loop's epoll without ever blocking it. The CLI commands `status`, `events`, `stop` and
+//! `restart` are its clients.
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /status` | the v1 Pod, `.status` a PodStatus |
+//! | `GET /status?watch=1` | the Pod now, then again on every change, one JSON line each |
+//! | `GET /events` | the recent events (up to 1,000), JSON lines, oldest first |
+//! | `GET /events?watch=1` | the same, then each new event as it happens |
+//! | `POST /stop` | graceful termination (202) |
+//! | `POST /restart` | whole-pod restart (202) |
+//! | `POST /restart?container=NAME` | restart of one container (202; 404 if unknown) |
+//!
+//! A slow or vanished client never holds the pod up: output is buffered up to a bound, and a
+//! client past it is dropped.
+//!
+//! With `--metrics-addr`, a second server of the same kind listens on TCP and answers only
+//! `GET /metrics` (Prometheus text): nothing that changes the pod is reachable over the network.
+
+pub mod metrics;
+pub mod status;
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use crate::process::sys::{self, Epoll, EV_READ, EV_WRITE};
+
+/// The socket's name in the state dir.
+pub const SOCKET: &str = "podvisor.sock";
+/// Events kept for `GET /events`.
+const KEEP_EVENTS: usize = 1000;
+/// A request head larger than this is refused.
+const MAX_REQUEST: usize = 16 * 1024;
+/// Output buffered for one client before it is dropped as too slow.
+const MAX_BUFFERED: usize = 8 << 20;
+
+/// What a client asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Status,
+    WatchStatus,
+    Events,
+    WatchEvents,
+    Stop,
+    RestartPod,
+    RestartContainer(String),
+    Metrics,
+}
+
+/// A client connection of either server.
+trait Stream: Read + Write + AsRawFd + std::fmt::Debug {}
+impl<T: Read + Write + AsRawFd + std::fmt::Debug> Stream for T {}
+
+#[derive(Debug)]
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Mode {
+    /// Reading the request.
+    Reading,
+    /// Answer queued; close once it is written.
+    Closing,
+    /// A stream of status lines.
+    WatchStatus,
+    /// A stream of event lines.
+    WatchEvents,
+}
+
+#[derive(Debug)]
+struct Conn {
+    stream: Box<dyn Stream>,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    mode: Mode,
+    /// Whether EV_WRITE is armed.
+    want_write: bool,
+}
+
+/// The listening socket and its clients.
+#[derive(Debug)]
+pub struct Server {
+    listener: Listener,
+    /// The unix socket's path (removed at the end); `None` for the metrics server.
+    path: Option<PathBuf>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    events: VecDeque<String>,
+    last_status: String,
+    token_base: u64,
+}
+
+impl Server {
+    /// Binds `STATE_DIR/podvisor.sock` (owner-only). The caller holds the state dir's lock, so
+    /// a socket already there was left by a run that died: it is replaced.
+    pub fn bind(
+        state_dir: &Path,
+        epoll: &Epoll,
+        listen_token: u64,
+        token_base: u64,
+    ) -> io::Result<Server> {
+        let path = state_dir.join(SOCKET);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        // Created 0600 from the start (umask), so there is no moment when others could connect.
+        let listener = sys::with_umask(0o177, || UnixListener::bind(&path))?;
+        listener.set_nonblocking(true)?;
+        epoll.add(listener.as_raw_fd(), listen_token, EV_READ)?;
+        Ok(Server {
+            listener: Listener::Unix(listener),
+            path: Some(path),
+            conns: Vec::new(),
+            free: Vec::new(),
+            events: VecDeque::new(),
+            last_status: String::new(),
+            token_base,
+        })
+    }
+
+    /// The metrics server on an already bound TCP listener.
+    pub fn metrics(
+        listener: TcpListener,
+        epoll: &Epoll,
+        listen_token: u64,
+        token_base: u64,
+    ) -> io::Result<Server> {
+        listener.set_nonblocking(true)?;
+        epoll.add(listener.as_raw_fd(), listen_token, EV_READ)?;
+        Ok(Server {
+            listener: Listener::Tcp(listener),
+            path: None,
+            conns: Vec::new(),
+            free: Vec::new(),
+            events: VecDeque::new(),
+            last_status: String::new(),
+            token_base,
+        })
+    }
+
+    /// Accepts every waiting client; on the unix socket, clients of another user (not root)
+    /// are turned away.
+    pub fn accept(&mut self, epoll: &Epoll) {
+        loop {
+            let stream: Box<dyn Stream> = match &self.listener {
+                Listener::Unix(l) => match l.accept() {
+                    Ok((s, _)) => {
+                        let owner = matches!(sys::peer_uid(&s), Ok(uid) if uid == 0 || uid == sys::getuid());
+                        if !owner {
+                            // The socket's mode already keeps others out; this is the second
+                            // lock.
+                            let mut s = s;
+                            let _ = s.set_nonblocking(true);
+                            let _ = s.write_all(&response(
+                                403,
+                                "only the pod's owner may use this socket\n",
+                            ));
+                            continue;
+                        }
+                        if s.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        Box::new(s)
+                    }
+                    Err(_) => return, // WouldBlock, or a client that vanished meanwhile
+                },
+                Listener::Tcp(l) => match l.accept() {
+                    Ok((s, _)) => {
+                        if s.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        Box::new(s)
+                    }
+                    Err(_) => return,
+                },
+            };
+            let conn = Conn {
+                stream,
+                input: Vec::new(),
+                output: Vec::new(),
+                mode: Mode::Reading,
+                want_write: false,
+            };
+            let slot = match self.free.pop() {
+                Some(s) => s,
+                None => {
+                    self.conns.push(None);
+                    self.conns.len() - 1
+                }
+            };
+            if epoll
+                .add(
+                    conn.stream.as_raw_fd(),
+                    self.token_base | slot as u64,
+                    EV_READ,
+                )
+                .is_err()
+            {
+                self.free.push(slot);
+                continue;
+            }
+            self.conns[slot] = Some(conn);
+        }
+    }
+
+    /// A client is ready: reads (returning its request once complete) or writes.
+    pub fn on_ready(&mut self, slot: usize, epoll: &Epoll) -> Option<Request> {
+        let conn = self.conns.get_mut(slot)?.as_mut()?;
+        if conn.want_write || !conn.output.is_empty() {
+            self.flush(slot, epoll);
+        }
+        let conn = self.conns.get_mut(slot)?.as_mut()?;
+        let mut buf = [0u8; 4096];
+        loop {
+            match conn.stream.read(&mut buf) {
+                Ok(0) => {
+                    // The client is gone (or done sending while we still read: same thing).
+                    if conn.mode == Mode::Reading || conn.mode != Mode::Closing {
+                        self.close(slot);
+                    }
+                    return None;
+                }
+                Ok(n) => {
+                    if conn.mode != Mode::Reading {
+                        continue; // watchers have nothing more to say; drop what they send
+                    }
+                    conn.input.extend_from_slice(&buf[..n]);
+                    if conn.input.len() > MAX_REQUEST {
+                        self.reply(slot, 431, "request too large\n", epoll);
+                        return None;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close(slot);
+                    return None;
+                }
+            }
+        }
+        let conn = self.conns.get_mut(slot)?.as_mut()?;
+        if conn.mode != Mode::Reading {
+            return None;
+        }
+        let end = conn.input.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&conn.input[..end]).into_owned();
+        let parsed = match self.listener {
+            Listener::Unix(_) => parse_request(&head),
+            Listener::Tcp(_) => parse_metrics_request(&head),
+        };
+        match parsed {
+            Ok(r) => Some(r),
+            Err((code, why)) => {
+                self.reply(slot, code, &why, epoll);
+                None
+            }
+        }
+    }
+
+    /// Answers a request and closes the connection once the answer is out.
+    pub fn reply(&mut self, slot: usize, code: u16, body: &str, epoll: &Epoll) {
+        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+            conn.output.extend_from_slice(&response(code, body));
+            conn.mode = Mode::Closing;
+            self.flush(slot, epoll);
+        }
+    }
+
+    /// Turns a connection into a stream: the head, then `first` (lines), then whatever is
+    /// broadcast.
+    pub fn watch(&mut self, slot: usize, events: bool, first: &str, epoll: &Epoll) {
+        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+            conn.output.extend_from_slice(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n",
+            );
+            conn.output.extend_from_slice(first.as_bytes());
+            conn.mode = if events {
+                Mode::WatchEvents
+            } else {
+                Mode::WatchStatus
+            };
+            self.flush(slot, epoll);
+        }
+    }
+
+    /// The recent events, oldest first, one JSON line each.
+    pub fn recent_events(&self) -> String {
+        self.events.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    /// Records an event (a JSON object on one line) and sends it to the event watchers.
+    pub fn event(&mut self, line: String, epoll: &Epoll) {
+        for slot in self.watchers(Mode::WatchEvents) {
+            self.send(slot, &line, epoll);
+        }
+        if self.events.len() == KEEP_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(line);
+    }
+
+    /// Whether anyone watches the status (so it is worth computing).
+    pub fn status_watched(&self) -> bool {
+        !self.watchers(Mode::WatchStatus).is_empty()
+    }
+
+    /// Sends the status to its watchers if it changed.
+    pub fn status(&mut self, line: String, epoll: &Epoll) {
+        if line == self.last_status {
+            return;
+        }
+        for slot in self.watchers(Mode::WatchStatus) {
+            self.send(slot, &line, epoll);
+        }
+        self.last_status = line;
+    }
+
+    /// Notes the status last sent, so that a watcher's first line is not repeated.
+    pub fn seen_status(&mut self, line: &str) {
+        self.last_status = line.to_string();
+    }
+
+    fn watchers(&self, mode: Mode) -> Vec<usize> {
+        self.conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.as_ref().is_some_and(|c| c.mode == mode))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn send(&mut self, slot: usize, line: &str, epoll: &Epoll) {
+        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+            if conn.output.len() + line.len() > MAX_BUFFERED {
+                self.close(slot);
+                return;
+            }
+            conn.output.extend_from_slice(line.as_bytes());
+            conn.output.push(b'\n');
+            self.flush(slot, epoll);
+        }
+    }
+
+    /// Writes what the socket takes; arms EV_WRITE for the rest; closes a finished answer.
+    fn flush(&mut self, slot: usize, epoll: &Epoll) {
+        let token = self.token_base | slot as u64;
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        while !conn.output.is_empty() {
+            match conn.stream.write(&conn.output) {
+                Ok(n) => {
+                    conn.output.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.close(slot);
+                    return;
+                }
+            }
+        }
+        if conn.output.is_empty() && conn.mode == Mode::Closing {
+            self.close(slot);
+            return;
+        }
+        let want = !conn.output.is_empty();
+        if want != conn.want_write {
+            conn.want_write = want;
+            let interest = if want { EV_READ | EV_WRITE } else { EV_READ };
+            let _ = epoll.modify(conn.stream.as_raw_fd(), token, interest);
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(entry) = self.conns.get_mut(slot) {
+            if entry.take().is_some() {
+                self.free.push(slot);
+            }
+        }
+    }
+
+    /// Sends what is still buffered (best effort, without blocking) and removes the socket.
+    pub fn shut_down(&mut self, epoll: &Epoll) {
+        for slot in 0..self.conns.len() {
+            self.flush(slot, epoll);
+        }
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn response(code: u16, body: &str) -> Vec<u8> {
+    let reason = match code {
+        200 => "OK",
+        202 => "Accepted",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        431 => "Request Header Fields Too Large",
+        _ => "Error",
+    };
+    let kind = if body.starts_with('{') || body.starts_with('[') {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Parses a request head; `Err` is the status and message to answer with.
+pub fn parse_request(head: &str) -> Result<Request, (u16, String)> {
+    let line = head.lines().next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err((400, format!("malformed request line {line:?}\n")));
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Err((400, format!("not HTTP/1.x: {line:?}\n")));
+    }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let param = |name: &str| {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| percent_decode(v))
+    };
+    let watch = param("watch").is_some_and(|v| v == "1" || v == "true");
+    match (method, path) {
+        ("GET", "/status") if watch => Ok(Request::WatchStatus),
+        ("GET", "/status") => Ok(Request::Status),
+        ("GET", "/events") if watch => Ok(Request::WatchEvents),
+        ("GET", "/events") => Ok(Request::Events),
+        ("POST", "/stop") => Ok(Request::Stop),
+        ("POST", "/restart") => Ok(match param("container") {
+            Some(name) if !name.is_empty() => Request::RestartContainer(name),
+            _ => Request::RestartPod,
+        }),
+        ("GET", "/metrics") => Ok(Request::Metrics),
+        (_, "/status" | "/events" | "/stop" | "/restart") => {
+            Err((405, format!("{method} is not allowed on {path}\n")))
+        }
+        _ => Err((404, format!("no such endpoint {path:?}\n"))),
+    }
+}
+
+/// The metrics server answers `GET /metrics` only.
+fn parse_metrics_request(head: &str) -> Result<Request, (u16, String)> {
+    let line = head.lines().next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    match (
+        parts.next(),
+        parts.next().map(|t| t.split('?').next().unwrap_or(t)),
+    ) {
+        (Some("GET"), Some("/metrics")) => Ok(Request::Metrics),
+        (Some(_), Some("/metrics")) => Err((405, "only GET\n".into())),
+        (Some(_), Some(path)) => Err((404, format!("no such endpoint {path:?}: try /metrics\n"))),
+        _ => Err((400, format!("malformed request line {line:?}\n"))),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests() {
+        assert_eq!(
+            parse_request("GET /status HTTP/1.1\r\nHost: x"),
+            Ok(Request::Status)
+        );
+        assert_eq!(
+            parse_request("GET /status?watch=1 HTTP/1.1"),
+            Ok(Request::WatchStatus)
+        );
+        assert_eq!(
+            parse_request("POST /restart?container=my%2Dapp HTTP/1.1"),
+            Ok(Request::RestartContainer("my-app".into()))
+        );
+        assert_eq!(
+            parse_request("POST /restart HTTP/1.1"),
+            Ok(Request::RestartPod)
+        );
+        assert_eq!(parse_request("DELETE /stop HTTP/1.1").unwrap_err().0, 405);
+        assert_eq!(parse_request("GET /nope HTTP/1.1").unwrap_err().0, 404);
+        assert_eq!(parse_request("garbage").unwrap_err().0, 400);
+        assert_eq!(parse_request("GET /status SPDY/3").unwrap_err().0, 400);
+    }
+}

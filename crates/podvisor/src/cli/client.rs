@@ -1,0 +1,210 @@
+//! The client side of the status API: finding the running pod's state dir and talking HTTP/1.1
+//! to its socket. Used by `status`, `describe`, `events`, `stop` and `restart`.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use crate::api::SOCKET;
+
+/// Why a client could not get an answer; the message is for the user, exit code 1.
+#[derive(Debug)]
+pub struct ClientError(pub String);
+
+/// The state dir: `--state-dir`, or the only one under the default base with a live pod.
+pub fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
+    if let Some(dir) = flag {
+        return Ok(dir);
+    }
+    let base = super::run::state_base();
+    let mut live = Vec::new();
+    for ns in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+        for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+            let dir = pod.path();
+            if UnixStream::connect(dir.join(SOCKET)).is_ok() {
+                live.push(dir);
+            }
+        }
+    }
+    match live.len() {
+        1 => Ok(live.remove(0)),
+        0 => Err(ClientError(format!(
+            "no pod is running under {} (pass --state-dir DIR)",
+            base.display()
+        ))),
+        _ => Err(ClientError(format!(
+            "several pods are running; pass --state-dir with one of: {}",
+            live.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+fn connect(dir: &Path) -> Result<UnixStream, ClientError> {
+    let path = dir.join(SOCKET);
+    UnixStream::connect(&path).map_err(|e| {
+        ClientError(match e.raw_os_error() {
+            Some(libc::ENOENT) => format!("no pod is running in {} (no {SOCKET})", dir.display()),
+            Some(libc::ECONNREFUSED) => format!(
+                "no pod is running in {} ({} was left by a run that ended)",
+                dir.display(),
+                path.display()
+            ),
+            Some(libc::EACCES) | Some(libc::EPERM) => format!(
+                "{}: permission denied: only the user who runs the pod (or root) may use it",
+                path.display()
+            ),
+            _ => format!("{}: {e}", path.display()),
+        })
+    })
+}
+
+/// An answer: status code and a reader positioned at the body.
+pub struct Response {
+    pub code: u16,
+    pub body: BufReader<UnixStream>,
+}
+
+impl Response {
+    pub fn text(mut self) -> Result<String, ClientError> {
+        let mut s = String::new();
+        self.body
+            .read_to_string(&mut s)
+            .map_err(|e| ClientError(format!("reading the answer: {e}")))?;
+        Ok(s)
+    }
+}
+
+/// Sends `METHOD PATH` and reads the answer's head.
+pub fn request(dir: &Path, method: &str, path: &str) -> Result<Response, ClientError> {
+    let mut stream = connect(dir)?;
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: podvisor\r\nContent-Length: 0\r\n\r\n");
+    stream
+        .write_all(req.as_bytes())
+        .map_err(|e| ClientError(format!("sending the request: {e}")))?;
+    let mut body = BufReader::new(stream);
+    let mut line = String::new();
+    read_line(&mut body, &mut line)?;
+    let code = line
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| ClientError(format!("not an HTTP answer: {line:?}")))?;
+    loop {
+        line.clear();
+        read_line(&mut body, &mut line)?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    Ok(Response { code, body })
+}
+
+fn read_line(r: &mut impl BufRead, line: &mut String) -> Result<(), ClientError> {
+    r.read_line(line)
+        .map(|_| ())
+        .map_err(|e| ClientError(format!("reading the answer: {e}")))
+}
+
+/// A request whose answer must be 2xx; the body as text.
+pub fn call(dir: &Path, method: &str, path: &str) -> Result<String, ClientError> {
+    let r = request(dir, method, path)?;
+    let code = r.code;
+    let text = r.text()?;
+    if !(200..300).contains(&code) {
+        return Err(ClientError(text.trim_end().to_string()));
+    }
+    Ok(text)
+}
+
+/// Reads lines of a stream (`?watch=1`) and hands each to `f` until the server closes.
+pub fn stream_lines(
+    mut r: Response,
+    mut f: impl FnMut(&str) -> io::Result<()>,
+) -> Result<(), ClientError> {
+    if !(200..300).contains(&r.code) {
+        let code = r.code;
+        let text = r.text()?;
+        return Err(ClientError(format!("{code}: {}", text.trim_end())));
+    }
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match r.body.read_line(&mut line) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {
+                if f(line.trim_end()).is_err() {
+                    // stdout closed (a pipe to `head`): done.
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(ClientError(format!("reading the stream: {e}"))),
+        }
+    }
+}
+
+/// Seconds since the epoch of an API timestamp (`2026-11-23T05:39:22Z`, millis allowed).
+pub fn parse_time(t: &str) -> Option<f64> {
+    let t = t.strip_suffix('Z')?;
+    let (date, time) = t.split_once('T')?;
+    let mut d = date.split('-');
+    let (y, m, day): (i64, i64, i64) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    let mut hms = time.split(':');
+    let (h, mi): (i64, i64) = (hms.next()?.parse().ok()?, hms.next()?.parse().ok()?);
+    let s: f64 = hms.next()?.parse().ok()?;
+    // Days from civil (Howard Hinnant).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + h) * 60 + mi) as f64 * 60.0 + s)
+}
+
+/// A kubectl-style age: `45s`, `3m12s`, `5h`, `2d`.
+pub fn age(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=599 => format!("{}m{}s", s / 60, s % 60),
+        600..=10_799 => format!("{}m", s / 60),
+        10_800..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+pub fn now_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_ages() {
+        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(parse_time("2000-03-01T00:00:01Z"), Some(951_868_801.0));
+        assert_eq!(
+            parse_time("2026-11-23T05:39:22.123Z"),
+            Some(1_795_412_362.123)
+        );
+        assert_eq!(parse_time("yesterday"), None);
+        assert_eq!(age(5.0), "5s");
+        assert_eq!(age(130.0), "2m10s");
+        assert_eq!(age(3600.0), "60m");
+        assert_eq!(age(4.0 * 3600.0), "4h");
+        assert_eq!(age(3.0 * 86_400.0), "3d");
+    }
+}

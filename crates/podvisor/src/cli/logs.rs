@@ -1,0 +1,410 @@
+//! `podvisor logs CONTAINER [--previous] [-f] [--tail N] [--timestamps] [--since DUR]`, with
+//! `kubectl logs`' meaning, read straight from the instance log files in the state dir (so it
+//! also works after the run has ended). Which instance is "current" and which "previous" comes
+//! from the running pod's status when there is one, as the kubelet decides it: a container
+//! waiting to restart shows its last instance for both.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::client::{self, now_secs, parse_time, ClientError};
+use super::manifest::{is_option, Flags};
+use crate::process::sys;
+
+const USAGE: &str = "\
+Usage: podvisor logs [OPTIONS] CONTAINER
+
+A container's output (stdout and stderr, in order), as kubectl logs prints it.
+
+Options:
+      --state-dir DIR    The pod's state dir (default: the only running pod)
+  -p, --previous         The previous instance (the one that ended before the current one)
+  -f, --follow           Keep printing new output until the instance ends or the pod stops
+      --tail N           Only the last N lines
+      --timestamps       Prefix each line with its RFC 3339 time
+      --since DUR        Only lines newer than DUR (5s, 2m, 1h)
+  -h, --help             Print this help
+";
+
+struct Args {
+    dir: Option<PathBuf>,
+    container: String,
+    previous: bool,
+    follow: bool,
+    tail: Option<usize>,
+    timestamps: bool,
+    since: Option<Duration>,
+}
+
+pub fn main(args: &[std::ffi::OsString]) -> i32 {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        super::write_out(USAGE);
+        return 0;
+    }
+    let a = match parse(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            super::write_err(&format!("error: {e}\n{USAGE}"));
+            return 2;
+        }
+    };
+    match run(a) {
+        Ok(()) => 0,
+        Err(ClientError(e)) => {
+            super::write_err(&format!("error: {e}\n"));
+            1
+        }
+    }
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        dir: None,
+        container: String::new(),
+        previous: false,
+        follow: false,
+        tail: None,
+        timestamps: false,
+        since: None,
+    };
+    let mut container = None;
+    let mut flags = Flags::new(args);
+    while let Some(arg) = flags.next_arg() {
+        match arg.as_str() {
+            "--state-dir" => a.dir = Some(PathBuf::from(flags.value()?)),
+            "-p" | "--previous" => a.previous = true,
+            "-f" | "--follow" => a.follow = true,
+            "--timestamps" => a.timestamps = true,
+            "--tail" => {
+                let v = flags.value()?;
+                let n: i64 = v
+                    .parse()
+                    .map_err(|_| format!("--tail {v:?}: not a number"))?;
+                // kubectl: -1 (the default) means all lines.
+                a.tail = (n >= 0).then_some(n as usize);
+            }
+            "--since" => a.since = Some(flags.duration()?),
+            _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
+            _ if container.is_none() => container = Some(arg),
+            _ => return Err(format!("unexpected argument {arg:?}")),
+        }
+    }
+    a.container = container.ok_or("no CONTAINER given")?;
+    Ok(a)
+}
+
+/// The instance numbers that have log files, ascending.
+fn instances(dir: &Path) -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// An instance's files, oldest first: N.log.K … N.log.1, N.log.
+fn files_of(dir: &Path, instance: u32) -> Vec<PathBuf> {
+    let base = dir.join(format!("{instance}.log"));
+    let mut rotated: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let k: u32 = name
+                .strip_prefix(&format!("{instance}.log."))?
+                .parse()
+                .ok()?;
+            Some((k, e.path()))
+        })
+        .collect();
+    rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
+    let mut files: Vec<PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
+    files.push(base);
+    files
+}
+
+fn run(a: Args) -> Result<(), ClientError> {
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => client::state_dir(None)?,
+    };
+    // The pod's view, when it runs: valid names, and whether the container waits.
+    let status: Option<Value> = client::call(&dir, "GET", "/status")
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let pod_name = status
+        .as_ref()
+        .and_then(|s| s["metadata"]["name"].as_str().map(String::from))
+        .unwrap_or_else(|| {
+            dir.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+    let logs = dir.join("logs").join(&a.container);
+    let container_status = status.as_ref().and_then(|s| {
+        s["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(
+                s["status"]["initContainerStatuses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten(),
+            )
+            .find(|c| c["name"] == a.container.as_str())
+            .cloned()
+    });
+    if let Some(s) = &status {
+        if container_status.is_none() {
+            let names: Vec<&str> = s["status"]["initContainerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(
+                    s["status"]["containerStatuses"]
+                        .as_array()
+                        .into_iter()
+                        .flatten(),
+                )
+                .filter_map(|c| c["name"].as_str())
+                .collect();
+            return Err(ClientError(format!(
+                "container {} is not valid for pod {pod_name}; choose one of: [{}]",
+                a.container,
+                names.join(" ")
+            )));
+        }
+    } else if !logs.is_dir() {
+        return Err(ClientError(format!(
+            "container {} is not valid for pod {pod_name} (no logs in {})",
+            a.container,
+            logs.display()
+        )));
+    }
+    let have = instances(&logs);
+    let waiting = container_status
+        .as_ref()
+        .is_some_and(|c| c["state"]["waiting"].is_object());
+    let latest = have.last().copied();
+    let instance = match (a.previous, latest) {
+        (_, None) => {
+            let reason = container_status
+                .as_ref()
+                .and_then(|c| c["state"]["waiting"]["reason"].as_str().map(String::from))
+                .unwrap_or_else(|| "ContainerCreating".into());
+            return Err(ClientError(format!(
+                "container {:?} in pod {pod_name:?} is waiting to start: {reason}",
+                a.container
+            )));
+        }
+        // Waiting to restart: the last instance is both current and previous (lastState).
+        (true, Some(n)) if waiting => n,
+        (true, Some(n)) => match have.iter().rev().find(|&&i| i < n) {
+            Some(&p) => p,
+            None => {
+                return Err(ClientError(format!(
+                    "previous terminated container {:?} in pod {pod_name:?} not found",
+                    a.container
+                )))
+            }
+        },
+        (false, Some(n)) => n,
+    };
+    let since = a.since.map(|d| now_secs() - d.as_secs_f64());
+    let out = io::stdout();
+    let mut out = io::BufWriter::with_capacity(1 << 20, out.lock());
+    let mut printer = Printer {
+        timestamps: a.timestamps,
+        since,
+    };
+    let files = files_of(&logs, instance);
+    // Bytes of the current file already printed, where following goes on.
+    let result = match a.tail {
+        Some(n) => tail(&files, n, &mut printer, &mut out),
+        None => (|| {
+            let mut last = 0;
+            for f in &files {
+                last = print_file(f, &mut printer, &mut out)?;
+            }
+            Ok(last)
+        })(),
+    };
+    let offset = match result.and_then(|o| out.flush().map(|_| o)) {
+        Ok(o) => o,
+        Err(e) => return broken_pipe_ok(e),
+    };
+    if a.follow && !a.previous && Some(instance) == latest {
+        if let Err(e) = follow(&dir, &logs, instance, offset, &mut printer, &mut out) {
+            return broken_pipe_ok(e);
+        }
+    }
+    Ok(())
+}
+
+fn broken_pipe_ok(e: io::Error) -> Result<(), ClientError> {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(ClientError(format!("writing the logs: {e}")))
+    }
+}
+
+struct Printer {
+    timestamps: bool,
+    since: Option<f64>,
+}
+
+impl Printer {
+    /// One CRI line (`TIME STREAM F|P TEXT\n`) as kubectl prints it.
+    fn line(&mut self, line: &[u8], out: &mut impl Write) -> io::Result<()> {
+        let mut parts = line.splitn(4, |&b| b == b' ');
+        let (Some(time), Some(_stream), Some(tag), Some(text)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Ok(()); // not a log line (a torn write is finished on the next read)
+        };
+        if let Some(since) = self.since {
+            let t = std::str::from_utf8(time).ok().and_then(parse_time);
+            if t.is_some_and(|t| t < since) {
+                return Ok(());
+            }
+        }
+        if self.timestamps {
+            out.write_all(time)?;
+            out.write_all(b" ")?;
+        }
+        if tag == b"P" {
+            // A partial line continues in the next record.
+            out.write_all(text.strip_suffix(b"\n").unwrap_or(text))
+        } else {
+            out.write_all(text)
+        }
+    }
+}
+
+/// Prints a whole file; returns how many bytes were read (for following).
+fn print_file(path: &Path, p: &mut Printer, out: &mut impl Write) -> io::Result<u64> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    print_from(&mut BufReader::with_capacity(1 << 20, file), p, out)
+}
+
+/// Prints the complete lines a reader has; returns the bytes consumed.
+fn print_from(r: &mut impl BufRead, p: &mut Printer, out: &mut impl Write) -> io::Result<u64> {
+    let mut used = 0u64;
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        let n = r.read_until(b'\n', &mut line)?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            // End, or a line still being written: it will be read whole next time.
+            return Ok(used);
+        }
+        used += n as u64;
+        p.line(&line, out)?;
+    }
+}
+
+/// Prints the last `n` lines of the files; returns the bytes of complete lines in the last.
+fn tail(files: &[PathBuf], n: usize, p: &mut Printer, out: &mut impl Write) -> io::Result<u64> {
+    let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(n.min(100_000));
+    let mut used = 0;
+    for f in files {
+        used = 0;
+        let Ok(file) = File::open(f) else { continue };
+        let mut r = BufReader::with_capacity(1 << 20, file);
+        loop {
+            let mut line = Vec::new();
+            let read = r.read_until(b'\n', &mut line)?;
+            if read == 0 || line.last() != Some(&b'\n') {
+                break;
+            }
+            used += read as u64;
+            if n == 0 {
+                continue;
+            }
+            if last.len() == n {
+                last.pop_front();
+            }
+            last.push_back(line);
+        }
+    }
+    for line in last {
+        p.line(&line, out)?;
+    }
+    Ok(used)
+}
+
+/// Follows the current instance's file from `offset` until a newer instance appears or the
+/// run ends (its lock file is closed). Sleeps in inotify meanwhile: no CPU while nothing is
+/// written.
+fn follow(
+    state: &Path,
+    logs: &Path,
+    instance: u32,
+    offset: u64,
+    p: &mut Printer,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut ino = sys::Inotify::new()?;
+    ino.watch(logs, sys::IN_MODIFY | sys::IN_CREATE | sys::IN_MOVED_TO)?;
+    let lock = state.join("podvisor.lock");
+    let lock_wd = ino.watch(&lock, sys::IN_CLOSE_WRITE).ok();
+    let path = logs.join(format!("{instance}.log"));
+    let mut f = File::open(&path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut file = BufReader::with_capacity(1 << 20, f);
+    let running = || sys::lock_is_held(&lock).unwrap_or(false);
+    // Whatever came between the first read and the watches.
+    print_from(&mut file, p, out)?;
+    out.flush()?;
+    if !running() {
+        return Ok(());
+    }
+    loop {
+        let events = ino.read()?;
+        print_from(&mut file, p, out)?;
+        let mut done = false;
+        for (wd, mask, name) in events {
+            if Some(wd) == lock_wd && mask & sys::IN_CLOSE_WRITE != 0 && !running() {
+                done = true;
+            }
+            if mask & (sys::IN_CREATE | sys::IN_MOVED_TO) != 0 {
+                if name == format!("{instance}.log") {
+                    // Rotated: the old file was read to its end above; go on in the new one.
+                    file = BufReader::with_capacity(1 << 20, File::open(&path)?);
+                    print_from(&mut file, p, out)?;
+                } else if name
+                    .strip_suffix(".log")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n > instance)
+                {
+                    done = true; // the container restarted: this instance has ended
+                }
+            }
+        }
+        out.flush()?;
+        if done {
+            print_from(&mut file, p, out)?;
+            return out.flush();
+        }
+    }
+}

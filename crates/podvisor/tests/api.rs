@@ -1,0 +1,380 @@
+//! The status API and its clients through the binary: `status` (its JSON read back as a
+//! k8s-openapi Pod), `describe`, `logs` (with --previous, across restarts and rotation), `events`,
+//! `restart`, `stop`, `--metrics-addr`, the socket's permissions, and bad requests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::harness::*;
+use crate::probes::{free_port, pod_with, stop};
+
+/// `podvisor ARGS --state-dir DIR` run to completion.
+fn client(r: &PodRun, args: &[&str]) -> Output {
+    Run::new(podvisor())
+        .args(args)
+        .arg("--state-dir")
+        .arg(r.dir.file("state"))
+        .output()
+}
+
+fn started(r: &PodRun, container: &str, n: usize) {
+    r.wait_event(container, "Started", n);
+}
+
+const MIXED: &str = "  initContainers:
+  - {name: setup, image: busybox, command: [sh, -c, 'echo setting up']}
+  containers:
+  - name: web
+    image: nginx
+    command: [sh, -c, 'echo serving; exec sleep 600']
+    readinessProbe: {exec: {command: ['true']}, periodSeconds: 1}
+  - {name: crash, image: busybox, command: [sh, -c, 'echo crash $$; exit 3']}
+";
+
+#[test]
+fn status_is_a_real_pod_status() {
+    let r = PodRun::new(&pod_with("Always", 1, MIXED));
+    let mut p = r.cmd(&["--backoff-initial", "200ms"]).start();
+    r.wait_event("web", "Ready", 1);
+    started(&r, "crash", 2);
+    let out = client(&r, &["status", "-o", "json"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let pod: Pod = serde_json::from_str(&out.stdout).expect("a v1 Pod");
+    let status = pod.status.expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let cond = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == t)
+            .unwrap_or_else(|| panic!("no condition {t}"))
+            .clone()
+    };
+    assert_eq!(cond("Initialized").status, "True");
+    assert_eq!(cond("ContainersReady").status, "False");
+    assert_eq!(cond("Ready").reason.as_deref(), Some("ContainersNotReady"));
+    assert_eq!(
+        cond("Ready").message.as_deref(),
+        Some("containers with unready status: [crash]")
+    );
+    assert!(cond("Ready").last_transition_time.is_some());
+    let init = &status.init_container_statuses.as_ref().unwrap()[0];
+    assert_eq!(init.name, "setup");
+    let t = init.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+    let mains = status.container_statuses.unwrap();
+    let web = mains.iter().find(|c| c.name == "web").unwrap();
+    assert!(web.ready && web.started == Some(true));
+    assert!(web.state.as_ref().unwrap().running.is_some());
+    assert!(web
+        .container_id
+        .as_deref()
+        .unwrap()
+        .starts_with("podvisor://"));
+    assert_eq!(web.image, "nginx");
+    let crash = mains.iter().find(|c| c.name == "crash").unwrap();
+    assert!(!crash.ready);
+    assert!(crash.restart_count >= 1);
+    let last = crash
+        .last_state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .as_ref()
+        .unwrap();
+    assert_eq!((last.exit_code, last.reason.as_deref()), (3, Some("Error")));
+    // The table and describe views of the same pod.
+    let table = client(&r, &["status"]);
+    assert!(
+        table.stdout.starts_with("NAME   READY   STATUS"),
+        "{}",
+        table.stdout
+    );
+    assert!(table.stdout.contains("\np      1/2"), "{}", table.stdout);
+    let yaml = client(&r, &["status", "-o", "yaml"]);
+    assert!(yaml.stdout.contains("kind: Pod"), "{}", yaml.stdout);
+    let describe = client(&r, &["describe"]);
+    assert!(
+        describe.stdout.contains("Restart Count:"),
+        "{}",
+        describe.stdout
+    );
+    assert!(describe.stdout.contains("Events:"));
+    assert!(describe.stdout.contains("BackOff"), "{}", describe.stdout);
+    stop(&mut p);
+}
+
+#[test]
+fn logs_previous_and_rotation() {
+    // Each instance writes its number and 300 lines of 100 bytes (~35 KiB in the log) with
+    // 8 KiB log files: rotation happens within every instance.
+    let spec = "  containers:\n  - name: app\n    command: [sh, -c, 'n=$(cat /proc/self/stat | cut -d\" \" -f1); echo start $n; i=0; while [ $i -lt 300 ]; do printf \"%0100d\\n\" $i; i=$((i+1)); done; echo end $n; echo oops >&2; exit 1']\n";
+    let r = PodRun::new(&pod_with("Always", 1, spec));
+    let mut p = r
+        .cmd(&[
+            "--backoff-initial",
+            "5s",
+            "--log-max-size",
+            "8Ki",
+            "--log-max-files",
+            "10",
+        ])
+        .start();
+    // Two whole instances: the second then waits 5 s to restart.
+    r.wait_event("app", "Error", 2);
+    stop(&mut p);
+    let logs = r.dir.file("state").join("logs").join("app");
+    assert!(logs.join("1.log.1").exists(), "rotated");
+    let current = client(&r, &["logs", "app"]);
+    assert_eq!(current.code(), 0, "{current:?}");
+    let lines: Vec<&str> = current.stdout.lines().collect();
+    assert!(lines[0].starts_with("start "), "{:?}", &lines[..3]);
+    assert_eq!(lines.len(), 303, "all of the instance, across its files");
+    assert_eq!(lines[1], format!("{:0100}", 0));
+    assert_eq!(lines[301].split(' ').next(), Some("end"));
+    assert_eq!(lines[302], "oops");
+    let previous = client(&r, &["logs", "app", "--previous"]);
+    assert_eq!(previous.code(), 0);
+    assert!(previous.stdout.lines().count() == 303);
+    assert_ne!(
+        previous.stdout.lines().next(),
+        current.stdout.lines().next(),
+        "another instance"
+    );
+    let tail = client(&r, &["logs", "app", "--tail", "2", "--timestamps"]);
+    let t: Vec<&str> = tail.stdout.lines().collect();
+    assert_eq!(t.len(), 2);
+    assert!(t[1].ends_with(" oops") && t[1].starts_with("20"), "{t:?}");
+    let since = client(&r, &["logs", "app", "--since", "1h"]);
+    assert_eq!(since.stdout, current.stdout);
+    let none = client(&r, &["logs", "app", "--since", "1ms"]);
+    assert_eq!(none.stdout, "");
+}
+
+#[test]
+fn logs_follow_ends_with_the_instance_and_errors_are_clear() {
+    let spec = "  containers:\n  - {name: app, command: [sh, -c, 'echo one; sleep 1; echo two; sleep 1; exit 1']}\n  - {name: idle, command: [sleep, '600']}\n";
+    let r = PodRun::new(&pod_with("Always", 1, spec));
+    let mut p = r.cmd(&["--backoff-initial", "100ms"]).start();
+    started(&r, "app", 1);
+    let follow = client(&r, &["logs", "-f", "app"]);
+    assert_eq!(follow.code(), 0);
+    assert_eq!(follow.stdout, "one\ntwo");
+    // --previous of a container that never restarted, an unknown container.
+    let none = client(&r, &["logs", "idle", "--previous"]);
+    assert_eq!(none.code(), 1);
+    assert!(
+        none.stderr
+            .contains("previous terminated container \"idle\" in pod \"p\" not found"),
+        "{none:?}"
+    );
+    let bad = client(&r, &["logs", "nope"]);
+    assert_eq!(bad.code(), 1);
+    assert!(
+        bad.stderr.contains("container nope is not valid for pod p"),
+        "{bad:?}"
+    );
+    let bad = client(&r, &["restart", "nope"]);
+    assert_eq!(bad.code(), 1);
+    assert!(
+        bad.stderr.contains("no container \"nope\" in pod p"),
+        "{bad:?}"
+    );
+    stop(&mut p);
+}
+
+#[test]
+fn restart_a_container_and_the_whole_pod() {
+    let dir = TempDir::new();
+    let runs = dir.file("runs");
+    let spec = format!(
+        "  initContainers:\n  - {{name: setup, command: [sh, -c, 'echo setup >> {runs}']}}\n  containers:\n  - {{name: app, command: [sh, -c, 'echo app >> {runs}; exec sleep 600']}}\n  - {{name: other, command: [sleep, '600']}}\n",
+        runs = runs.display()
+    );
+    let r = PodRun::new(&pod_with("Never", 1, &spec));
+    let mut p = r.cmd(&[]).start();
+    started(&r, "app", 1);
+    started(&r, "other", 1);
+    // One container: restarted under restartPolicy Never too; the others untouched.
+    assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+    started(&r, "app", 2);
+    assert_eq!(r.find("other", "Started").len(), 1);
+    assert_eq!(r.find("app", "Started")[1]["restartCount"], 1);
+    // The whole pod: everything stops, the init container runs again, then the rest.
+    assert_eq!(client(&r, &["restart"]).code(), 0);
+    started(&r, "other", 2);
+    started(&r, "app", 3);
+    assert_eq!(r.find("pod", "PodRestarting").len(), 1);
+    assert_eq!(r.find("setup", "Started").len(), 2, "init ran again");
+    wait_until("three runs of app", || {
+        std::fs::read_to_string(&runs).unwrap_or_default() == "setup\napp\napp\nsetup\napp\n"
+    });
+    let status: Pod = serde_json::from_str(&client(&r, &["status", "-o", "json"]).stdout).unwrap();
+    let counts: Vec<i32> = status
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()
+        .iter()
+        .map(|c| c.restart_count)
+        .collect();
+    assert_eq!(counts, [2, 1], "restartCount only grows");
+    // `stop` ends the run gracefully, exit 0, and waits for it.
+    let out = client(&r, &["stop"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(p.wait().code(), Some(0));
+    p.assert_no_leftovers();
+    let gone = client(&r, &["status"]);
+    assert_eq!(gone.code(), 1);
+    assert!(gone.stderr.contains("no pod is running"), "{gone:?}");
+}
+
+#[test]
+fn events_and_status_streams_survive_clients_that_come_and_go() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ));
+    let mut p = r.cmd(&[]).start();
+    started(&r, "app", 1);
+    let spawn = |args: &[&str]| {
+        Command::new(podvisor())
+            .args(args)
+            .arg("--state-dir")
+            .arg(r.dir.file("state"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut events = spawn(&["events", "-w", "-o", "json"]);
+    let mut watch = spawn(&["status", "-w", "-o", "json"]);
+    let mut quitter = spawn(&["events", "-w"]);
+    let mut ev = BufReader::new(events.stdout.take().unwrap());
+    let mut line = String::new();
+    ev.read_line(&mut line).unwrap();
+    assert!(line.contains("\"reason\":\"Created\""), "{line}");
+    // One client vanishes mid-stream; a raw client sends garbage and one a half request.
+    quitter.kill().unwrap();
+    quitter.wait().unwrap();
+    let sock = r.dir.file("state").join("podvisor.sock");
+    let mut garbage = UnixStream::connect(&sock).unwrap();
+    garbage.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    garbage.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let mut half = UnixStream::connect(&sock).unwrap();
+    half.write_all(b"GET /sta").unwrap();
+    drop(half);
+    // The pod is unharmed and the streams go on.
+    assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+    started(&r, "app", 2);
+    wait_until("the restart in the event stream", || {
+        line.clear();
+        ev.read_line(&mut line).unwrap() > 0 && line.contains("\"restartCount\":1")
+    });
+    let mut st = BufReader::new(watch.stdout.take().unwrap());
+    let mut first = String::new();
+    st.read_line(&mut first).unwrap();
+    let pod: Pod = serde_json::from_str(&first).unwrap();
+    assert!(pod.status.is_some());
+    stop(&mut p);
+    // The streams end when the pod does.
+    assert!(events.wait().unwrap().success());
+    assert!(watch.wait().unwrap().success());
+}
+
+#[test]
+fn the_socket_is_for_its_owner_only_and_a_stale_one_is_replaced() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ));
+    let mut p = r.cmd(&[]).start();
+    started(&r, "app", 1);
+    let sock = r.dir.file("state").join("podvisor.sock");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // As nobody: refused by the socket's mode, with a clear message.
+    std::fs::set_permissions(r.dir.file("state"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Run::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(podvisor())
+        .args(["status", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .output();
+    if std::process::Command::new("id")
+        .output()
+        .unwrap()
+        .stdout
+        .starts_with(b"uid=0(")
+    {
+        assert_eq!(out.code(), 1, "{out:?}");
+        assert!(out.stderr.contains("permission denied"), "{out:?}");
+    }
+    // A run killed outright leaves its socket; clients say so, and the next run replaces it.
+    p.signal("KILL");
+    p.wait();
+    assert!(sock.exists());
+    let stale = client(&r, &["status"]);
+    assert_eq!(stale.code(), 1);
+    assert!(
+        stale.stderr.contains("left by a run that ended"),
+        "{stale:?}"
+    );
+    // Its containers die with it (parent-death signal); wait for that before the next run.
+    p.assert_no_leftovers();
+    let mut again = r.cmd(&[]).start();
+    wait_until("a second Started", || r.find("app", "Started").len() >= 2);
+    assert_eq!(client(&r, &["status"]).code(), 0);
+    stop(&mut again);
+}
+
+#[test]
+fn metrics_over_http() {
+    let port = free_port();
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - name: app\n    command: [sleep, '600']\n    readinessProbe: {exec: {command: ['true']}, periodSeconds: 1}\n    livenessProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 100}\n",
+    ));
+    let addr = format!("127.0.0.1:{port}");
+    let mut p = r.cmd(&["--metrics-addr", &addr]).start();
+    r.wait_event("app", "Ready", 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let scrape = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let text = scrape("/metrics");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let has = |prefix: &str| text.lines().any(|l| l.starts_with(prefix));
+    assert!(has("prober_probe_total{container=\"app\",namespace=\"ns\",pod=\"p\",probe_type=\"Readiness\",result=\"successful\"} "), "{text}");
+    assert!(has("prober_probe_total{container=\"app\",namespace=\"ns\",pod=\"p\",probe_type=\"Liveness\",result=\"failed\"} "), "{text}");
+    assert!(has("prober_probe_duration_seconds_count{container=\"app\""));
+    assert!(has(
+        "podvisor_container_restarts_total{container=\"app\",namespace=\"ns\",pod=\"p\"} 0"
+    ));
+    assert!(has(
+        "podvisor_pod_restarts_total{namespace=\"ns\",pod=\"p\"} 0"
+    ));
+    assert!(
+        has("container_memory_working_set_bytes{container=\"app\""),
+        "{text}"
+    );
+    assert!(has("container_cpu_usage_seconds_total{container=\"app\""));
+    // Nothing but /metrics over the network.
+    assert!(scrape("/stop").starts_with("HTTP/1.1 404"));
+    stop(&mut p);
+}
