@@ -640,3 +640,58 @@ fn grpc_probe_against_a_server_without_the_health_service() {
     );
     stop(&mut p);
 }
+
+#[test]
+fn https_probes_accept_a_self_signed_certificate() {
+    // The kubelet's prober does not verify certificates (InsecureSkipVerify): a self-signed one
+    // is fine; the status code still decides.
+    let dir = TempDir::new();
+    let (cert, key, log) = (dir.file("cert.pem"), dir.file("key.pem"), dir.file("log"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        made,
+        "the https test needs the openssl command (apt-get install -y openssl)"
+    );
+    let port = free_port();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/https_server.py");
+    let spec = format!(
+        "  containers:\n  - name: app\n    command: [python3, {script}, '{port}', {cert}, {key}, {log}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    readinessProbe: {{httpGet: {{scheme: HTTPS, path: /healthz, port: {port}}}, periodSeconds: 1}}\n    livenessProbe: {{httpGet: {{scheme: HTTPS, path: /fail, port: {port}}}, initialDelaySeconds: 2, periodSeconds: 1, failureThreshold: 1}}\n",
+        script = script.display(),
+        cert = cert.display(),
+        key = key.display(),
+        log = log.display()
+    );
+    let r = PodRun::new(&pod_with("Always", 1, &spec));
+    let mut p = r.cmd(&["--backoff-initial", "5s"]).start();
+    r.wait_event("app", "Ready", 1);
+    let mut failed = Vec::new();
+    wait_until("a liveness failure over https", || {
+        failed = r
+            .find("app", "Unhealthy")
+            .into_iter()
+            .filter(|e| e["message"].as_str().unwrap().starts_with("Liveness"))
+            .collect();
+        !failed.is_empty()
+    });
+    assert_eq!(
+        failed[0]["message"],
+        "Liveness probe failed: HTTP probe failed with statuscode: 500"
+    );
+    stop(&mut p);
+    let requests = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        requests.lines().any(|l| l == "/healthz kube-probe/1.37"),
+        "{requests}"
+    );
+}

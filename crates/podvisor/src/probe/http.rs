@@ -2,6 +2,7 @@
 //! prober sends it (pkg/probe/http): `User-Agent: kube-probe/<version>`, `Accept: */*`, no
 //! keep-alive, no proxy, no compression; same-host redirects followed up to 10; the body read up
 //! to 10 KiB; the whole exchange bounded by the probe's timeout (the caller's deadline).
+//! `https` is TLS without certificate verification (Go's `InsecureSkipVerify`), by rustls.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -55,8 +56,12 @@ impl Target {
 #[derive(Debug)]
 enum Phase {
     Connecting,
-    Writing { off: usize },
+    Writing {
+        off: usize,
+    },
     Reading,
+    /// https: the TLS session carries the request and the answer.
+    Tls,
 }
 
 /// One probe's HTTP exchange, driven by readiness of its socket.
@@ -71,6 +76,7 @@ pub struct HttpTask {
     request: Vec<u8>,
     response: Vec<u8>,
     redirects: u32,
+    tls: Option<Box<rustls::ClientConnection>>,
 }
 
 /// What a step of the exchange asks for next.
@@ -109,10 +115,9 @@ impl HttpTask {
             port,
             path,
         };
-        if target.scheme != "http" {
-            // TLS is not built in yet: say so rather than pretend.
-            return Err(Outcome::Error(format!(
-                "Get {:?}: scheme {:?} is not supported by podvisor yet",
+        if target.scheme != "http" && target.scheme != "https" {
+            return Err(Outcome::Failure(format!(
+                "Get {:?}: unsupported protocol scheme {:?}",
                 target.url(),
                 target.scheme
             )));
@@ -128,6 +133,7 @@ impl HttpTask {
             request,
             response: Vec::new(),
             redirects: 0,
+            tls: None,
         })
     }
 
@@ -138,7 +144,7 @@ impl HttpTask {
     /// The outcome when the deadline passes first.
     pub fn timed_out(&self) -> Outcome {
         let during = match self.phase {
-            Phase::Reading if head_end(&self.response).is_some() => {
+            Phase::Reading | Phase::Tls if head_end(&self.response).is_some() => {
                 // Reading the body fails as an error in the kubelet (`ReadAtMost`).
                 return Outcome::Error(format!(
                     "Get {:?}: context deadline exceeded (Client.Timeout or context cancellation while reading body)",
@@ -164,7 +170,21 @@ impl HttpTask {
     pub fn advance(&mut self) -> Next {
         loop {
             match self.phase {
+                Phase::Tls => return self.advance_tls(),
                 Phase::Connecting => match sys::connect_state(&self.stream) {
+                    ConnectState::Connected if self.target.scheme == "https" => {
+                        match tls_session(&self.target.host) {
+                            Ok(mut conn) => {
+                                // Plaintext is buffered until the handshake is done.
+                                if let Err(e) = conn.writer().write_all(&self.request) {
+                                    return self.fail(format!("tls: {e}"));
+                                }
+                                self.tls = Some(Box::new(conn));
+                                self.phase = Phase::Tls;
+                            }
+                            Err(e) => return self.fail(e),
+                        }
+                    }
                     ConnectState::Connected => self.phase = Phase::Writing { off: 0 },
                     ConnectState::Connecting => return Next::Wait { writable: true },
                     ConnectState::Failed(e) => {
@@ -214,6 +234,56 @@ impl HttpTask {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// The exchange over TLS: handshake, request and answer, as far as the socket allows.
+    fn advance_tls(&mut self) -> Next {
+        loop {
+            let Some(tls) = self.tls.as_mut() else {
+                return self.fail("tls: no session");
+            };
+            while tls.wants_write() {
+                match tls.write_tls(&mut self.stream) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Next::Wait { writable: true }
+                    }
+                    Err(e) => return self.fail(go_error_text(&e)),
+                }
+            }
+            let mut buf = [0u8; 4096];
+            match tls.reader().read(&mut buf) {
+                Ok(0) => return self.judge(true),
+                Ok(n) => {
+                    self.response.extend_from_slice(&buf[..n]);
+                    if let Some(next) = self.judge_partial() {
+                        return next;
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The peer closed without close_notify: judge what came.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return self.judge(true),
+                Err(e) => return self.fail(format!("tls: {e}")),
+            }
+            match tls.read_tls(&mut self.stream) {
+                Ok(0) => return self.judge(true),
+                Ok(_) => {
+                    if let Err(e) = tls.process_new_packets() {
+                        // Send the alert, if the socket takes it, and give up.
+                        let _ = tls.write_tls(&mut self.stream);
+                        return self.fail(format!("tls: {e}"));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Next::Wait {
+                        writable: tls.wants_write(),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail(go_error_text(&e)),
             }
         }
     }
@@ -306,9 +376,9 @@ impl HttpTask {
             ))));
         }
         self.redirects += 1;
-        if next.scheme != "http" {
-            return Some(Next::Done(Outcome::Error(format!(
-                "Get {:?}: scheme {:?} is not supported by podvisor yet",
+        if next.scheme != "http" && next.scheme != "https" {
+            return Some(Next::Done(Outcome::Failure(format!(
+                "Get {:?}: unsupported protocol scheme {:?}",
                 next.url(),
                 next.scheme
             ))));
@@ -319,6 +389,7 @@ impl HttpTask {
                 self.target = next;
                 self.stream = stream;
                 self.phase = Phase::Connecting;
+                self.tls = None;
                 self.response.clear();
                 Some(Next::Reconnected { writable: true })
             }
@@ -346,6 +417,77 @@ impl HttpTask {
             None if body.len() >= MAX_BODY => Ok(Body::Complete(body.to_vec())),
             None => Ok(Body::Incomplete),
         }
+    }
+}
+
+/// A TLS client session that accepts any certificate, as the prober's `InsecureSkipVerify`.
+fn tls_session(host: &str) -> Result<rustls::ClientConnection, String> {
+    use std::sync::{Arc, OnceLock};
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    let config = CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("tls: {e}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| format!("tls: server name {host:?}: {e}"))?;
+    rustls::ClientConnection::new(config, name).map_err(|e| format!("tls: {e}"))
+}
+
+/// Accepts every server certificate but still checks the handshake's signatures (which prove
+/// the server holds the key of the certificate it sent).
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
