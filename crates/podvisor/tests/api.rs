@@ -206,6 +206,10 @@ fn restart_a_container_and_the_whole_pod() {
     started(&r, "app", 2);
     assert_eq!(r.find("other", "Started").len(), 1);
     assert_eq!(r.find("app", "Started")[1]["restartCount"], 1);
+    // A regular init container is not restarted on its own.
+    let init = client(&r, &["restart", "setup"]);
+    assert_eq!(init.code(), 1);
+    assert!(init.stderr.contains("setup is an init container"), "{init:?}");
     // The whole pod: everything stops, the init container runs again, then the rest.
     assert_eq!(client(&r, &["restart"]).code(), 0);
     started(&r, "other", 2);

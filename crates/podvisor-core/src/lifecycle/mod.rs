@@ -163,6 +163,7 @@ pub enum Input {
     Stop,
     /// `podvisor restart CONTAINER`: stop that container gracefully (if it runs) and start it
     /// again at once, whatever its policy; its restartCount grows, its backoff is untouched.
+    /// Ignored for a regular init container (only a pod restart runs those again).
     RestartContainer(usize),
     /// `podvisor restart`: stop every container gracefully, then start the pod again from its
     /// init containers (a whole-pod restart, event `PodRestarting`).
@@ -552,7 +553,13 @@ impl Pod {
                 }
             },
             Input::RestartContainer(i) => {
-                if self.stopping.is_none() && i < self.containers.len() {
+                // A regular init container runs once per pod start: restart the pod for that.
+                let restartable = self
+                    .plan
+                    .containers
+                    .get(i)
+                    .is_some_and(|p| p.kind != Kind::Init);
+                if self.stopping.is_none() && restartable {
                     let c = &mut self.containers[i];
                     c.restart_now = true;
                     let message = format!("Stopping container {} to restart it", c.name);

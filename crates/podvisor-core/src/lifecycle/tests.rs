@@ -185,7 +185,15 @@ impl Sim {
     /// Runs until the pod finishes or `limit` ms pass.
     fn run(&mut self, limit: u64) -> &mut Sim {
         self.feed(Input::Admit);
+        let mut steps = 0u32;
         while !self.pod.is_finished() {
+            steps += 1;
+            assert!(
+                steps < 200_000,
+                "no progress at t={:?}: {:#?}",
+                self.now,
+                &self.log[self.log.len().saturating_sub(20)..],
+            );
             let next_exit = self
                 .procs
                 .iter()
@@ -707,7 +715,7 @@ fn random_pods_keep_the_invariants_and_always_finish() {
             c.post_start = rng.next(3) == 0;
             c.pre_stop = rng.next(3) == 0;
         }
-        let scripts = containers
+        let scripts: Vec<Script> = containers
             .iter()
             .map(|_| {
                 let runs: Vec<(Option<u64>, i32)> = (0..4)
@@ -746,9 +754,19 @@ fn random_pods_keep_the_invariants_and_always_finish() {
                 }
             })
             .collect();
+        let n = scripts.len();
         let mut sim = Sim::new(p, scripts);
         let stop = rng.next(120_000);
         sim.stop_at = Some(Instant::from_millis(stop));
+        // `podvisor restart` of a container or of the whole pod, at random moments.
+        for _ in 0..rng.next(3) {
+            let at = Instant::from_millis(rng.next(stop + 1));
+            let input = match rng.next(3) {
+                0 => Input::RestartPod,
+                _ => Input::RestartContainer(rng.next(n as u64) as usize),
+            };
+            sim.pending.push((at, input));
+        }
         sim.run(stop + 10_000);
         assert!(
             sim.pod.is_finished(),

@@ -21,7 +21,9 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{Effect, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::lifecycle::{
+    Effect, ExitStatus, Hook, Input, InstanceId, Kind, Phase, Pod, Signal,
+};
 use podvisor_core::probe::Outcome as ProbeOutcome;
 use podvisor_core::spec::plan::RunPlan;
 
@@ -360,6 +362,12 @@ impl Supervisor {
                     Some(_) if self.stopped || self.pod.phase().is_terminal() => {
                         self.api
                             .reply(slot, 409, "the pod is stopping\n", &self.epoll);
+                    }
+                    Some(i) if self.plan.pod.containers[i].kind == Kind::Init => {
+                        let msg = format!(
+                            "{name} is an init container: it runs once per pod start; restart the whole pod (podvisor restart) to run it again\n"
+                        );
+                        self.api.reply(slot, 409, &msg, &self.epoll);
                     }
                     Some(i) => {
                         let body = format!("{}\n", serde_json::json!({"restarting": name}));
