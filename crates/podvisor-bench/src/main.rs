@@ -630,6 +630,7 @@ fn probes_bench(args: &[String]) {
     }
     let unhealthy = count_events(&events, "Unhealthy");
     let ready = count_events(&events, "Ready");
+    let floor = loopback_floor(http_port, tcp_port);
 
     let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: execs}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     for i in 0..n_exec {
@@ -650,6 +651,11 @@ fn probes_bench(args: &[String]) {
         "{:<58} {:>9.2}%  <= 5 %",
         format!("CPU, {n} containers x (TCP liveness + HTTP readiness) @1s"),
         cpu / secs * 100.0
+    );
+    println!(
+        "{:<58} {:>9.2}%",
+        format!("  floor: {n} loopback connects + {n} GETs/s in one thread"),
+        floor * n as f64 * 100.0
     );
     println!(
         "{:<58} {:>7.0} KiB  <= 40 MiB",
@@ -848,4 +854,29 @@ fn api_bench(args: &[String]) {
         (after.2 - before.2) as f64 / 1e9
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// CPU seconds one thread spends on one loopback TCP connect + close plus one HTTP GET (blocking
+/// sockets, same listeners): on loopback both ends' kernel work runs in the connecting thread,
+/// so this is what any prober pays per pair of probes.
+fn loopback_floor(http_port: u16, tcp_port: u16) -> f64 {
+    use std::io::{Read, Write};
+    let thread_cpu = || {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1e9
+    };
+    let n = 500;
+    let before = thread_cpu();
+    for i in 0..n {
+        drop(std::net::TcpStream::connect(("127.0.0.1", tcp_port)));
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", http_port)) {
+            let _ = s.write_all(format!("GET /floor/{i} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            let mut v = Vec::new();
+            let _ = s.read_to_end(&mut v);
+        }
+    }
+    (thread_cpu() - before) / n as f64
 }

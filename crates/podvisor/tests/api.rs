@@ -209,7 +209,10 @@ fn restart_a_container_and_the_whole_pod() {
     // A regular init container is not restarted on its own.
     let init = client(&r, &["restart", "setup"]);
     assert_eq!(init.code(), 1);
-    assert!(init.stderr.contains("setup is an init container"), "{init:?}");
+    assert!(
+        init.stderr.contains("setup is an init container"),
+        "{init:?}"
+    );
     // The whole pod: everything stops, the init container runs again, then the rest.
     assert_eq!(client(&r, &["restart"]).code(), 0);
     started(&r, "other", 2);

@@ -211,7 +211,9 @@ impl Supervisor {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let timeout = deadline.map(|d| d - self.clock.now());
+            // Wake on a millisecond grid of the clock (not relative to now): deadlines within
+            // the same millisecond (hundreds of probes a second) share one wake-up.
+            let timeout = deadline.map(|d| coalesce(d) - self.clock.now());
             ready.clear();
             self.epoll.wait(&mut ready, timeout)?;
             // Logs first, so that a container's last lines precede its exit event.
@@ -660,6 +662,15 @@ impl Supervisor {
         self.logs[slot] = Some(log);
         Ok(())
     }
+}
+
+/// Wake-ups are grouped on this grid.
+const WAKE_GRID_MS: u128 = 1;
+
+/// `d` rounded up to the wake-up grid.
+fn coalesce(d: Instant) -> Instant {
+    let ms = d.since_origin().as_micros().div_ceil(1000 * WAKE_GRID_MS) * WAKE_GRID_MS;
+    Instant::from_millis(ms as u64)
 }
 
 /// A hook's result from its handler's outcome: the output of a failure says why.
