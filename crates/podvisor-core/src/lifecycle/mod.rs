@@ -198,8 +198,9 @@ pub struct Event {
 pub enum Effect {
     Spawn(InstanceId),
     Signal(InstanceId, Signal),
-    /// Run one attempt of this probe (bounded by its timeout) and report `Input::Probed`.
-    RunProbe(InstanceId, ProbeKind),
+    /// Run one attempt of this probe (bounded by its timeout) and report `Input::Probed`. The
+    /// instant is when the attempt was due (the shell may measure how late it starts).
+    RunProbe(InstanceId, ProbeKind, Instant),
     /// Run the hook and report `Input::HookDone`.
     RunHook(InstanceId, Hook),
     Event(Event),
@@ -754,7 +755,7 @@ impl Pod {
         let published = slot.worker.report(outcome);
         if std::mem::take(&mut slot.tick_kept) && slot.worker.next_run().is_some() {
             slot.in_flight = true;
-            fx.push(Effect::RunProbe(id, kind));
+            fx.push(Effect::RunProbe(id, kind, now));
         }
         let Some(published) = published else {
             return false;
@@ -797,7 +798,7 @@ impl Pod {
             if !self.probe_entry_live(entry) {
                 continue;
             }
-            let (_, i, instance, kind) = entry;
+            let (due, i, instance, kind) = entry;
             let c = &mut self.containers[i];
             let Some(slot) = c.probes.iter_mut().find(|s| s.worker.kind == kind) else {
                 continue;
@@ -818,6 +819,7 @@ impl Pod {
                         instance,
                     },
                     kind,
+                    due,
                 ));
             }
         }
@@ -1089,7 +1091,7 @@ impl Pod {
     /// Restarts container `i` now if its backoff allows, else marks it CrashLoopBackOff.
     fn try_restart(&mut self, i: usize, now: Instant, fx: &mut Vec<Effect>) {
         let policy = self.plan.backoff;
-        let pod = self.plan.name.clone();
+        let pod = &self.plan.name;
         let c = &mut self.containers[i];
         let last = match &c.state {
             ContainerState::Terminated { .. } => c.state.clone(),
@@ -1116,6 +1118,11 @@ impl Pod {
                         ..
                     }
                 );
+                if already {
+                    // Still waiting, as decided before: nothing changes (and a pod of many
+                    // crash-looping containers does not rebuild their messages on every step).
+                    return;
+                }
                 let name = c.name.clone();
                 c.last_state = Some(last);
                 c.state = ContainerState::Waiting {
@@ -1125,14 +1132,12 @@ impl Pod {
                         crate::duration::format_duration(delay)
                     )),
                 };
-                if !already {
-                    fx.push(event(
-                        EventType::Warning,
-                        "BackOff",
-                        &name,
-                        format!("Back-off restarting failed container {name} in pod {pod}"),
-                    ));
-                }
+                fx.push(event(
+                    EventType::Warning,
+                    "BackOff",
+                    &name,
+                    format!("Back-off restarting failed container {name} in pod {pod}"),
+                ));
             }
         }
     }

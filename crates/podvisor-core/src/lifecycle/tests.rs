@@ -150,7 +150,7 @@ impl Sim {
                         .push(format!("t={t} {} {}: {}", ev.reason, ev.object, ev.message));
                 }
             }
-            Effect::RunProbe(id, kind) => {
+            Effect::RunProbe(id, kind, _) => {
                 self.log
                     .push(format!("t={t} probe {kind:?} {}", self.name(id)).to_lowercase());
                 let script = &self.scripts[id.container];

@@ -1,7 +1,7 @@
 //! Prometheus text for `--metrics-addr`: the kubelet's prober metrics under their names and
-//! labels (`prober_probe_total`, `prober_probe_duration_seconds`), podvisor's restart counters,
-//! and per-container CPU and memory read from /proc for the processes of each container's
-//! process group (cAdvisor's names `container_cpu_usage_seconds_total` and
+//! labels (`prober_probe_total`, `prober_probe_duration_seconds`), podvisor's restart counters
+//! and probe start delays, and per-container CPU and memory read from /proc for each
+//! container's main process (cAdvisor's names `container_cpu_usage_seconds_total` and
 //! `container_memory_working_set_bytes`; the working set is the resident size here).
 
 use std::collections::BTreeMap;
@@ -23,9 +23,26 @@ pub struct Counters {
     /// (container, probe type) → bucket counts, sum, count.
     durations: BTreeMap<(String, &'static str), ([u64; BUCKETS.len()], f64, u64)>,
     pub pod_restarts: u64,
+    /// How late probe attempts started against their schedule: bucket counts, sum, count.
+    start_delay: ([u64; DELAY_BUCKETS.len()], f64, u64),
 }
 
+/// Histogram bounds of probe start delays, in seconds.
+const DELAY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0];
+
 impl Counters {
+    /// A probe attempt started `late` after it was due.
+    pub fn probe_start(&mut self, late: Duration) {
+        let secs = late.as_secs_f64();
+        for (i, b) in DELAY_BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                self.start_delay.0[i] += 1;
+            }
+        }
+        self.start_delay.1 += secs;
+        self.start_delay.2 += 1;
+    }
+
     pub fn probe(&mut self, container: &str, kind: ProbeKind, outcome: &Outcome, took: Duration) {
         // The kubelet's result label: errors count as unknown.
         let result = match outcome {
@@ -94,6 +111,27 @@ pub fn render(
         let _ = writeln!(o, "prober_probe_duration_seconds_sum{{{labels}}} {sum}");
         let _ = writeln!(o, "prober_probe_duration_seconds_count{{{labels}}} {count}");
     }
+    o.push_str("# HELP podvisor_probe_start_delay_seconds How late probe attempts started against their schedule.\n# TYPE podvisor_probe_start_delay_seconds histogram\n");
+    let (buckets, sum, count) = &counters.start_delay;
+    let pod_labels = format!("namespace=\"{namespace}\",pod=\"{pod}\"");
+    for (b, n) in DELAY_BUCKETS.iter().zip(buckets) {
+        let _ = writeln!(
+            o,
+            "podvisor_probe_start_delay_seconds_bucket{{{pod_labels},le=\"{b}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        o,
+        "podvisor_probe_start_delay_seconds_bucket{{{pod_labels},le=\"+Inf\"}} {count}"
+    );
+    let _ = writeln!(
+        o,
+        "podvisor_probe_start_delay_seconds_sum{{{pod_labels}}} {sum}"
+    );
+    let _ = writeln!(
+        o,
+        "podvisor_probe_start_delay_seconds_count{{{pod_labels}}} {count}"
+    );
     o.push_str("# HELP podvisor_container_restarts_total Restarts of a container (its restartCount).\n# TYPE podvisor_container_restarts_total counter\n");
     for c in containers {
         let _ = writeln!(
@@ -134,24 +172,15 @@ pub fn render(
     o
 }
 
-/// CPU seconds (user + system, with reaped children) and resident bytes per process group,
-/// summed over /proc.
+/// CPU seconds (user + system, with the children it has reaped) and resident bytes of each
+/// container's main process (its group leader). Reading only the leaders keeps a scrape short
+/// on a large pod (the run loop answers it); descendants still running are not counted.
 fn group_usage(groups: &[i32]) -> BTreeMap<i32, (f64, u64)> {
-    let mut out: BTreeMap<i32, (f64, u64)> = BTreeMap::new();
-    if groups.is_empty() {
-        return out;
-    }
     // Clock ticks and page size as Linux reports them in /proc (USER_HZ is 100 everywhere).
     let tick = 100.0;
     let page = 4096u64;
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    let mut out = BTreeMap::new();
+    for &pid in groups {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
@@ -160,19 +189,14 @@ fn group_usage(groups: &[i32]) -> BTreeMap<i32, (f64, u64)> {
             continue;
         };
         let f: Vec<&str> = rest.split(' ').collect();
-        // f[0] is field 3 (state): pgrp is field 5, utime 14 … cstime 17, rss 24.
+        // f[0] is field 3 (state): utime is field 14 … cstime 17, rss 24.
         let num = |i: usize| {
             f.get(i - 3)
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(0)
         };
-        let pgrp = num(5) as i32;
-        if !groups.contains(&pgrp) {
-            continue;
-        }
-        let e = out.entry(pgrp).or_default();
-        e.0 += (num(14) + num(15) + num(16) + num(17)) as f64 / tick;
-        e.1 += num(24).max(0) as u64 * page;
+        let cpu = (num(14) + num(15) + num(16) + num(17)) as f64 / tick;
+        out.insert(pid, (cpu, num(24).max(0) as u64 * page));
     }
     out
 }

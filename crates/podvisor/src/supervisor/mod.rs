@@ -528,7 +528,8 @@ impl Supervisor {
                     // Volumes are not provided yet (README): nothing to wipe.
                     Effect::WipeVolumes => {}
                     Effect::Finished(phase) => self.finished = Some(phase),
-                    Effect::RunProbe(id, kind) => {
+                    Effect::RunProbe(id, kind, due) => {
+                        self.counters.probe_start(self.clock.now() - due);
                         let plan = &self.plan.exec[id.container];
                         let timeout = self.plan.pod.containers[id.container]
                             .probes
