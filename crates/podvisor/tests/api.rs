@@ -385,3 +385,62 @@ fn metrics_over_http() {
     assert!(scrape("/stop").starts_with("HTTP/1.1 404"));
     stop(&mut p);
 }
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n")
+}
+
+#[test]
+fn volumes_are_shared_and_a_pod_restart_wipes_empty_dirs() {
+    if !is_root() {
+        eprintln!("SKIPPED: volumes need root (a mount namespace per container)");
+        return;
+    }
+    let dir = TempDir::new();
+    let mnt = dir.file("mnt"); // does not exist: podvisor makes the mount points, then removes them
+    let spec = format!(
+        "  volumes:
+  - {{name: scratch, emptyDir: {{}}}}
+  - {{name: conf, configMap: {{name: cfg}}}}
+  initContainers:
+  - {{name: init, command: [sh, -c, 'echo prepared >> {m}/data/log'], volumeMounts: [{{name: scratch, mountPath: {m}/data}}]}}
+  containers:
+  - name: app
+    command: [sh, -c, 'echo started >> {m}/data/log; cat {m}/conf/color; echo; wc -l < {m}/data/log; touch {m}/conf/x 2>/dev/null || echo read-only; exec sleep 600']
+    volumeMounts: [{{name: scratch, mountPath: {m}/data}}, {{name: conf, mountPath: {m}/conf, readOnly: true}}]
+    readinessProbe: {{exec: {{command: [grep, -q, started, {m}/data/log]}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: cfg, namespace: ns}}
+data: {{color: blue}}
+",
+        m = mnt.display()
+    );
+    let r = PodRun::new(&pod_with("Always", 1, &spec));
+    let mut p = r.cmd(&[]).start();
+    // The exec probe runs in the container's mount namespace: it sees the volume.
+    r.wait_event("app", "Ready", 1);
+    // (The harness joins output lines without a final newline.)
+    wait_until("the first output", || {
+        client(&r, &["logs", "app"]).stdout == "blue\n2\nread-only"
+    });
+    // The mount point exists on the host (made for the run), the volume's files do not.
+    assert!(mnt.join("data").is_dir() && !mnt.join("data/log").exists());
+    // A container restart keeps the emptyDir; a pod restart empties it and reruns init.
+    assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+    started(&r, "app", 2);
+    wait_until("the second instance's output", || {
+        client(&r, &["logs", "app"]).stdout == "blue\n3\nread-only"
+    });
+    assert_eq!(client(&r, &["restart"]).code(), 0);
+    started(&r, "app", 3);
+    wait_until("the output after a pod restart", || {
+        client(&r, &["logs", "app"]).stdout == "blue\n2\nread-only"
+    });
+    stop(&mut p);
+    assert!(!mnt.exists(), "mount points made for the run are removed");
+}

@@ -336,6 +336,8 @@ fn the_web_example_serves_and_stops() {
         s.read_to_string(&mut response).is_ok() && !response.is_empty()
     });
     assert!(response.starts_with("HTTP/1.0 200"), "{response}");
+    // The page the init container wrote into the emptyDir both mount at /content.
+    assert!(response.ends_with("hello from web\n"), "{response}");
     // Its readiness probe (httpGet on the named port) makes it Ready.
     wait_until("app Ready", || {
         r.reasons("app").contains(&"Ready".to_string())

@@ -39,6 +39,46 @@ pub struct ContainerExec {
     pub readiness: Option<Handler>,
     pub post_start: Option<Handler>,
     pub pre_stop: Option<Handler>,
+    /// `volumeMounts`, in order.
+    pub mounts: Vec<MountPlan>,
+}
+
+/// One `volumeMounts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlan {
+    pub volume: String,
+    /// Where the container sees it (absolute).
+    pub path: String,
+    pub sub_path: Option<String>,
+    pub read_only: bool,
+}
+
+/// A pod volume as podvisor provides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumePlan {
+    /// A directory of the pod's own, empty at pod start (and at a whole-pod restart).
+    EmptyDir { name: String },
+    /// A path of the host, created as a directory for `DirectoryOrCreate` (or no type).
+    HostPath {
+        name: String,
+        path: String,
+        create: bool,
+    },
+    /// Files made from a ConfigMap's or Secret's keys: (relative path, content, mode).
+    Files {
+        name: String,
+        files: Vec<(String, Vec<u8>, u32)>,
+    },
+}
+
+impl VolumePlan {
+    pub fn name(&self) -> &str {
+        match self {
+            VolumePlan::EmptyDir { name }
+            | VolumePlan::HostPath { name, .. }
+            | VolumePlan::Files { name, .. } => name,
+        }
+    }
 }
 
 impl ContainerExec {
@@ -86,6 +126,7 @@ pub struct RunPlan {
     pub pod: PodPlan,
     /// Same order as `pod.containers`.
     pub exec: Vec<ContainerExec>,
+    pub volumes: Vec<VolumePlan>,
 }
 
 /// A probe's timing with the API's defaults (`SetDefaults_Probe`) for what it leaves out or
@@ -202,7 +243,15 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .spec
         .termination_grace_period_seconds
         .map_or(DEFAULT_GRACE, |s| Duration::from_secs(s.max(0) as u64));
+    let volumes = w
+        .spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| volume_plan(v, manifest))
+        .collect();
     RunPlan {
+        volumes,
         namespace,
         pod: PodPlan {
             name,
@@ -294,7 +343,89 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
         readiness: probe(&c.readiness_probe),
         post_start: hook(lifecycle.and_then(|l| l.post_start.as_ref())),
         pre_stop: hook(lifecycle.and_then(|l| l.pre_stop.as_ref())),
+        mounts: c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| MountPlan {
+                volume: m.name.clone(),
+                path: m.mount_path.clone(),
+                sub_path: m.sub_path.clone().filter(|p| !p.is_empty()),
+                read_only: m.read_only.unwrap_or(false),
+            })
+            .collect(),
     }
+}
+
+/// What podvisor provides for a volume: emptyDir, hostPath, configMap and secret; other kinds
+/// are left out (validation has said so).
+fn volume_plan(v: &k8s_openapi::api::core::v1::Volume, manifest: &Manifest) -> Option<VolumePlan> {
+    let name = v.name.clone();
+    if v.empty_dir.is_some() {
+        return Some(VolumePlan::EmptyDir { name });
+    }
+    if let Some(h) = &v.host_path {
+        let create = matches!(
+            h.type_.as_deref(),
+            None | Some("") | Some("DirectoryOrCreate")
+        );
+        return Some(VolumePlan::HostPath {
+            name,
+            path: h.path.clone(),
+            create,
+        });
+    }
+    // Keys as files (or the listed `items` at their paths), with the default mode 0644.
+    let files = |all: Vec<(String, Vec<u8>)>,
+                 items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+                 mode: Option<i32>| {
+        let mode = mode.map_or(0o644, |m| m as u32 & 0o777);
+        match items {
+            Some(items) => items
+                .iter()
+                .filter_map(|it| {
+                    let (_, data) = all.iter().find(|(k, _)| *k == it.key)?;
+                    let m = it.mode.map_or(mode, |m| m as u32 & 0o777);
+                    Some((it.path.clone(), data.clone(), m))
+                })
+                .collect(),
+            None => all.into_iter().map(|(k, d)| (k, d, mode)).collect(),
+        }
+    };
+    if let Some(c) = &v.config_map {
+        let m = manifest.config_map(&c.name);
+        let mut all: Vec<(String, Vec<u8>)> = m
+            .and_then(|m| m.data.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+            .collect();
+        all.extend(
+            m.and_then(|m| m.binary_data.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.0.clone())),
+        );
+        return Some(VolumePlan::Files {
+            name,
+            files: files(all, c.items.as_ref(), c.default_mode),
+        });
+    }
+    if let Some(sec) = &v.secret {
+        let all = sec
+            .secret_name
+            .as_deref()
+            .and_then(|n| manifest.secret_data(n))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect();
+        return Some(VolumePlan::Files {
+            name,
+            files: files(all, sec.items.as_ref(), sec.default_mode),
+        });
+    }
+    None
 }
 
 fn exec_handler(command: Option<&[String]>, statics: &BTreeMap<&str, &str>) -> Handler {

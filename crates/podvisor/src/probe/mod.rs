@@ -51,6 +51,8 @@ pub struct ExecContext<'a> {
     pub env: &'a [OsString],
     pub working_dir: Option<PathBuf>,
     pub inherited: &'a Inherited,
+    /// The container's mount namespace, when it has volumes: commands run inside it.
+    pub mounts: Option<std::os::fd::RawFd>,
 }
 
 #[derive(Debug)]
@@ -399,6 +401,8 @@ impl ExecTask {
             stderr: write.as_raw_fd(),
             working_dir: ctx.working_dir.clone(),
             env: ctx.env.to_vec(),
+            mounts: Vec::new(),
+            join_mounts: ctx.mounts,
         };
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(io), ctx.inherited);

@@ -262,6 +262,25 @@ pub struct ContainerIo {
     pub working_dir: Option<std::path::PathBuf>,
     /// The whole environment, `NAME=value`.
     pub env: Vec<OsString>,
+    /// Volumes: bind mounts in a private mount namespace of the process (root only).
+    pub mounts: Vec<BindMount>,
+    /// Join this mount namespace instead (an exec probe or hook in its container).
+    pub join_mounts: Option<RawFd>,
+}
+
+/// `source` bound at `target`, read-only or not.
+#[derive(Debug, Clone)]
+pub struct BindMount {
+    pub source: std::path::PathBuf,
+    pub target: std::path::PathBuf,
+    pub read_only: bool,
+}
+
+/// A bind mount as the child reads it.
+struct MountSpec {
+    source: *const libc::c_char,
+    target: *const libc::c_char,
+    read_only: bool,
 }
 
 /// The state to give back to the child before exec.
@@ -303,6 +322,8 @@ pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io:
     let mut cwd: Option<CString> = None;
     let mut devnull: Option<std::fs::File> = None;
     let mut io_fds = None;
+    let mut mount_strings: Vec<(CString, CString, bool)> = Vec::new();
+    let mut join_mounts: RawFd = -1;
     let mode = match &setup {
         ChildSetup::ProcessGroup => Mode::ProcessGroup,
         ChildSetup::Session => Mode::TerminalSession,
@@ -322,10 +343,33 @@ pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io:
             // std opens it with O_CLOEXEC: only the dup2'd copy reaches the program.
             devnull = Some(std::fs::File::open("/dev/null")?);
             io_fds = Some((io.stdout, io.stderr));
+            mount_strings = io
+                .mounts
+                .iter()
+                .map(|m| {
+                    Ok((
+                        c_string(m.source.as_os_str().as_bytes())?,
+                        c_string(m.target.as_os_str().as_bytes())?,
+                        m.read_only,
+                    ))
+                })
+                .collect::<io::Result<_>>()?;
+            join_mounts = io.join_mounts.unwrap_or(-1);
             Mode::Container
         }
     };
+    let mounts: Vec<MountSpec> = mount_strings
+        .iter()
+        .map(|(s, t, ro)| MountSpec {
+            source: s.as_ptr(),
+            target: t.as_ptr(),
+            read_only: *ro,
+        })
+        .collect();
     let mut plan = ChildPlan {
+        mounts: mounts.as_ptr(),
+        mount_count: mounts.len(),
+        join_mounts,
         argv: argv_ptrs.as_ptr(),
         mode,
         // SAFETY: isatty only inspects the descriptor.
@@ -376,7 +420,7 @@ pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io:
         unsafe { libc::waitpid(pid, &mut status, 0) };
         return Err(io::Error::from_raw_os_error(plan.errno));
     }
-    drop((stack, env_strings, cwd, devnull));
+    drop((stack, env_strings, cwd, devnull, mounts, mount_strings));
     Ok(pid)
 }
 
@@ -389,6 +433,10 @@ enum Mode {
 
 /// What the vfork-style child needs, prepared by the parent before the clone.
 struct ChildPlan {
+    mounts: *const MountSpec,
+    mount_count: usize,
+    /// A mount namespace to join (-1: none).
+    join_mounts: RawFd,
     argv: *const *const libc::c_char,
     mode: Mode,
     on_terminal: bool,
@@ -449,6 +497,35 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 // (its group is killed with it by podvisor only while podvisor lives).
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
                     fail(plan);
+                }
+                if plan.join_mounts >= 0 {
+                    if libc::setns(plan.join_mounts, libc::CLONE_NEWNS) == -1 {
+                        fail(plan);
+                    }
+                } else if plan.mount_count > 0 {
+                    // Volumes: a mount namespace of its own, not propagating back to the host.
+                    if libc::unshare(libc::CLONE_NEWNS) == -1 {
+                        fail(plan);
+                    }
+                    let root = c"/".as_ptr();
+                    let none = std::ptr::null();
+                    let private = libc::MS_REC | libc::MS_PRIVATE;
+                    if libc::mount(none, root, none, private, std::ptr::null()) == -1 {
+                        fail(plan);
+                    }
+                    for i in 0..plan.mount_count {
+                        let m = &*plan.mounts.add(i);
+                        let bind = libc::MS_BIND | libc::MS_REC;
+                        if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
+                            fail(plan);
+                        }
+                        if m.read_only {
+                            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+                            if libc::mount(none, m.target, none, ro, std::ptr::null()) == -1 {
+                                fail(plan);
+                            }
+                        }
+                    }
                 }
                 for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
                     if libc::dup2(from, to) == -1 {

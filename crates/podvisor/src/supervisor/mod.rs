@@ -12,6 +12,7 @@
 
 pub mod events;
 pub mod logs;
+mod volumes;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
@@ -36,6 +37,7 @@ use crate::process::sys::{
 };
 use events::EventSink;
 use logs::{LogFile, LogLimits, LogStream};
+use volumes::Volumes;
 
 /// The monotonic clock of the shell: time since the supervisor started.
 #[derive(Debug)]
@@ -103,6 +105,7 @@ pub fn run(
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
+    let volumes = Volumes::prepare(&state_dir, &plan.volumes)?;
     let metrics = match settings.metrics {
         Some(l) => Some(Server::metrics(
             l,
@@ -127,6 +130,8 @@ pub fn run(
         condition_times: BTreeMap::new(),
         instance_pids: HashMap::new(),
         log_limits: settings.logs,
+        volumes,
+        mount_ns: HashMap::new(),
         metrics,
         counters: Counters::default(),
         inherited: Inherited {
@@ -180,6 +185,9 @@ struct Supervisor {
     /// The pid each container instance ran as (its containerID).
     instance_pids: HashMap<(usize, u32), i32>,
     log_limits: LogLimits,
+    volumes: Volumes,
+    /// Mount namespaces of running instances that have volumes.
+    mount_ns: HashMap<InstanceId, std::fs::File>,
     metrics: Option<Server>,
     counters: Counters,
     inherited: Inherited,
@@ -276,6 +284,7 @@ impl Supervisor {
             log.finish()?;
         }
         self.reap_tasks();
+        self.volumes.clean_up();
         self.api.shut_down(&self.epoll);
         if let Some(m) = &mut self.metrics {
             m.shut_down(&self.epoll);
@@ -481,6 +490,7 @@ impl Supervisor {
                     };
                     // Its probes and hooks end with it, as they would in its container.
                     self.tasks.cancel_instance(id);
+                    self.mount_ns.remove(&id);
                     if let Some(pgid) = self.groups.remove(&id) {
                         // What the container left in its group goes with it.
                         let _ = sys::send_signal(-pgid, libc::SIGKILL);
@@ -525,8 +535,7 @@ impl Supervisor {
                         self.api.event(line, &self.epoll);
                         changed = true;
                     }
-                    // Volumes are not provided yet (README): nothing to wipe.
-                    Effect::WipeVolumes => {}
+                    Effect::WipeVolumes => self.volumes.wipe()?,
                     Effect::Finished(phase) => self.finished = Some(phase),
                     Effect::RunProbe(id, kind, due) => {
                         self.counters.probe_start(self.clock.now() - due);
@@ -579,6 +588,7 @@ impl Supervisor {
             env: &self.envs[i],
             working_dir: self.plan.exec[i].working_dir.as_ref().map(PathBuf::from),
             inherited: &self.inherited,
+            mounts: self.mount_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
         };
         let now = self.clock.now();
         match self
@@ -612,12 +622,19 @@ impl Supervisor {
         let log_path = dir.join(format!("{}.log", id.instance));
         let (out_read, out_write) = sys::pipe()?;
         let (err_read, err_write) = sys::pipe()?;
+        let mounts = match self.volumes.mounts_for(exec) {
+            Ok(m) => m,
+            Err(why) => return Ok(Input::StartFailed(id, why)),
+        };
         let io = ContainerIo {
             stdout: out_write.as_raw_fd(),
             stderr: err_write.as_raw_fd(),
             working_dir: exec.working_dir.as_ref().map(PathBuf::from),
             env: self.envs[id.container].clone(),
+            join_mounts: None,
+            mounts,
         };
+        let has_mounts = !io.mounts.is_empty();
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let result = sys::spawn(&argv, ChildSetup::Container(io), &self.inherited);
         // Our copies of the write ends must go, or the pipes never reach end-of-file.
@@ -629,6 +646,12 @@ impl Supervisor {
                 self.add_log(out)?;
                 self.add_log(LogStream::new(err_read, "stderr", file))?;
                 self.pids.insert(pid, PidOwner::Container(id));
+                if has_mounts {
+                    // Its probes and hooks run in its mount namespace, as `exec` in a container.
+                    if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/mnt")) {
+                        self.mount_ns.insert(id, ns);
+                    }
+                }
                 self.instance_pids.insert((id.container, id.instance), pid);
                 self.groups.insert(id, pid);
                 Ok(Input::Started(id))

@@ -1,0 +1,152 @@
+//! Pod volumes for host processes: emptyDir as a directory of the state dir (empty at pod start
+//! and after a whole-pod restart), hostPath as the host's path, configMap and secret as files
+//! made from their keys. A container sees each at its `mountPath` through a bind mount in a
+//! mount namespace of its own, which needs root; a mount point that does not exist on the host
+//! is created for the run and removed afterwards (if still empty).
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use podvisor_core::spec::plan::{ContainerExec, VolumePlan};
+
+use crate::process::sys::{self, BindMount};
+
+#[derive(Debug)]
+pub struct Volumes {
+    dir: PathBuf,
+    plans: Vec<VolumePlan>,
+    /// Mount points podvisor created, to remove at the end (deepest last created first).
+    created: Vec<PathBuf>,
+}
+
+impl Volumes {
+    /// Makes `STATE_DIR/volumes` afresh with every volume in it.
+    pub fn prepare(state_dir: &Path, plans: &[VolumePlan]) -> io::Result<Volumes> {
+        let dir = state_dir.join("volumes");
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::create_dir_all(&dir)?;
+        let v = Volumes {
+            dir,
+            plans: plans.to_vec(),
+            created: Vec::new(),
+        };
+        for p in plans {
+            v.make(p)?;
+        }
+        Ok(v)
+    }
+
+    fn make(&self, p: &VolumePlan) -> io::Result<()> {
+        match p {
+            VolumePlan::EmptyDir { name } => std::fs::create_dir_all(self.dir.join(name)),
+            VolumePlan::HostPath { path, create, .. } => {
+                if *create {
+                    std::fs::create_dir_all(path)?;
+                }
+                Ok(())
+            }
+            VolumePlan::Files { name, files } => {
+                let root = self.dir.join(name);
+                std::fs::create_dir_all(&root)?;
+                for (rel, data, mode) in files {
+                    let path = root.join(rel);
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::write(&path, data)?;
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Empties every emptyDir (a whole-pod restart).
+    pub fn wipe(&mut self) -> io::Result<()> {
+        for p in &self.plans {
+            if let VolumePlan::EmptyDir { name } = p {
+                let d = self.dir.join(name);
+                let _ = std::fs::remove_dir_all(&d);
+                std::fs::create_dir_all(&d)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The bind mounts of a container; `Err` is why it cannot start.
+    pub fn mounts_for(&mut self, exec: &ContainerExec) -> Result<Vec<BindMount>, String> {
+        if exec.mounts.is_empty() {
+            return Ok(Vec::new());
+        }
+        if sys::getuid() != 0 {
+            return Err("volumeMounts need root: podvisor binds each volume at its mountPath in a mount namespace of the container's own".into());
+        }
+        let mut out = Vec::new();
+        for m in &exec.mounts {
+            let Some(plan) = self.plans.iter().find(|p| p.name() == m.volume) else {
+                return Err(format!("volume {:?} is not provided", m.volume));
+            };
+            let mut source = match plan {
+                VolumePlan::HostPath { path, .. } => PathBuf::from(path),
+                _ => self.dir.join(&m.volume),
+            };
+            if let Some(sub) = &m.sub_path {
+                source = source.join(sub);
+                if matches!(plan, VolumePlan::EmptyDir { .. }) {
+                    std::fs::create_dir_all(&source).map_err(|e| format!("subPath {sub}: {e}"))?;
+                }
+            }
+            let target = PathBuf::from(&m.path);
+            if !target.exists() {
+                self.create_mount_point(&target, source.is_dir())
+                    .map_err(|e| format!("mountPath {}: {e}", target.display()))?;
+            }
+            out.push(BindMount {
+                source,
+                target,
+                read_only: m.read_only,
+            });
+        }
+        Ok(out)
+    }
+
+    fn create_mount_point(&mut self, target: &Path, dir: bool) -> io::Result<()> {
+        // Remember each directory made, so that the end of the run removes exactly those.
+        let mut missing = Vec::new();
+        let mut p = target.parent();
+        while let Some(d) = p {
+            if d.exists() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            p = d.parent();
+        }
+        for d in missing.iter().rev() {
+            std::fs::create_dir(d)?;
+            self.created.push(d.clone());
+        }
+        if dir {
+            std::fs::create_dir(target)?;
+        } else {
+            std::fs::write(target, b"")?;
+        }
+        self.created.push(target.to_path_buf());
+        Ok(())
+    }
+
+    /// Removes the mount points podvisor made (those still empty).
+    pub fn clean_up(&mut self) {
+        for p in self.created.drain(..).rev() {
+            if p.is_dir() {
+                let _ = std::fs::remove_dir(&p);
+            } else if std::fs::metadata(&p).is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+}
