@@ -591,10 +591,10 @@ impl Pod {
             self.reconcile(now, &mut fx);
             self.update_started();
             self.update_ready(&mut fx);
-            // `Finished` comes last: the shell stops reading effects there.
-            if let Some(i) = fx.iter().position(|e| matches!(e, Effect::Finished(_))) {
-                let finished = fx.remove(i);
-                fx.push(finished);
+            // Announced once the last readiness flips are out, so that it is the step's last
+            // effect (a finished pod takes no more steps).
+            if self.finished {
+                fx.push(Effect::Finished(self.phase));
             }
         }
         fx
@@ -1212,7 +1212,6 @@ impl Pod {
             if stopping.requested && !matches!(self.phase, Phase::Failed | Phase::Succeeded) {
                 self.phase = self.compute_phase_after_stop();
             }
-            fx.push(Effect::Finished(self.phase));
         }
     }
 
