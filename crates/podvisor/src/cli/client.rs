@@ -11,6 +11,17 @@ use crate::api::SOCKET;
 #[derive(Debug)]
 pub struct ClientError(pub String);
 
+/// A client command's exit code: 0, or 1 with the error on stderr.
+pub fn exit_code(r: Result<(), ClientError>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(ClientError(e)) => {
+            super::write_err(&format!("error: {e}\n"));
+            1
+        }
+    }
+}
+
 /// The state dir: `--state-dir`, or the only one under the default base with a live pod.
 pub fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
     if let Some(dir) = flag {

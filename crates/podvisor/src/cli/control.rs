@@ -40,14 +40,9 @@ struct Common {
 }
 
 fn parse(args: &[std::ffi::OsString], usage: &str, operand: bool) -> Result<Common, i32> {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        super::write_out(usage);
+    let Some(args) = super::arguments(args, usage) else {
         return Err(0);
-    }
+    };
     let mut c = Common {
         dir: None,
         json: false,
@@ -82,16 +77,6 @@ fn parse(args: &[std::ffi::OsString], usage: &str, operand: bool) -> Result<Comm
     }
 }
 
-fn finish(r: Result<(), ClientError>) -> i32 {
-    match r {
-        Ok(()) => 0,
-        Err(ClientError(e)) => {
-            super::write_err(&format!("error: {e}\n"));
-            1
-        }
-    }
-}
-
 /// `2026-11-23T08:48:09.236Z  Warning  BackOff  crash  Back-off restarting ...`
 fn event_line(e: &Value) -> String {
     let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
@@ -110,7 +95,7 @@ pub fn events(args: &[std::ffi::OsString]) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    finish((|| {
+    client::exit_code((|| {
         let dir = client::state_dir(c.dir)?;
         let print = |line: &str| -> std::io::Result<()> {
             let out = if c.json {
@@ -142,7 +127,7 @@ pub fn stop(args: &[std::ffi::OsString]) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    finish((|| {
+    client::exit_code((|| {
         let dir = client::state_dir(c.dir)?;
         client::call(&dir, "POST", "/stop")?;
         if c.no_wait {
@@ -169,7 +154,7 @@ pub fn restart(args: &[std::ffi::OsString]) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    finish((|| {
+    client::exit_code((|| {
         let dir = client::state_dir(c.dir)?;
         let path = match &c.operand {
             Some(name) => format!("/restart?container={}", percent_encode(name)),

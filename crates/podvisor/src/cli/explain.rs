@@ -60,14 +60,9 @@ fn parse(args: &[String]) -> Result<Args, String> {
 }
 
 pub fn main(args: &[std::ffi::OsString]) -> i32 {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        super::write_out(USAGE);
+    let Some(args) = super::arguments(args, USAGE) else {
         return 0;
-    }
+    };
     let a = match parse(&args) {
         Ok(a) => a,
         Err(e) => {

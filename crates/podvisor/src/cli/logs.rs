@@ -42,14 +42,9 @@ struct Args {
 }
 
 pub fn main(args: &[std::ffi::OsString]) -> i32 {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        super::write_out(USAGE);
+    let Some(args) = super::arguments(args, USAGE) else {
         return 0;
-    }
+    };
     let a = match parse(&args) {
         Ok(a) => a,
         Err(e) => {
@@ -57,13 +52,7 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
             return 2;
         }
     };
-    match run(a) {
-        Ok(()) => 0,
-        Err(ClientError(e)) => {
-            super::write_err(&format!("error: {e}\n"));
-            1
-        }
-    }
+    client::exit_code(run(a))
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {

@@ -111,6 +111,20 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     }
 }
 
+/// A subcommand's arguments as strings; `None` once `-h`/`--help` has printed `usage`.
+#[cfg(feature = "full")]
+fn arguments(args: &[OsString], usage: &str) -> Option<Vec<String>> {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        write_out(usage);
+        return None;
+    }
+    Some(args)
+}
+
 /// Writes to stdout, ignoring failure (a closed stdout must not make PID 1 panic, which
 /// `print!` would).
 pub fn write_out(text: &str) {

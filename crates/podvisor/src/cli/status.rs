@@ -33,14 +33,9 @@ enum Format {
 }
 
 pub fn main(args: &[std::ffi::OsString], describe: bool) -> i32 {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        super::write_out(USAGE);
+    let Some(args) = super::arguments(args, USAGE) else {
         return 0;
-    }
+    };
     let mut format = if describe {
         Format::Describe
     } else {
@@ -75,13 +70,7 @@ pub fn main(args: &[std::ffi::OsString], describe: bool) -> i32 {
         super::write_err(&format!("error: {e}\n{USAGE}"));
         return 2;
     }
-    match run(dir, format, watch) {
-        Ok(()) => 0,
-        Err(ClientError(e)) => {
-            super::write_err(&format!("error: {e}\n"));
-            1
-        }
-    }
+    client::exit_code(run(dir, format, watch))
 }
 
 fn run(dir: Option<PathBuf>, format: Format, watch: bool) -> Result<(), ClientError> {
