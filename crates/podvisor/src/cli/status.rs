@@ -131,6 +131,17 @@ fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     v.as_str().unwrap_or("")
 }
 
+/// The names of the pod's sidecars (init containers with `restartPolicy: Always`).
+fn sidecar_names(pod: &Value) -> Vec<&str> {
+    pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["restartPolicy"] == "Always")
+        .filter_map(|c| c["name"].as_str())
+        .collect()
+}
+
 /// The STATUS column as kubectl's printer computes it.
 pub fn pod_reason(pod: &Value) -> String {
     let status = &pod["status"];
@@ -139,13 +150,7 @@ pub fn pod_reason(pod: &Value) -> String {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let sidecars: Vec<&str> = pod["spec"]["initContainers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["restartPolicy"] == "Always")
-        .filter_map(|c| c["name"].as_str())
-        .collect();
+    let sidecars = sidecar_names(pod);
     let mut initializing = false;
     let regular_init = init
         .iter()
@@ -216,13 +221,7 @@ fn table(pod: &Value, wide: bool, header: bool) -> String {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let sidecars: Vec<&str> = pod["spec"]["initContainers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["restartPolicy"] == "Always")
-        .filter_map(|c| c["name"].as_str())
-        .collect();
+    let sidecars = sidecar_names(pod);
     let counted: Vec<&Value> = main
         .iter()
         .chain(init.iter().filter(|c| sidecars.contains(&s(c, &["name"]))))
@@ -279,18 +278,11 @@ fn table(pod: &Value, wide: bool, header: bool) -> String {
             .collect(),
         );
     }
-    let spec_init = pod["spec"]["initContainers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
     for c in init.iter().chain(&main) {
         let name = s(c, &["name"]);
         let kind = if main.iter().any(|m| s(m, &["name"]) == name) {
             "main"
-        } else if spec_init
-            .iter()
-            .any(|x| s(x, &["name"]) == name && x["restartPolicy"] == "Always")
-        {
+        } else if sidecars.contains(&name) {
             "sidecar"
         } else {
             "init"
