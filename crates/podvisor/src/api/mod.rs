@@ -311,7 +311,10 @@ impl Server {
 
     /// Whether anyone watches the status (so it is worth computing).
     pub fn status_watched(&self) -> bool {
-        !self.watchers(Mode::WatchStatus).is_empty()
+        self.conns
+            .iter()
+            .flatten()
+            .any(|c| c.mode == Mode::WatchStatus)
     }
 
     /// Sends the status to its watchers if it changed.
