@@ -109,6 +109,18 @@ impl Backoff {
         self.entry.map(|e| e.delay)
     }
 
+    /// The entry as it stands: (current delay, last update), for the saved record.
+    pub fn entry(&self) -> Option<(Duration, Instant)> {
+        self.entry.map(|e| (e.delay, e.last_update))
+    }
+
+    /// An entry taken back from a saved record.
+    pub fn restore(delay: Duration, last_update: Instant) -> Backoff {
+        Backoff {
+            entry: Some(Entry { delay, last_update }),
+        }
+    }
+
     /// Forgets the entry, as a changed container spec does in the kubelet.
     pub fn reset(&mut self) {
         self.entry = None;

@@ -8,8 +8,11 @@
 pub mod backoff;
 pub mod clock;
 pub mod duration;
+pub mod escalation;
 pub mod lifecycle;
 pub mod probe;
+pub mod record;
 pub mod restart;
 #[cfg(feature = "spec")]
 pub mod spec;
+pub mod stage;

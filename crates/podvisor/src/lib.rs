@@ -9,5 +9,6 @@ pub mod init;
 #[cfg(feature = "full")]
 pub mod probe;
 pub mod process;
+pub mod state;
 #[cfg(feature = "full")]
 pub mod supervisor;

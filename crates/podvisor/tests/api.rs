@@ -13,15 +13,6 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::harness::*;
 use crate::probes::{free_port, pod_with, stop};
 
-/// `podvisor ARGS --state-dir DIR` run to completion.
-fn client(r: &PodRun, args: &[&str]) -> Output {
-    Run::new(podvisor())
-        .args(args)
-        .arg("--state-dir")
-        .arg(r.dir.file("state"))
-        .output()
-}
-
 fn started(r: &PodRun, container: &str, n: usize) {
     r.wait_event(container, "Started", n);
 }
@@ -384,13 +375,6 @@ fn metrics_over_http() {
     // Nothing but /metrics over the network.
     assert!(scrape("/stop").starts_with("HTTP/1.1 404"));
     stop(&mut p);
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout == b"0\n")
 }
 
 #[test]

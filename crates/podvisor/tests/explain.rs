@@ -52,7 +52,27 @@ fn explains_the_stages() {
         .arg(example("crashloop.yaml"))
         .output();
     assert_eq!(out.code(), 0, "{out:?}");
-    assert!(out.stdout.contains("instrumentation stages: Nominal from restart 0, Debug from restart 3, Disabled from restart 6"), "{out:?}");
+    for line in [
+        "instrumentation stages of app:",
+        "  Nominal   from the first start",
+        "  Debug     from restart 3 (at the earliest 30s after the first start, if it crashes at once)",
+        "  Disabled  from restart 6 (at the earliest 5m10s after the first start, if it crashes at once)",
+        "  verdict:  once Disabled, 10m0s of running without a restart blames the add-on (InstrumentationBlamed); 3 more restarts clear it (InstrumentationCleared)",
+        "whole-pod restart: a container that exits after 5 restarts within 10m0s restarts the whole pod (emptyDir wiped, init containers again), at most 3 times; then the pod fails (GaveUp)",
+    ] {
+        assert!(out.stdout.lines().any(|l| l == line), "{line:?} not in {}", out.stdout);
+    }
+    let out = Run::new(podvisor())
+        .args(["explain", "-o", "json"])
+        .arg(example("crashloop.yaml"))
+        .output();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let stages = &v["instrumentation"]["stages"];
+    assert_eq!(stages[1]["stage"], "Debug");
+    assert_eq!(stages[1]["fromRestart"], 3);
+    assert_eq!(stages[1]["earliestSeconds"], 30.0);
+    assert_eq!(v["instrumentation"]["verdictAfterSeconds"], 600.0);
+    assert_eq!(v["podRestart"]["maxPodRestarts"], 3);
 }
 
 #[test]

@@ -138,6 +138,12 @@ impl Run {
         self
     }
 
+    /// Runs it in `dir` (the examples' relative paths are from the repository's root).
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Run {
+        self.cmd.current_dir(dir);
+        self
+    }
+
     pub fn env(mut self, k: &str, v: impl AsRef<OsStr>) -> Run {
         self.cmd.env(k, v);
         self
@@ -406,7 +412,7 @@ fn stat(pid: i32) -> Option<(String, String, i32)> {
     Some((s[open + 1..close].to_string(), state, ppid))
 }
 
-fn is_zombie(pid: i32) -> bool {
+pub fn is_zombie(pid: i32) -> bool {
     stat(pid).is_some_and(|(_, state, _)| state == "Z")
 }
 
@@ -542,4 +548,32 @@ impl PodRun {
 
 pub fn pod(policy: &str, containers: &str) -> String {
     format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
+}
+
+/// `podvisor ARGS --state-dir DIR` run to completion, against a run's state dir.
+pub fn client(r: &PodRun, args: &[&str]) -> Output {
+    Run::new(podvisor())
+        .args(args)
+        .arg("--state-dir")
+        .arg(r.dir.file("state"))
+        .output()
+}
+
+/// Whether the tests run as root (volumes and mount namespaces need it).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n")
+}
+
+/// The metrics text served at `addr`.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
 }

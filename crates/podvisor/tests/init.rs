@@ -251,7 +251,11 @@ fn usage_errors_exit_2_with_one_error_line() {
     }
     let out = Run::new(podvisor()).arg("frobnicate").output();
     assert_eq!(out.code(), 2);
-    assert!(out.stderr.starts_with("error: unknown command"), "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: unrecognized subcommand 'frobnicate'"),
+        "{out:?}"
+    );
 }
 
 #[test]

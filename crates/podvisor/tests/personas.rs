@@ -277,3 +277,134 @@ fn tini_signal_routing_side_by_side() {
         }
     }
 }
+
+/// `sh -c SCRIPT` to completion, in `dir`.
+fn shell_in(dir: &Path, script: &str) -> Output {
+    Run::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .output()
+}
+
+/// PIDs in dumb-init's debug lines masked, lines sorted: the child's lines and the parent's
+/// interleave differently from run to run (and between a fork and our vfork-style clone).
+fn dumb_debug_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("[dumb-init]"))
+        .map(|l| {
+            l.split(' ')
+                .map(|w| {
+                    if w.trim_end_matches('.').bytes().all(|b| b.is_ascii_digit()) && w.len() > 3 {
+                        "N"
+                    } else {
+                        w
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn dumb_init_on_a_terminal_side_by_side() {
+    let dir = TempDir::new();
+    let inits: Vec<PathBuf> = std::iter::once(ours("dumb-init"))
+        .chain(real("dumb-init"))
+        .collect();
+    let mut seen = Vec::new();
+    for init in &inits {
+        let init = init.display();
+        // On a terminal (script(1)): the terminal hand-off's SIGHUP and SIGCONT are not the
+        // child's, so `tac` reads its input and reverses it.
+        let out = shell_in(
+            &dir.file(""),
+            &format!(
+                "printf 'hello\\nworld\\n' | DUMB_INIT_DEBUG=1 script -qfec '{init} tac' /dev/null"
+            ),
+        );
+        let text: Vec<&str> = out
+            .stdout
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .collect();
+        let output: Vec<&str> = text
+            .iter()
+            .copied()
+            .filter(|l| !l.starts_with('['))
+            .collect();
+        assert_eq!(
+            output,
+            ["hello", "world", "world", "hello"],
+            "{init}: {out:?}"
+        );
+        assert_eq!(out.code(), 0, "{init}");
+        let debug = dumb_debug_lines(&out.stdout.replace('\r', ""));
+        assert!(
+            debug.contains(&"[dumb-init] Ignoring tty hand-off signal 1.".to_string()),
+            "{init}: {debug:#?}"
+        );
+        // Job control works in the child's session, and dumb-init leaves its directory.
+        let jobs = shell_in(
+            &dir.file(""),
+            &format!("script -qfec \"{init} bash -m -c 'echo flags=\\$-; sleep 0.1 & jobs; wait'\" /dev/null"),
+        );
+        let cwd = shell_in(
+            &dir.file(""),
+            &format!("{init} sh -c 'readlink /proc/$PPID/cwd'"),
+        );
+        seen.push((
+            debug,
+            jobs.stdout.replace('\r', ""),
+            jobs.code(),
+            cwd.stdout,
+        ));
+    }
+    assert!(seen[0].1.contains("flags=hmBc"), "{:?}", seen[0]);
+    assert_eq!(seen[0].3, "/");
+    if seen.len() == 2 {
+        assert_eq!(seen[0], seen[1], "ours, then dumb-init's");
+    }
+}
+
+#[test]
+fn tini_and_podvisor_init_on_a_terminal_side_by_side() {
+    let dir = TempDir::new();
+    let mut runs: Vec<(String, String)> = vec![
+        (ours("tini").display().to_string(), "-s --".into()),
+        (podvisor().display().to_string(), "init -s --".into()),
+    ];
+    if let Some(tini) = real("tini") {
+        runs.push((tini.display().to_string(), "-s --".into()));
+    }
+    let mut seen = Vec::new();
+    for (init, args) in &runs {
+        // The child's group is the terminal's foreground: bash -m has job control.
+        let jobs = shell_in(
+            &dir.file(""),
+            &format!("script -qfec \"{init} {args} bash -m -c 'echo flags=\\$-; sleep 0.1 & jobs; wait'\" /dev/null"),
+        );
+        let tac = shell_in(
+            &dir.file(""),
+            &format!("printf 'a\\nb\\n' | script -qfec '{init} {args} tac' /dev/null"),
+        );
+        seen.push((
+            jobs.stdout.replace('\r', ""),
+            jobs.code(),
+            tac.stdout.replace('\r', ""),
+            tac.code(),
+        ));
+    }
+    assert!(
+        seen[0].0.contains("flags=hmBc") && seen[0].0.contains("Done"),
+        "{:?}",
+        seen[0]
+    );
+    assert_eq!(seen[0].2, "a\nb\nb\na");
+    for (i, s) in seen.iter().enumerate().skip(1) {
+        assert_eq!(s, &seen[0], "{} differs from ours", runs[i].0);
+    }
+}

@@ -295,7 +295,9 @@ fn exec_liveness_timeout_restarts_and_kills_the_probe() {
 
 #[test]
 fn exec_readiness_timeout_is_never_ready() {
-    // e2e: "should not be ready with an exec readiness probe timeout".
+    // e2e: "should not be ready with an exec readiness probe timeout". Each timed-out probe is
+    // killed and reaped while the pod runs (exec probes are reaped through their pidfds): at
+    // no time more than one `sleep 600` of the probe, and no zombie that stays.
     let r = PodRun::new(&pod_with(
         "Always",
         1,
@@ -303,15 +305,61 @@ fn exec_readiness_timeout_is_never_ready() {
             "  containers:\n{}",
             sleeper(
                 "app",
-                "    readinessProbe: {exec: {command: [sleep, '600']}, timeoutSeconds: 1, periodSeconds: 1}\n"
+                "    readinessProbe: {exec: {command: [sleep, '600']}, timeoutSeconds: 1, periodSeconds: 1}\n    livenessProbe: {exec: {command: ['true']}, periodSeconds: 1}\n"
             )
         ),
     ));
     let mut p = r.cmd(&[]).start();
-    r.wait_event("app", "Unhealthy", 2);
+    r.wait_event("app", "Unhealthy", 3);
+    let podvisor = p.init_pid();
+    wait_until(
+        "podvisor's children: the container and at most one probe, no zombie",
+        || {
+            let children = children_of(podvisor);
+            let sleeps = children.iter().filter(|(_, name)| name == "sleep").count();
+            sleeps <= 2 && !children.iter().any(|&(pid, _)| is_zombie(pid))
+        },
+    );
     stop(&mut p);
     assert!(r.find("app", "Ready").is_empty());
     assert_eq!(r.find("app", "Started").len(), 1);
+}
+
+#[test]
+fn containers_and_exec_probes_hold_only_their_three_descriptors() {
+    // None of podvisor's descriptors (other containers' pipes, logs, sockets, the kept low
+    // ones it starts processes through) reaches a container or a probe command.
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        &format!(
+            "  containers:\n{}{}",
+            sleeper("other", ""),
+            sleeper(
+                "app",
+                "    readinessProbe: {exec: {command: [sleep, '600']}, timeoutSeconds: 60, periodSeconds: 1}\n"
+            )
+        ),
+    ));
+    let mut p = r.cmd(&[]).start();
+    let podvisor = p.init_pid();
+    let fds = |pid: i32| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // Two containers and the probe's `sleep`.
+    wait_until("the probe runs", || children_of(podvisor).len() == 3);
+    for (pid, name) in children_of(podvisor) {
+        assert_eq!(fds(pid), ["0", "1", "2"], "{pid} {name}");
+    }
+    stop(&mut p);
 }
 
 #[test]
@@ -407,7 +455,7 @@ fn bad_http_targets_fail_clearly_and_never_hang() {
     let truncated = r.wait_event("truncated", "Unhealthy", 1);
     assert_eq!(
         truncated[0]["message"],
-        "Readiness probe errored: unexpected EOF"
+        "Readiness probe errored and resulted in unknown state: unexpected EOF"
     );
     let began = Instant::now();
     stop(&mut p);
@@ -563,84 +611,6 @@ fn on_termination_readiness_goes_false_and_liveness_stops() {
     assert_eq!(r.find("app", "Killing").len(), 1, "only the stop");
 }
 
-fn grpc_pod(port: u16, status_file: &std::path::Path, extra: &str) -> String {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/health_server.py");
-    format!(
-        "  containers:\n  - name: app\n    command: [/usr/bin/python3, {script}, '{port}', {status}{extra}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1, failureThreshold: 1}}\n",
-        script = script.display(),
-        status = status_file.display()
-    )
-}
-
-fn require_grpcio() {
-    let ok = std::process::Command::new("/usr/bin/python3")
-        .args(["-c", "import grpc"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "the gRPC probe tests need Debian's python3-grpcio (apt-get install -y python3-grpcio; .ci/run does it)"
-    );
-}
-
-#[test]
-fn grpc_liveness_serving_and_not_serving() {
-    // e2e: "should *not* be restarted with a GRPC liveness probe" and "should be restarted
-    // with a GRPC liveness probe".
-    require_grpcio();
-    let dir = TempDir::new();
-    let status = dir.file("status");
-    std::fs::write(&status, "SERVING").unwrap();
-    let port = free_port();
-    let r = PodRun::new(&pod_with("Always", 1, &grpc_pod(port, &status, "")));
-    let mut p = r.cmd(&["--backoff-initial", "100ms"]).start();
-    r.wait_event("app", "Ready", 1);
-    std::thread::sleep(Duration::from_millis(2500));
-    let liveness = |r: &PodRun| -> Vec<Value> {
-        r.find("app", "Unhealthy")
-            .into_iter()
-            .filter(|e| e["message"].as_str().unwrap().starts_with("Liveness"))
-            .collect()
-    };
-    assert!(liveness(&r).is_empty(), "{:?}", r.events());
-    std::fs::write(&status, "NOT_SERVING").unwrap();
-    wait_until("a liveness failure", || !liveness(&r).is_empty());
-    assert_eq!(
-        liveness(&r)[0]["message"],
-        "Liveness probe failed: service unhealthy (responded with \"NOT_SERVING\")"
-    );
-    r.wait_event("app", "Started", 2);
-    stop(&mut p);
-}
-
-#[test]
-fn grpc_probe_against_a_server_without_the_health_service() {
-    require_grpcio();
-    let dir = TempDir::new();
-    let port = free_port();
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &grpc_pod(port, &dir.file("status"), ", --no-health"),
-    ));
-    let mut p = r.cmd(&[]).start();
-    let mut unhealthy = Vec::new();
-    wait_until("a liveness failure", || {
-        unhealthy = r
-            .find("app", "Unhealthy")
-            .into_iter()
-            .filter(|e| e["message"].as_str().unwrap().starts_with("Liveness"))
-            .collect();
-        !unhealthy.is_empty()
-    });
-    assert_eq!(
-        unhealthy[0]["message"],
-        "Liveness probe failed: this server does not implement the grpc health protocol (grpc.health.v1.Health)"
-    );
-    stop(&mut p);
-}
-
 #[test]
 fn https_probes_accept_a_self_signed_certificate() {
     // The kubelet's prober does not verify certificates (InsecureSkipVerify): a self-signed one
@@ -694,4 +664,38 @@ fn https_probes_accept_a_self_signed_certificate() {
         requests.lines().any(|l| l == "/healthz kube-probe/1.37"),
         "{requests}"
     );
+}
+
+#[test]
+fn a_probe_that_cannot_run_is_tried_three_times_and_not_counted() {
+    // prober.go's runProbeWithRetries: an attempt that errors is tried up to 3 times, and an
+    // error is never counted towards failureThreshold.
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - name: app\n    command: [sleep, '600']\n    livenessProbe: {exec: {command: [/no/such/probe]}, periodSeconds: 1, failureThreshold: 1}\n",
+    ));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut p = r.cmd(&["--metrics-addr", &addr]).start();
+    let errored = r.wait_event("app", "Unhealthy", 2);
+    assert!(
+        errored[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Liveness probe errored and resulted in unknown state: "),
+        "{errored:?}"
+    );
+    let tries: u64 = scrape(&addr)
+        .lines()
+        .find(|l| l.starts_with("podvisor_probe_errors_total{container=\"app\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap();
+    // Each attempt's tries happen together: always a multiple of 3, and at least 3 per event.
+    assert_eq!(tries % 3, 0, "{tries}");
+    assert!(tries >= 6, "{tries}");
+    assert!(
+        r.find("app", "Killing").is_empty(),
+        "an error is not a failure"
+    );
+    stop(&mut p);
 }

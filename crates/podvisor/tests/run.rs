@@ -141,6 +141,57 @@ fn restart_policies_decide_the_exit_code() {
 }
 
 #[test]
+fn containers_that_exit_at_once_are_all_collected() {
+    // Forty containers block on one FIFO and all exit when it is closed: their SIGCHLDs merge
+    // into few, and every exit must still be seen (the look through all children that
+    // follows a SIGCHLD).
+    let dir = TempDir::new();
+    let fifo = dir.file("go");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut containers = String::from("  containers:\n");
+    for i in 0..40 {
+        containers.push_str(&format!(
+            "  - {{name: c{i}, command: [cat, '{}']}}\n",
+            fifo.display()
+        ));
+    }
+    let r = PodRun::new(&pod("Never", &containers));
+    // Held open for writing until every reader has it open; closing it then gives them all
+    // end-of-file at once.
+    let writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let mut p = r.cmd(&[]).start();
+    let podvisor = p.init_pid();
+    wait_until("forty readers", || {
+        let reading = children_of(podvisor)
+            .iter()
+            .filter(|(pid, _)| {
+                std::fs::read_link(format!("/proc/{pid}/fd/3")).is_ok_and(|l| l == fifo)
+            })
+            .count();
+        reading == 40
+    });
+    drop(writer);
+    assert_eq!(p.wait().code(), Some(0), "the pod completes");
+    p.assert_no_leftovers();
+    for i in 0..40 {
+        assert!(
+            r.reasons(&format!("c{i}"))
+                .contains(&"Completed".to_string()),
+            "c{i}: {:?}",
+            r.reasons(&format!("c{i}"))
+        );
+    }
+}
+
+#[test]
 fn init_containers_and_sidecars_in_order() {
     let r = PodRun::new(&pod(
         "Never",
@@ -307,8 +358,9 @@ fn bad_input_exits_2() {
         .output();
     assert_eq!(out.code(), 2);
     assert!(
-        out.stderr
-            .starts_with("error: --backoff-initial: invalid duration"),
+        out.stderr.starts_with(
+            "error: invalid value 'soon' for '--backoff-initial <DUR>': invalid duration"
+        ),
         "{out:?}"
     );
 }

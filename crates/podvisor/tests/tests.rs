@@ -1,13 +1,20 @@
 //! Integration tests of the `podvisor` binary: one test binary, modules per face (ripgrep's
 //! layout), on the small harness in `harness.rs`.
 
+mod addons;
 mod api;
+mod cli;
+mod docker;
+mod escalation;
 mod examples;
 mod explain;
+mod grpc;
 mod harness;
 mod hooks;
 mod init;
+mod init_staged;
 mod personas;
 mod probes;
+mod resume;
 mod run;
 mod validate;

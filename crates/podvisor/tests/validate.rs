@@ -223,18 +223,42 @@ spec:
   podRestart: {afterContainerRestarts: 5, within: 10x, maxPodRestarts: 3}
 ",
     );
-    let got = errors(&out);
-    assert_eq!(got.len(), 3, "{got:#?}");
-    assert!(
-        got[0].contains("containers: Not found: no container \"nope\""),
-        "{got:#?}"
+    assert_eq!(
+        errors(&out),
+        [
+            "s.yaml:11:55: spec.stagedInstrumentation.containers[0]: Not found: no container \"nope\" in the pod",
+            "s.yaml:11:85: spec.stagedInstrumentation.disableAfterRestarts: Invalid value: 2: must be >= debugAfterRestarts (4)",
+            "s.yaml:12:43: spec.podRestart.within: Invalid value: invalid duration \"10x\": unknown unit \"x\" (ns, us, ms, s, m, h)",
+        ]
     );
-    assert!(
-        got[1].contains("disableAfterRestarts: Invalid value: 2"),
-        "{got:#?}"
+}
+
+#[test]
+fn supervision_numbers_must_be_usable() {
+    let out = validate_text(
+        "z.yaml",
+        "apiVersion: v1
+kind: Pod
+metadata: {name: a}
+spec:
+  containers: [{name: app, command: [x]}]
+---
+apiVersion: podvisor.io/v1alpha1
+kind: Supervision
+metadata: {name: default}
+spec:
+  stagedInstrumentation: {debugAfterRestarts: 0, verdictAfter: 0s}
+  podRestart: {afterContainerRestarts: 0, within: 10m, maxPodRestarts: 0}
+",
     );
-    assert!(
-        got[2].contains("within: Invalid value: invalid duration \"10x\""),
-        "{got:#?}"
+    assert_eq!(out.code(), 2);
+    assert_eq!(
+        errors(&out),
+        [
+            "z.yaml:11:27: spec.stagedInstrumentation.debugAfterRestarts: Invalid value: 0: must be at least 1",
+            "z.yaml:11:50: spec.stagedInstrumentation.verdictAfter: Invalid value: \"0s\": must be longer than zero",
+            "z.yaml:12:16: spec.podRestart.afterContainerRestarts: Invalid value: 0: must be at least 1",
+            "z.yaml:12:56: spec.podRestart.maxPodRestarts: Invalid value: 0: must be at least 1",
+        ]
     );
 }

@@ -31,6 +31,9 @@ pub enum TerminatedReason {
     Error,
     OOMKilled,
     StartError,
+    /// The container was running when podvisor itself died; the next run could not find it
+    /// (as the kubelet reports a container that vanished, exit code 137).
+    ContainerStatusUnknown,
 }
 
 impl TerminatedReason {
@@ -40,7 +43,20 @@ impl TerminatedReason {
             TerminatedReason::Error => "Error",
             TerminatedReason::OOMKilled => "OOMKilled",
             TerminatedReason::StartError => "StartError",
+            TerminatedReason::ContainerStatusUnknown => "ContainerStatusUnknown",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<TerminatedReason> {
+        [
+            TerminatedReason::Completed,
+            TerminatedReason::Error,
+            TerminatedReason::OOMKilled,
+            TerminatedReason::StartError,
+            TerminatedReason::ContainerStatusUnknown,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
 }
 

@@ -16,6 +16,8 @@ use super::plan::probe_timing;
 use super::Manifest;
 use crate::backoff::BackoffPolicy;
 use crate::duration::format_duration;
+use crate::escalation::PodRestartPolicy;
+use crate::stage::{Stage, CLEAR_AFTER_RESTARTS};
 
 /// A probe's timing in whole seconds (as Kubernetes writes them), for the arithmetic below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +78,20 @@ pub struct Explanation {
     pub containers: Vec<ContainerExplanation>,
     /// Delays before restarts 1, 2, 3, … of a container that keeps crashing at once.
     pub backoff: Vec<Duration>,
-    /// With staged instrumentation: (first restart count, stage) in order.
-    pub stages: Vec<(u32, &'static str)>,
+    /// With staged instrumentation: which containers, when each stage begins, the verdict.
+    pub instrumentation: Option<InstrumentationExplanation>,
+    /// With `podRestart`: when the whole pod restarts, and when podvisor gives up.
+    pub pod_restart: Option<PodRestartPolicy>,
+}
+
+/// The stage schedule of the staged containers, and how their add-on is judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstrumentationExplanation {
+    pub containers: Vec<String>,
+    /// (first restart count, stage, earliest time after the first start at which that restart
+    /// can happen: a container that crashes at once, restarted on the backoff schedule).
+    pub schedule: Vec<(u32, Stage, Duration)>,
+    pub verdict_after: Duration,
 }
 
 fn secs(s: u64) -> Duration {
@@ -122,27 +136,52 @@ pub fn explain(
         }
         d = (d * 2).min(backoff.max);
     }
-    let mut stages = Vec::new();
-    if let Some(s) = manifest
-        .supervision
-        .as_ref()
+    let sup = manifest.supervision.as_ref();
+    let instrumentation = sup
         .and_then(|s| s.spec.staged_instrumentation.as_ref())
-    {
-        if s.enabled {
-            let debug = s.debug_after_restarts.unwrap_or(3);
-            let disable = s.disable_after_restarts.unwrap_or(6);
-            stages.push((0, "Nominal"));
-            if !s.logging && disable > debug {
-                stages.push((debug, "Debug"));
-            }
-            stages.push((if s.logging { debug } else { disable }, "Disabled"));
-        }
-    }
+        .filter(|s| s.is_enabled())
+        .and_then(|s| {
+            let policy = s.policy().ok()?;
+            let schedule = policy
+                .schedule()
+                .into_iter()
+                .map(|(n, stage)| {
+                    // Restart n comes after the waits before restarts 1..=n.
+                    let mut wait = Duration::ZERO;
+                    let mut d = Duration::ZERO;
+                    for k in 0..n {
+                        wait += d;
+                        d = if k == 0 {
+                            backoff.initial
+                        } else {
+                            (d * 2).min(backoff.max)
+                        };
+                    }
+                    (n, stage, wait)
+                })
+                .collect();
+            let containers = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .map(|c| c.name.clone())
+                .filter(|n| s.selects(n))
+                .collect();
+            Some(InstrumentationExplanation {
+                containers,
+                schedule,
+                verdict_after: s.verdict_after().ok()?,
+            })
+        });
     Explanation {
         pod: manifest.workload.metadata.name.clone().unwrap_or_default(),
         containers,
         backoff: delays,
-        stages,
+        instrumentation,
+        pod_restart: sup
+            .and_then(|s| s.spec.pod_restart.as_ref())
+            .and_then(|r| r.policy().ok()),
     }
 }
 
@@ -352,13 +391,38 @@ impl Explanation {
             schedule.join(", "),
             schedule.last().cloned().unwrap_or_default()
         ));
-        if !self.stages.is_empty() {
-            let stages: Vec<String> = self
-                .stages
-                .iter()
-                .map(|(n, s)| format!("{s} from restart {n}"))
-                .collect();
-            out.push_str(&format!("instrumentation stages: {}\n", stages.join(", ")));
+        if let Some(i) = &self.instrumentation {
+            out.push_str(&format!(
+                "\ninstrumentation stages of {}:\n",
+                i.containers.join(", ")
+            ));
+            for (n, stage, at) in &i.schedule {
+                let when = if *n == 0 {
+                    "from the first start".to_string()
+                } else {
+                    format!(
+                        "from restart {n} (at the earliest {} after the first start, if it crashes at once)",
+                        d(*at)
+                    )
+                };
+                out.push_str(&format!("  {stage:<9} {when}\n"));
+            }
+            out.push_str(&format!(
+                "  verdict:  once Disabled, {} of running without a restart blames the add-on \
+                 (InstrumentationBlamed); {CLEAR_AFTER_RESTARTS} more restarts clear it \
+                 (InstrumentationCleared)\n",
+                d(i.verdict_after)
+            ));
+        }
+        if let Some(r) = &self.pod_restart {
+            out.push_str(&format!(
+                "\nwhole-pod restart: a container that exits after {} restarts within {} restarts \
+                 the whole pod (emptyDir wiped, init containers again), at most {} times; then the \
+                 pod fails (GaveUp)\n",
+                r.after_container_restarts,
+                d(r.within),
+                r.max_pod_restarts
+            ));
         }
         out
     }
@@ -383,7 +447,19 @@ impl Explanation {
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "backoffSeconds": self.backoff.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
-            "stages": self.stages.iter().map(|(n, st)| serde_json::json!({"fromRestart": n, "stage": st})).collect::<Vec<_>>(),
+            "instrumentation": self.instrumentation.as_ref().map(|i| serde_json::json!({
+                "containers": i.containers,
+                "stages": i.schedule.iter().map(|(n, st, at)| serde_json::json!({
+                    "stage": st.as_str(), "fromRestart": n, "earliestSeconds": at.as_secs_f64(),
+                })).collect::<Vec<_>>(),
+                "verdictAfterSeconds": i.verdict_after.as_secs_f64(),
+                "clearAfterRestarts": CLEAR_AFTER_RESTARTS,
+            })),
+            "podRestart": self.pod_restart.map(|r| serde_json::json!({
+                "afterContainerRestarts": r.after_container_restarts,
+                "withinSeconds": r.within.as_secs_f64(),
+                "maxPodRestarts": r.max_pod_restarts,
+            })),
         })
     }
 }

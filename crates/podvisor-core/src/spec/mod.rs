@@ -7,6 +7,7 @@
 //! StatefulSet or DaemonSet, or of a batch/v1 Job), plus any number of ConfigMaps and Secrets
 //! and at most one podvisor `Supervision`.
 
+mod env;
 pub mod explain;
 pub mod plan;
 pub mod supervision;
@@ -112,6 +113,7 @@ pub struct Manifest {
     /// Where each document's fields were written, for validation messages.
     documents: Vec<Document>,
     workload_doc: usize,
+    supervision_doc: Option<usize>,
 }
 
 impl Manifest {
@@ -259,7 +261,7 @@ pub fn load(file: &str, text: &str) -> Result<Manifest, SpecErrors> {
     let mut workload: Option<(usize, Workload)> = None;
     let mut config_maps = Vec::new();
     let mut secrets = Vec::new();
-    let mut supervision: Option<Supervision> = None;
+    let mut supervision: Option<(usize, Supervision)> = None;
 
     for (i, doc) in documents.iter().enumerate() {
         let mut problems = Problems {
@@ -305,7 +307,7 @@ pub fn load(file: &str, text: &str) -> Result<Manifest, SpecErrors> {
                 if supervision.is_some() {
                     problems.push("kind", "a second Supervision: at most one per file");
                 } else {
-                    supervision = typed::<Supervision>(doc, &mut errors);
+                    supervision = typed::<Supervision>(doc, &mut errors).map(|s| (i, s));
                 }
             }
             _ => problems.push(
@@ -335,7 +337,8 @@ pub fn load(file: &str, text: &str) -> Result<Manifest, SpecErrors> {
         workload,
         config_maps,
         secrets,
-        supervision,
+        supervision_doc: supervision.as_ref().map(|(i, _)| *i),
+        supervision: supervision.map(|(_, s)| s),
         documents,
         workload_doc,
     };

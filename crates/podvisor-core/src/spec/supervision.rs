@@ -1,11 +1,18 @@
 //! podvisor's own document, `Supervision`: staged instrumentation (seed 000) and whole-pod
-//! restarts (seed 001). Parsed and validated here; enforced by the escalation work. Unknown
-//! fields are reported by the loader (serde_ignored), like those of the Kubernetes types.
+//! restarts (seed 001), as the user wrote them. Validation (`validate.rs`) checks them through
+//! the core's own types (`stage::StagePolicy`, `escalation::PodRestartPolicy`), which the plan
+//! then carries. Unknown fields are reported by the loader (serde_ignored), like those of the
+//! Kubernetes types.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
+
+use crate::duration::{parse_duration, DurationError};
+use crate::escalation::{PodRestartPolicy, PodRestartPolicyError};
+use crate::stage::{StagePolicy, StagePolicyError, StagedEnv, DEFAULT_VERDICT_AFTER};
 
 pub const API_VERSION: &str = "podvisor.io/v1alpha1";
 
@@ -27,12 +34,12 @@ pub struct SupervisionSpec {
     pub pod_restart: Option<PodRestart>,
 }
 
-/// Defaults: `debugAfterRestarts` 3, `disableAfterRestarts` 6 (SPEC.md).
+/// Defaults: `debugAfterRestarts` 3, `disableAfterRestarts` 6 (SPEC.md), `verdictAfter` 10m.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StagedInstrumentation {
-    #[serde(default)]
-    pub enabled: bool,
+    /// On when absent: writing the block asks for it; `enabled: false` keeps it written but off.
+    pub enabled: Option<bool>,
     /// Containers the stages apply to; all when absent.
     pub containers: Option<Vec<String>>,
     #[serde(default)]
@@ -43,6 +50,51 @@ pub struct StagedInstrumentation {
     pub disable_after_restarts: Option<u32>,
     #[serde(default)]
     pub logging: bool,
+    /// A duration as Kubernetes writes them (`10m`), checked by validation.
+    pub verdict_after: Option<String>,
+}
+
+impl StagedInstrumentation {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+
+    /// The stage thresholds (absent ones defaulted), or why they cannot be used.
+    pub fn policy(&self) -> Result<StagePolicy, StagePolicyError> {
+        StagePolicy::new(
+            self.debug_after_restarts,
+            self.disable_after_restarts,
+            self.logging,
+        )
+    }
+
+    /// `verdictAfter`, defaulted.
+    pub fn verdict_after(&self) -> Result<Duration, DurationError> {
+        self.verdict_after
+            .as_deref()
+            .map_or(Ok(DEFAULT_VERDICT_AFTER), parse_duration)
+    }
+
+    /// Whether container `name` is staged (all containers when `containers` is absent).
+    pub fn selects(&self, name: &str) -> bool {
+        self.containers
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == name))
+    }
+
+    /// The variables of each stage, in the order written (keys sorted, as YAML maps have no
+    /// order that the Kubernetes types keep).
+    pub fn staged_env(&self) -> StagedEnv {
+        let pairs = |m: &BTreeMap<String, String>| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<Vec<_>>()
+        };
+        StagedEnv {
+            env: pairs(&self.env),
+            debug_env: pairs(&self.debug_env),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -52,4 +104,61 @@ pub struct PodRestart {
     /// A duration as Kubernetes writes them (`10m`), checked by validation.
     pub within: String,
     pub max_pod_restarts: u32,
+}
+
+/// Why `podRestart` cannot be used: its window, or one of its numbers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodRestartError {
+    #[error("within: Invalid value: {0}")]
+    Within(DurationError),
+    #[error(transparent)]
+    Policy(#[from] PodRestartPolicyError),
+}
+
+impl PodRestartError {
+    pub fn field(&self) -> &'static str {
+        match self {
+            PodRestartError::Within(_) => "within",
+            PodRestartError::Policy(e) => e.field(),
+        }
+    }
+}
+
+impl PodRestart {
+    /// Every value that cannot be used.
+    pub fn problems(&self) -> Vec<PodRestartError> {
+        match parse_duration(&self.within) {
+            Err(e) => {
+                let mut out = vec![PodRestartError::Within(e)];
+                out.extend(
+                    PodRestartPolicy::problems(
+                        self.after_container_restarts,
+                        Duration::from_secs(1),
+                        self.max_pod_restarts,
+                    )
+                    .into_iter()
+                    .map(PodRestartError::Policy),
+                );
+                out
+            }
+            Ok(within) => PodRestartPolicy::problems(
+                self.after_container_restarts,
+                within,
+                self.max_pod_restarts,
+            )
+            .into_iter()
+            .map(PodRestartError::Policy)
+            .collect(),
+        }
+    }
+
+    /// The policy as the core runs it, or why it cannot be used.
+    pub fn policy(&self) -> Result<PodRestartPolicy, PodRestartError> {
+        let within = parse_duration(&self.within).map_err(PodRestartError::Within)?;
+        Ok(PodRestartPolicy::new(
+            self.after_container_restarts,
+            within,
+            self.max_pod_restarts,
+        )?)
+    }
 }

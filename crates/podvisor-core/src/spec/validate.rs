@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{Manifest, Problems, SpecError, WorkloadKind};
-use crate::duration::parse_duration;
+use crate::stage::StagePolicy;
 
 /// Adds every problem of `manifest` to `errors`.
 pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
@@ -42,8 +42,13 @@ pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
             }
         }
     }
-    if let Some(sup) = &manifest.supervision {
-        validate_supervision(sup, w, errors);
+    if let (Some(sup), Some(i)) = (&manifest.supervision, manifest.supervision_doc) {
+        let mut p = Problems {
+            doc: &manifest.documents[i],
+            prefix: String::new(),
+            errors: p.errors,
+        };
+        validate_supervision(sup, w, &mut p);
     }
 }
 
@@ -414,18 +419,9 @@ fn key_ref(
     p.push(path, format!("Not found: {what}"));
 }
 
-fn validate_supervision(
-    sup: &super::Supervision,
-    w: &super::Workload,
-    errors: &mut Vec<SpecError>,
-) {
-    let push = |errors: &mut Vec<SpecError>, path: &str, message: String| {
-        errors.push(SpecError {
-            path: format!("Supervision {path}"),
-            pos: None,
-            message,
-        });
-    };
+/// The Supervision's fields, checked through the core's own types so that `run`, `init` and
+/// the controller refuse the same values with the same words.
+fn validate_supervision(sup: &super::Supervision, w: &super::Workload, p: &mut Problems<'_>) {
     let all: BTreeSet<&str> = w
         .spec
         .containers
@@ -434,39 +430,42 @@ fn validate_supervision(
         .map(|c| c.name.as_str())
         .collect();
     if let Some(s) = &sup.spec.staged_instrumentation {
-        for name in s.containers.iter().flatten() {
+        for (i, name) in s.containers.iter().flatten().enumerate() {
             if !all.contains(name.as_str()) {
-                push(
-                    errors,
-                    "spec.stagedInstrumentation.containers",
+                p.push(
+                    &format!("spec.stagedInstrumentation.containers[{i}]"),
                     format!("Not found: no container {name:?} in the pod"),
                 );
             }
         }
-        let debug = s.debug_after_restarts.unwrap_or(3);
-        let disable = s.disable_after_restarts.unwrap_or(6);
-        if disable < debug {
-            push(
-                errors,
-                "spec.stagedInstrumentation.disableAfterRestarts",
-                format!("Invalid value: {disable}: must be >= debugAfterRestarts ({debug})"),
+        for e in StagePolicy::problems(s.debug_after_restarts, s.disable_after_restarts) {
+            let field = format!("spec.stagedInstrumentation.{}", e.field());
+            let message = e.to_string();
+            let message = message
+                .split_once(": ")
+                .map_or(message.as_str(), |(_, m)| m);
+            p.push(&field, message);
+        }
+        if let Err(e) = s.verdict_after() {
+            p.push(
+                "spec.stagedInstrumentation.verdictAfter",
+                format!("Invalid value: {e}"),
+            );
+        } else if s.verdict_after().is_ok_and(|d| d.is_zero()) {
+            p.push(
+                "spec.stagedInstrumentation.verdictAfter",
+                "Invalid value: \"0s\": must be longer than zero",
             );
         }
     }
     if let Some(r) = &sup.spec.pod_restart {
-        if let Err(e) = parse_duration(&r.within) {
-            push(
-                errors,
-                "spec.podRestart.within",
-                format!("Invalid value: {e}"),
-            );
-        }
-        if r.after_container_restarts == 0 {
-            push(
-                errors,
-                "spec.podRestart.afterContainerRestarts",
-                "Invalid value: 0: must be at least 1".to_string(),
-            );
+        for e in r.problems() {
+            let field = format!("spec.podRestart.{}", e.field());
+            let message = e.to_string();
+            let message = message
+                .split_once(": ")
+                .map_or(message.as_str(), |(_, m)| m);
+            p.push(&field, message);
         }
     }
 }

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use podvisor_core::probe::{Outcome, ProbeKind};
+use podvisor_core::stage::{Stage, Verdict};
 
 /// Histogram bounds of probe durations, in seconds (Prometheus' defaults).
 const BUCKETS: [f64; 11] = [
@@ -16,16 +17,78 @@ const BUCKETS: [f64; 11] = [
 ];
 
 /// Counters the run loop keeps.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     /// (container, probe type, result) → attempts.
     probes: BTreeMap<(String, &'static str, &'static str), u64>,
     /// (container, probe type) → bucket counts, sum, count.
     durations: BTreeMap<(String, &'static str), ([u64; BUCKETS.len()], f64, u64)>,
-    pub pod_restarts: u64,
-    /// How late probe attempts started against their schedule: bucket counts, sum, count.
-    start_delay: ([u64; DELAY_BUCKETS.len()], f64, u64),
+    /// (container, probe type) → tries that errored (could not run at all).
+    probe_errors: BTreeMap<(String, &'static str), u64>,
+    /// How late probe attempts started against their schedule.
+    start_delay: Histogram,
+    /// How long each write of the saved record took (fsyncs included).
+    state_writes: Histogram,
 }
+
+/// Bucket counts (each bound's, cumulative), sum and count of one histogram.
+#[derive(Debug)]
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, d: Duration) {
+        let secs = d.as_secs_f64();
+        for (i, b) in self.bounds.iter().enumerate() {
+            if secs <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += secs;
+        self.count += 1;
+    }
+
+    /// Prometheus text.
+    fn render(&self, o: &mut String, name: &str, help: &str, labels: &str) {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (b, n) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{b}\"}} {n}");
+        }
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(o, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(o, "{name}_count{{{labels}}} {}", self.count);
+    }
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            probes: BTreeMap::new(),
+            durations: BTreeMap::new(),
+            probe_errors: BTreeMap::new(),
+            start_delay: Histogram::new(&DELAY_BUCKETS),
+            state_writes: Histogram::new(&WRITE_BUCKETS),
+        }
+    }
+}
+
+/// Histogram bounds of state writes, in seconds: a write is two fsyncs.
+const WRITE_BUCKETS: [f64; 12] = [
+    0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0,
+];
 
 /// Histogram bounds of probe start delays, in seconds.
 const DELAY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0];
@@ -33,14 +96,20 @@ const DELAY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
 impl Counters {
     /// A probe attempt started `late` after it was due.
     pub fn probe_start(&mut self, late: Duration) {
-        let secs = late.as_secs_f64();
-        for (i, b) in DELAY_BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                self.start_delay.0[i] += 1;
-            }
-        }
-        self.start_delay.1 += secs;
-        self.start_delay.2 += 1;
+        self.start_delay.observe(late);
+    }
+
+    /// A try of a probe errored (it is tried again, up to the kubelet's 3 tries).
+    pub fn probe_error(&mut self, container: &str, kind: ProbeKind) {
+        *self
+            .probe_errors
+            .entry((container.to_string(), kind.as_str()))
+            .or_default() += 1;
+    }
+
+    /// A write of the saved record took `took`.
+    pub fn state_write(&mut self, took: Duration) {
+        self.state_writes.observe(took);
     }
 
     pub fn probe(&mut self, container: &str, kind: ProbeKind, outcome: &Outcome, took: Duration) {
@@ -76,6 +145,9 @@ pub struct ContainerSample<'a> {
     pub restarts: u32,
     /// Process group of the running instance, if any.
     pub pgid: Option<i32>,
+    /// Its instrumentation stage (staged containers only) and the verdict on its add-on.
+    pub stage: Option<Stage>,
+    pub verdict: Option<Verdict>,
 }
 
 /// The whole text.
@@ -83,6 +155,7 @@ pub fn render(
     pod: &str,
     namespace: &str,
     counters: &Counters,
+    pod_restarts: u32,
     containers: &[ContainerSample<'_>],
 ) -> String {
     let mut o = String::new();
@@ -111,26 +184,26 @@ pub fn render(
         let _ = writeln!(o, "prober_probe_duration_seconds_sum{{{labels}}} {sum}");
         let _ = writeln!(o, "prober_probe_duration_seconds_count{{{labels}}} {count}");
     }
-    o.push_str("# HELP podvisor_probe_start_delay_seconds How late probe attempts started against their schedule.\n# TYPE podvisor_probe_start_delay_seconds histogram\n");
-    let (buckets, sum, count) = &counters.start_delay;
-    let pod_labels = format!("namespace=\"{namespace}\",pod=\"{pod}\"");
-    for (b, n) in DELAY_BUCKETS.iter().zip(buckets) {
+    o.push_str("# HELP podvisor_probe_errors_total Probe tries that could not run at all (each attempt is tried up to 3 times).\n# TYPE podvisor_probe_errors_total counter\n");
+    for ((c, kind), n) in &counters.probe_errors {
         let _ = writeln!(
             o,
-            "podvisor_probe_start_delay_seconds_bucket{{{pod_labels},le=\"{b}\"}} {n}"
+            "podvisor_probe_errors_total{{{},probe_type=\"{kind}\"}} {n}",
+            base(c)
         );
     }
-    let _ = writeln!(
-        o,
-        "podvisor_probe_start_delay_seconds_bucket{{{pod_labels},le=\"+Inf\"}} {count}"
+    let pod_labels = format!("namespace=\"{namespace}\",pod=\"{pod}\"");
+    counters.start_delay.render(
+        &mut o,
+        "podvisor_probe_start_delay_seconds",
+        "How late probe attempts started against their schedule.",
+        &pod_labels,
     );
-    let _ = writeln!(
-        o,
-        "podvisor_probe_start_delay_seconds_sum{{{pod_labels}}} {sum}"
-    );
-    let _ = writeln!(
-        o,
-        "podvisor_probe_start_delay_seconds_count{{{pod_labels}}} {count}"
+    counters.state_writes.render(
+        &mut o,
+        "podvisor_state_write_seconds",
+        "How long each write of the saved state took (write, fsync, rename, fsync of the directory).",
+        &pod_labels,
     );
     o.push_str("# HELP podvisor_container_restarts_total Restarts of a container (its restartCount).\n# TYPE podvisor_container_restarts_total counter\n");
     for c in containers {
@@ -145,8 +218,33 @@ pub fn render(
     let _ = writeln!(
         o,
         "podvisor_pod_restarts_total{{namespace=\"{namespace}\",pod=\"{pod}\"}} {}",
-        counters.pod_restarts
+        pod_restarts
     );
+    o.push_str("# HELP podvisor_instrumentation_stage The stage of a staged container's current start (1) and the others (0).\n# TYPE podvisor_instrumentation_stage gauge\n");
+    for c in containers {
+        let Some(current) = c.stage else { continue };
+        for stage in Stage::ALL {
+            let _ = writeln!(
+                o,
+                "podvisor_instrumentation_stage{{{},stage=\"{stage}\"}} {}",
+                base(c.name),
+                u8::from(stage == current)
+            );
+        }
+    }
+    o.push_str("# HELP podvisor_instrumentation_verdict The verdict on a container's add-on once judged (1), the other (0).\n# TYPE podvisor_instrumentation_verdict gauge\n");
+    for c in containers {
+        let Some(verdict) = c.verdict else { continue };
+        for v in [Verdict::Blamed, Verdict::Cleared] {
+            let _ = writeln!(
+                o,
+                "podvisor_instrumentation_verdict{{{},verdict=\"{}\"}} {}",
+                base(c.name),
+                v.as_str(),
+                u8::from(v == verdict)
+            );
+        }
+    }
     let groups: Vec<i32> = containers.iter().filter_map(|c| c.pgid).collect();
     let usage = group_usage(&groups);
     o.push_str("# HELP container_cpu_usage_seconds_total CPU time of the container's running processes.\n# TYPE container_cpu_usage_seconds_total counter\n");

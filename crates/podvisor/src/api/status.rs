@@ -55,9 +55,22 @@ pub fn pod_json(
     if !info.labels.is_empty() {
         metadata["labels"] = json!(info.labels);
     }
-    if !info.annotations.is_empty() {
-        metadata["annotations"] = json!(info.annotations);
+    // podvisor's own annotations: each staged container's stage and verdict, and the
+    // whole-pod restarts (SPEC.md, Files).
+    let mut annotations = info.annotations.clone();
+    for c in pod.containers() {
+        if let Some(stage) = c.stage {
+            annotations.insert(format!("podvisor.io/stage.{}", c.name), stage.to_string());
+        }
+        if let Some(v) = c.judgement.verdict {
+            annotations.insert(format!("podvisor.io/verdict.{}", c.name), v.as_str().into());
+        }
     }
+    annotations.insert(
+        "podvisor.io/pod-restarts".into(),
+        pod.pod_restarts().to_string(),
+    );
+    metadata["annotations"] = json!(annotations);
     let conditions: Vec<Value> = pod
         .conditions()
         .into_iter()
@@ -115,6 +128,10 @@ pub fn pod_json(
     }
     let mut status = Map::new();
     status.insert("phase".into(), pod.phase().as_str().into());
+    if let Some((reason, message)) = pod.failure() {
+        status.insert("reason".into(), reason.into());
+        status.insert("message".into(), message.into());
+    }
     status.insert("conditions".into(), conditions.into());
     status.insert("hostIP".into(), "127.0.0.1".into());
     status.insert("hostIPs".into(), json!([{"ip": "127.0.0.1"}]));

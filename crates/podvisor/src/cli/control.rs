@@ -7,74 +7,44 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::{self, ClientError};
-use super::manifest::{is_option, Flags};
 use crate::process::sys;
 
-const EVENTS_USAGE: &str = "\
-Usage: podvisor events [--state-dir DIR] [-w] [-o json]
-
-The running pod's events, oldest first (the last 1,000); -w keeps printing new ones.
-";
-
-const STOP_USAGE: &str = "\
-Usage: podvisor stop [--state-dir DIR] [--no-wait]
-
-Graceful termination of the running pod (preStop, SIGTERM, grace, SIGKILL), as SIGTERM to
-`podvisor run` would do; waits until the run has ended unless --no-wait.
-";
-
-const RESTART_USAGE: &str = "\
-Usage: podvisor restart [--state-dir DIR] [CONTAINER]
-
-Restarts one container (stopped gracefully, started again at once; its restartCount grows), or
-without CONTAINER the whole pod: every container stopped gracefully, emptyDir volumes wiped,
-init containers run again, then the rest (event PodRestarting).
-";
-
-struct Common {
-    dir: Option<PathBuf>,
-    json: bool,
+/// `podvisor events`' arguments: the last 1,000 events, oldest first.
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    /// The pod's state dir (default: the only running pod)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// JSON lines instead of text
+    #[arg(short, long, value_name = "FORMAT", value_parser = ["json"])]
+    output: Option<String>,
+    /// Keep printing new events
+    #[arg(short, long)]
     watch: bool,
-    no_wait: bool,
-    operand: Option<String>,
 }
 
-fn parse(args: &[std::ffi::OsString], usage: &str, operand: bool) -> Result<Common, i32> {
-    let Some(args) = super::arguments(args, usage) else {
-        return Err(0);
-    };
-    let mut c = Common {
-        dir: None,
-        json: false,
-        watch: false,
-        no_wait: false,
-        operand: None,
-    };
-    let mut flags = Flags::new(&args);
-    let r: Result<(), String> = (|| {
-        while let Some(arg) = flags.next_arg() {
-            match arg.as_str() {
-                "--state-dir" => c.dir = Some(PathBuf::from(flags.value()?)),
-                "-o" | "--output" => match flags.value()?.as_str() {
-                    "json" => c.json = true,
-                    other => return Err(format!("-o {other:?}: only json")),
-                },
-                "-w" | "--watch" => c.watch = true,
-                "--no-wait" => c.no_wait = true,
-                _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
-                _ if operand && c.operand.is_none() => c.operand = Some(arg),
-                _ => return Err(format!("unexpected argument {arg:?}")),
-            }
-        }
-        Ok(())
-    })();
-    match r {
-        Ok(()) => Ok(c),
-        Err(e) => {
-            super::write_err(&format!("error: {e}\n{usage}"));
-            Err(2)
-        }
-    }
+/// `podvisor stop`'s arguments: graceful termination of the running pod (preStop, SIGTERM,
+/// grace, SIGKILL), as SIGTERM to `podvisor run` would do.
+#[derive(Debug, clap::Args)]
+pub struct StopArgs {
+    /// The pod's state dir (default: the only running pod)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Do not wait until the run has ended
+    #[arg(long)]
+    no_wait: bool,
+}
+
+/// `podvisor restart`'s arguments: one container stopped gracefully and started again at once
+/// (its restartCount grows), or without CONTAINER the whole pod (every container stopped,
+/// emptyDir volumes wiped, init containers again; event PodRestarting).
+#[derive(Debug, clap::Args)]
+pub struct RestartArgs {
+    /// The pod's state dir (default: the only running pod)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The container to restart (none: the whole pod)
+    container: Option<String>,
 }
 
 /// `2026-11-23T08:48:09.236Z  Warning  BackOff  crash  Back-off restarting ...`
@@ -90,15 +60,12 @@ fn event_line(e: &Value) -> String {
     )
 }
 
-pub fn events(args: &[std::ffi::OsString]) -> i32 {
-    let c = match parse(args, EVENTS_USAGE, false) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+pub fn events(c: EventsArgs) -> i32 {
+    let json = c.output.is_some();
     client::exit_code((|| {
-        let dir = client::state_dir(c.dir)?;
+        let dir = client::state_dir(c.state_dir)?;
         let print = |line: &str| -> std::io::Result<()> {
-            let out = if c.json {
+            let out = if json {
                 format!("{line}\n")
             } else {
                 let e: Value = serde_json::from_str(line).map_err(std::io::Error::other)?;
@@ -122,13 +89,9 @@ pub fn events(args: &[std::ffi::OsString]) -> i32 {
     })())
 }
 
-pub fn stop(args: &[std::ffi::OsString]) -> i32 {
-    let c = match parse(args, STOP_USAGE, false) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+pub fn stop(c: StopArgs) -> i32 {
     client::exit_code((|| {
-        let dir = client::state_dir(c.dir)?;
+        let dir = client::state_dir(c.state_dir)?;
         client::call(&dir, "POST", "/stop")?;
         if c.no_wait {
             return Ok(());
@@ -149,14 +112,10 @@ pub fn stop(args: &[std::ffi::OsString]) -> i32 {
     })())
 }
 
-pub fn restart(args: &[std::ffi::OsString]) -> i32 {
-    let c = match parse(args, RESTART_USAGE, true) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+pub fn restart(c: RestartArgs) -> i32 {
     client::exit_code((|| {
-        let dir = client::state_dir(c.dir)?;
-        let path = match &c.operand {
+        let dir = client::state_dir(c.state_dir)?;
+        let path = match &c.container {
             Some(name) => format!("/restart?container={}", percent_encode(name)),
             None => "/restart".to_string(),
         };

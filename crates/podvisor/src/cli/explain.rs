@@ -1,83 +1,43 @@
 //! `podvisor explain [-o json] [--start-time DUR] FILE`: per container, the lifecycle timing the
 //! spec implies and the settings that will hurt, with their fix.
 
-use podvisor_core::backoff::{BackoffPolicy, DEFAULT_INITIAL, DEFAULT_MAX};
+use podvisor_core::backoff::BackoffPolicy;
 use std::time::Duration;
 
 use podvisor_core::spec::explain::explain;
 
-use super::manifest::{is_option, load, Flags};
+use super::manifest::{duration, load};
 
-const USAGE: &str = "\
-Usage: podvisor explain [OPTIONS] FILE
-
-Prints, per container, how soon it can be Ready, how long it has to start, how long a hang goes
-unnoticed and when the kill comes, the restart backoff schedule, the instrumentation stages, and
-warnings (with the fix) for settings that will crash-loop or never become ready.
-
-Options:
-  -o, --output json          JSON instead of text
-      --start-time DUR       How long the app takes to start (checks the probes against it)
-      --backoff-initial DUR  As for `podvisor run` (default 10s)
-      --backoff-max DUR      As for `podvisor run` (default 5m)
-  -h, --help                 Print this help
-";
-
-struct Args {
+/// `podvisor explain`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// JSON instead of text
+    #[arg(short, long, value_name = "FORMAT", value_parser = ["json"])]
+    output: Option<String>,
+    /// How long the app takes to start (the probes are checked against it)
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    start_time: Option<Duration>,
+    /// As for `podvisor run`
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration)]
+    backoff_initial: Duration,
+    /// As for `podvisor run`
+    #[arg(long, value_name = "DUR", default_value = "5m", value_parser = duration)]
+    backoff_max: Duration,
+    /// The pod manifest (- for stdin)
     file: String,
-    json: bool,
-    start: Option<Duration>,
-    initial: Duration,
-    max: Duration,
 }
 
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        file: String::new(),
-        json: false,
-        start: None,
-        initial: DEFAULT_INITIAL,
-        max: DEFAULT_MAX,
-    };
-    let mut file = None;
-    let mut flags = Flags::new(args);
-    while let Some(arg) = flags.next_arg() {
-        match arg.as_str() {
-            "-o" | "--output" => match flags.value()?.as_str() {
-                "json" => a.json = true,
-                other => return Err(format!("{arg}: {other:?}: only json is supported")),
-            },
-            "--start-time" => a.start = Some(flags.duration()?),
-            "--backoff-initial" => a.initial = flags.duration()?,
-            "--backoff-max" => a.max = flags.duration()?,
-            _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
-            _ if file.is_none() => file = Some(arg),
-            _ => return Err(format!("unexpected argument {arg:?}: one FILE only")),
-        }
-    }
-    a.file = file.ok_or("no FILE given")?;
-    Ok(a)
-}
-
-pub fn main(args: &[std::ffi::OsString]) -> i32 {
-    let Some(args) = super::arguments(args, USAGE) else {
-        return 0;
-    };
-    let a = match parse(&args) {
-        Ok(a) => a,
-        Err(e) => {
-            super::write_err(&format!(
-                "error: {e}\nUsage: podvisor explain [OPTIONS] FILE\n"
-            ));
-            return 2;
-        }
-    };
+pub fn main(a: ExplainArgs) -> i32 {
     let manifest = match load(&a.file) {
         Ok(m) => m,
         Err(code) => return code,
     };
-    let e = explain(&manifest, BackoffPolicy::new(a.initial, a.max), a.start);
-    if a.json {
+    let e = explain(
+        &manifest,
+        BackoffPolicy::new(a.backoff_initial, a.backoff_max),
+        a.start_time,
+    );
+    if a.output.is_some() {
         super::write_out(&format!("{:#}\n", e.to_json()));
     } else {
         super::write_out(&e.to_text());

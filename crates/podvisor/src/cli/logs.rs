@@ -4,7 +4,6 @@
 //! from the running pod's status when there is one, as the kubelet decides it: a container
 //! waiting to restart shows its last instance for both.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -13,23 +12,34 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::client::{self, now_secs, parse_time, ClientError};
-use super::manifest::{is_option, Flags};
+use super::manifest::duration;
 use crate::process::sys;
+use crate::supervisor::logs::{instance_files, last_lines};
 
-const USAGE: &str = "\
-Usage: podvisor logs [OPTIONS] CONTAINER
-
-A container's output (stdout and stderr, in order), as kubectl logs prints it.
-
-Options:
-      --state-dir DIR    The pod's state dir (default: the only running pod)
-  -p, --previous         The previous instance (the one that ended before the current one)
-  -f, --follow           Keep printing new output until the instance ends or the pod stops
-      --tail N           Only the last N lines
-      --timestamps       Prefix each line with its RFC 3339 time
-      --since DUR        Only lines newer than DUR (5s, 2m, 1h)
-  -h, --help             Print this help
-";
+/// `podvisor logs`' arguments.
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    /// The pod's state dir (default: the only running pod)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The previous instance (the one that ended before the current one)
+    #[arg(short, long)]
+    previous: bool,
+    /// Keep printing new output until the instance ends or the pod stops
+    #[arg(short, long)]
+    follow: bool,
+    /// Only the last N lines (-1: all, as kubectl)
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    tail: Option<i64>,
+    /// Prefix each line with its RFC 3339 time
+    #[arg(long)]
+    timestamps: bool,
+    /// Only lines newer than DUR (5s, 2m, 1h)
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    since: Option<Duration>,
+    /// The container
+    container: String,
+}
 
 struct Args {
     dir: Option<PathBuf>,
@@ -41,54 +51,17 @@ struct Args {
     since: Option<Duration>,
 }
 
-pub fn main(args: &[std::ffi::OsString]) -> i32 {
-    let Some(args) = super::arguments(args, USAGE) else {
-        return 0;
-    };
-    let a = match parse(&args) {
-        Ok(a) => a,
-        Err(e) => {
-            super::write_err(&format!("error: {e}\n{USAGE}"));
-            return 2;
-        }
-    };
-    client::exit_code(run(a))
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        dir: None,
-        container: String::new(),
-        previous: false,
-        follow: false,
-        tail: None,
-        timestamps: false,
-        since: None,
-    };
-    let mut container = None;
-    let mut flags = Flags::new(args);
-    while let Some(arg) = flags.next_arg() {
-        match arg.as_str() {
-            "--state-dir" => a.dir = Some(PathBuf::from(flags.value()?)),
-            "-p" | "--previous" => a.previous = true,
-            "-f" | "--follow" => a.follow = true,
-            "--timestamps" => a.timestamps = true,
-            "--tail" => {
-                let v = flags.value()?;
-                let n: i64 = v
-                    .parse()
-                    .map_err(|_| format!("--tail {v:?}: not a number"))?;
-                // kubectl: -1 (the default) means all lines.
-                a.tail = (n >= 0).then_some(n as usize);
-            }
-            "--since" => a.since = Some(flags.duration()?),
-            _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
-            _ if container.is_none() => container = Some(arg),
-            _ => return Err(format!("unexpected argument {arg:?}")),
-        }
-    }
-    a.container = container.ok_or("no CONTAINER given")?;
-    Ok(a)
+pub fn main(a: LogsArgs) -> i32 {
+    client::exit_code(run(Args {
+        dir: a.state_dir,
+        container: a.container,
+        previous: a.previous,
+        follow: a.follow,
+        // kubectl: -1 (the default) means all lines.
+        tail: a.tail.filter(|n| *n >= 0).map(|n| n as usize),
+        timestamps: a.timestamps,
+        since: a.since,
+    }))
 }
 
 /// The instance numbers that have log files, ascending.
@@ -101,28 +74,6 @@ fn instances(dir: &Path) -> Vec<u32> {
         .collect();
     v.sort_unstable();
     v
-}
-
-/// An instance's files, oldest first: N.log.K … N.log.1, N.log.
-fn files_of(dir: &Path, instance: u32) -> Vec<PathBuf> {
-    let base = dir.join(format!("{instance}.log"));
-    let mut rotated: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_str()?.to_string();
-            let k: u32 = name
-                .strip_prefix(&format!("{instance}.log."))?
-                .parse()
-                .ok()?;
-            Some((k, e.path()))
-        })
-        .collect();
-    rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
-    let mut files: Vec<PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
-    files.push(base);
-    files
 }
 
 fn run(a: Args) -> Result<(), ClientError> {
@@ -220,7 +171,7 @@ fn run(a: Args) -> Result<(), ClientError> {
         timestamps: a.timestamps,
         since,
     };
-    let files = files_of(&logs, instance);
+    let files = instance_files(&logs, instance);
     // Bytes of the current file already printed, where following goes on.
     let result = match a.tail {
         Some(n) => tail(&files, n, &mut printer, &mut out),
@@ -313,28 +264,7 @@ fn print_from(r: &mut impl BufRead, p: &mut Printer, out: &mut impl Write) -> io
 
 /// Prints the last `n` lines of the files; returns the bytes of complete lines in the last.
 fn tail(files: &[PathBuf], n: usize, p: &mut Printer, out: &mut impl Write) -> io::Result<u64> {
-    let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(n.min(100_000));
-    let mut used = 0;
-    for f in files {
-        used = 0;
-        let Ok(file) = File::open(f) else { continue };
-        let mut r = BufReader::with_capacity(1 << 20, file);
-        loop {
-            let mut line = Vec::new();
-            let read = r.read_until(b'\n', &mut line)?;
-            if read == 0 || line.last() != Some(&b'\n') {
-                break;
-            }
-            used += read as u64;
-            if n == 0 {
-                continue;
-            }
-            if last.len() == n {
-                last.pop_front();
-            }
-            last.push_back(line);
-        }
-    }
+    let (last, used) = last_lines(files, n)?;
     for line in last {
         p.line(&line, out)?;
     }

@@ -1,5 +1,5 @@
-//! What the manifest commands (`validate`, `run`, `explain`) share: their flag syntax and
-//! reading a manifest, with errors printed the same way and exit code 2.
+//! What the commands share: the value parsers of their arguments, and reading a manifest
+//! (`validate`, `run`, `explain`) with errors printed the same way and exit code 2.
 
 use std::io::Read;
 use std::time::Duration;
@@ -7,53 +7,17 @@ use std::time::Duration;
 use podvisor_core::duration::parse_duration;
 use podvisor_core::spec::Manifest;
 
-/// Walks `--name value`, `--name=value`, `-x value` and operands.
-#[derive(Debug)]
-pub struct Flags<'a> {
-    args: std::slice::Iter<'a, String>,
-    inline: Option<String>,
-    name: String,
+/// A duration argument (`500ms`, `10s`, `5m`), for clap.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
 }
 
-impl<'a> Flags<'a> {
-    pub fn new(args: &'a [String]) -> Flags<'a> {
-        Flags {
-            args: args.iter(),
-            inline: None,
-            name: String::new(),
-        }
-    }
-
-    /// The next flag name (`--state-dir`) or operand (`pod.yaml`, `-`).
-    pub fn next_arg(&mut self) -> Option<String> {
-        let arg = self.args.next()?;
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if arg.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        self.inline = inline;
-        self.name = name.clone();
-        Some(name)
-    }
-
-    /// The value of the flag just read.
-    pub fn value(&mut self) -> Result<String, String> {
-        self.inline
-            .take()
-            .or_else(|| self.args.next().cloned())
-            .ok_or_else(|| format!("{} needs a value", self.name))
-    }
-
-    /// The value of the flag just read, as a duration (`500ms`, `10s`).
-    pub fn duration(&mut self) -> Result<Duration, String> {
-        let v = self.value()?;
-        parse_duration(&v).map_err(|e| format!("{}: {e}", self.name))
-    }
-}
-
-/// Whether an argument is an option rather than an operand (`-` is stdin, an operand).
-pub fn is_option(arg: &str) -> bool {
-    arg.starts_with('-') && arg != "-"
+/// A size argument (`10Mi`, `1G`, `4096`), at least 1 byte, for clap.
+pub fn size(s: &str) -> Result<u64, String> {
+    podvisor_core::spec::plan::parse_quantity(s)
+        .filter(|q| *q >= 1.0)
+        .map(|q| q as u64)
+        .ok_or_else(|| "a size such as 10Mi".to_string())
 }
 
 /// Reads FILE (or stdin for `-`) as podvisor's commands do.

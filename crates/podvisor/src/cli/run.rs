@@ -5,89 +5,50 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use podvisor_core::backoff::{BackoffPolicy, DEFAULT_INITIAL, DEFAULT_MAX};
+use podvisor_core::backoff::BackoffPolicy;
 use podvisor_core::lifecycle::Phase;
-use podvisor_core::spec::plan::{parse_quantity, plan, HostFacts};
+use podvisor_core::spec::plan::{plan, HostFacts};
 
-use super::manifest::{is_option, load, Flags};
+use super::manifest::{duration, load, size};
 use crate::api::status::PodInfo;
 use crate::process::sys;
 use crate::supervisor::logs::LogLimits;
 use crate::supervisor::{self, events::EventSink, Settings};
 
-const USAGE: &str = "\
-Usage: podvisor run [OPTIONS] FILE
-
-Runs the pod in FILE (a Pod, or the pod template of a Deployment, StatefulSet, DaemonSet or
-Job; - for stdin) until it succeeds or fails, or until SIGTERM / SIGINT.
-
-Options:
-      --state-dir DIR          Logs and state (default $XDG_STATE_HOME/podvisor/NS/POD, as
-                               root /var/lib/podvisor/NS/POD)
-      --events FILE|-          Also write events as JSON lines to FILE (- for stdout)
-      --backoff-initial DUR    First CrashLoopBackOff delay (default 10s)
-      --backoff-max DUR        Longest CrashLoopBackOff delay (default 5m)
-      --log-max-size SIZE      Rotate a container's log file past SIZE (default 10Mi)
-      --log-max-files N        Log files kept per container instance (default 5)
-      --metrics-addr ADDR      Serve Prometheus metrics on ADDR (host:port) at /metrics
-  -q, --quiet                  No event lines on stderr
-  -h, --help                   Print this help
-";
-
-struct Args {
-    file: String,
+/// `podvisor run`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Logs and state (default $XDG_STATE_HOME/podvisor/NS/POD; as root /var/lib/podvisor/NS/POD)
+    #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Also write events as JSON lines to FILE (- for stdout)
+    #[arg(long, value_name = "FILE|-")]
     events: Option<String>,
-    initial: Duration,
-    max: Duration,
+    /// First CrashLoopBackOff delay
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration)]
+    backoff_initial: Duration,
+    /// Longest CrashLoopBackOff delay
+    #[arg(long, value_name = "DUR", default_value = "5m", value_parser = duration)]
+    backoff_max: Duration,
+    /// Rotate a container's log file past SIZE
+    #[arg(long, value_name = "SIZE", default_value = "10Mi", value_parser = size)]
+    log_max_size: u64,
+    /// Log files kept per container instance
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    log_max_files: u32,
+    /// Serve Prometheus metrics on ADDR (host:port) at /metrics
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<String>,
+    /// Start from zero when the state dir's saved state cannot be used (it is moved aside, not
+    /// deleted)
+    #[arg(long)]
+    reset_state: bool,
+    /// No event lines on stderr
+    #[arg(short, long)]
     quiet: bool,
-    logs: LogLimits,
-    metrics: Option<String>,
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        file: String::new(),
-        state_dir: None,
-        events: None,
-        initial: DEFAULT_INITIAL,
-        max: DEFAULT_MAX,
-        quiet: false,
-        logs: LogLimits::default(),
-        metrics: None,
-    };
-    let mut file = None;
-    let mut flags = Flags::new(args);
-    while let Some(arg) = flags.next_arg() {
-        match arg.as_str() {
-            "--state-dir" => a.state_dir = Some(PathBuf::from(flags.value()?)),
-            "--events" => a.events = Some(flags.value()?),
-            "--backoff-initial" => a.initial = flags.duration()?,
-            "--backoff-max" => a.max = flags.duration()?,
-            "--metrics-addr" => a.metrics = Some(flags.value()?),
-            "--log-max-size" => {
-                let v = flags.value()?;
-                a.logs.max_size = parse_quantity(&v)
-                    .filter(|q| *q >= 1.0)
-                    .ok_or_else(|| format!("--log-max-size {v:?}: a size such as 10Mi"))?
-                    as u64;
-            }
-            "--log-max-files" => {
-                let v = flags.value()?;
-                a.logs.max_files = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| format!("--log-max-files {v:?}: a number, at least 1"))?;
-            }
-            "-q" | "--quiet" => a.quiet = true,
-            _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
-            _ if file.is_none() => file = Some(arg),
-            _ => return Err(format!("unexpected argument {arg:?}: one FILE only")),
-        }
-    }
-    a.file = file.ok_or("no FILE given")?;
-    Ok(a)
+    /// The pod manifest: a Pod, or the pod template of a Deployment, StatefulSet, DaemonSet or
+    /// Job (- for stdin)
+    file: String,
 }
 
 pub fn default_state_dir(namespace: &str, pod: &str) -> PathBuf {
@@ -111,17 +72,7 @@ pub fn state_base() -> PathBuf {
     }
 }
 
-pub fn main(args: &[std::ffi::OsString]) -> i32 {
-    let Some(args) = super::arguments(args, USAGE) else {
-        return 0;
-    };
-    let a = match parse(&args) {
-        Ok(a) => a,
-        Err(e) => {
-            super::write_err(&format!("error: {e}\nUsage: podvisor run [OPTIONS] FILE\n"));
-            return 2;
-        }
-    };
+pub fn main(a: RunArgs) -> i32 {
     let manifest = match load(&a.file) {
         Ok(m) => m,
         Err(code) => return code,
@@ -133,7 +84,11 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
         cpus,
         memory,
     };
-    let run_plan = plan(&manifest, &host, BackoffPolicy::new(a.initial, a.max));
+    let run_plan = plan(
+        &manifest,
+        &host,
+        BackoffPolicy::new(a.backoff_initial, a.backoff_max),
+    );
     let w = &manifest.workload;
     let meta = w.template_metadata.as_ref();
     let info = PodInfo {
@@ -177,7 +132,7 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
             }
         },
     };
-    let metrics = match a.metrics.as_deref() {
+    let metrics = match a.metrics_addr.as_deref() {
         None => None,
         Some(addr) => match std::net::TcpListener::bind(addr) {
             Ok(l) => Some(l),
@@ -188,8 +143,12 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
         },
     };
     let settings = Settings {
-        logs: a.logs,
+        logs: LogLimits {
+            max_size: a.log_max_size,
+            max_files: a.log_max_files,
+        },
         metrics,
+        reset_state: a.reset_state,
     };
     match supervisor::run(
         run_plan,
@@ -202,8 +161,9 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
         Ok(_) => 1,
         Err(e) => {
             super::write_err(&format!("error: {e}\n"));
-            // A busy state dir is a usage problem, like bad input.
-            if e.kind() == std::io::ErrorKind::AddrInUse {
+            // A busy state dir or a saved state that cannot be used is a usage problem, like
+            // bad input.
+            if e.is_usage() {
                 2
             } else {
                 1

@@ -7,24 +7,24 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use super::client::{self, age, now_secs, parse_time, ClientError};
-use super::manifest::{is_option, Flags};
 
-const USAGE: &str = "\
-Usage: podvisor status [OPTIONS]
-       podvisor describe [OPTIONS]
+/// `podvisor status`' and `podvisor describe`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The pod's state dir (default: the only running pod)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Output format
+    #[arg(short, long, value_enum, value_name = "FORMAT")]
+    output: Option<Format>,
+    /// Print again on every change (Ctrl-C to end)
+    #[arg(short, long)]
+    watch: bool,
+}
 
-The running pod: a `kubectl get pod`-like line and a line per container; with -o json or
-yaml the v1 Pod (its .status a PodStatus); describe (or -o describe) adds the recent events.
-
-Options:
-      --state-dir DIR    The pod's state dir (default: the only running pod)
-  -o, --output FORMAT    wide, json, yaml or describe
-  -w, --watch            Print again on every change (Ctrl-C to end)
-  -h, --help             Print this help
-";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Format {
+    #[value(skip)]
     Table,
     Wide,
     Json,
@@ -32,45 +32,13 @@ enum Format {
     Describe,
 }
 
-pub fn main(args: &[std::ffi::OsString], describe: bool) -> i32 {
-    let Some(args) = super::arguments(args, USAGE) else {
-        return 0;
-    };
-    let mut format = if describe {
+pub fn main(a: StatusArgs, describe: bool) -> i32 {
+    let default = if describe {
         Format::Describe
     } else {
         Format::Table
     };
-    let mut watch = false;
-    let mut dir = None;
-    let mut flags = Flags::new(&args);
-    let parsed: Result<(), String> = (|| {
-        while let Some(arg) = flags.next_arg() {
-            match arg.as_str() {
-                "--state-dir" => dir = Some(PathBuf::from(flags.value()?)),
-                "-o" | "--output" => {
-                    format = match flags.value()?.as_str() {
-                        "wide" => Format::Wide,
-                        "json" => Format::Json,
-                        "yaml" => Format::Yaml,
-                        "describe" => Format::Describe,
-                        other => {
-                            return Err(format!("-o {other:?}: one of wide, json, yaml, describe"))
-                        }
-                    }
-                }
-                "-w" | "--watch" => watch = true,
-                _ if is_option(&arg) => return Err(format!("unknown option {arg:?}")),
-                _ => return Err(format!("unexpected argument {arg:?}")),
-            }
-        }
-        Ok(())
-    })();
-    if let Err(e) = parsed {
-        super::write_err(&format!("error: {e}\n{USAGE}"));
-        return 2;
-    }
-    client::exit_code(run(dir, format, watch))
+    client::exit_code(run(a.state_dir, a.output.unwrap_or(default), a.watch))
 }
 
 fn run(dir: Option<PathBuf>, format: Format, watch: bool) -> Result<(), ClientError> {
@@ -207,7 +175,23 @@ pub fn pod_reason(pod: &Value) -> String {
             reason = "Running".into();
         }
     }
-    reason
+    // A pod that failed as a whole (podvisor's GaveUp) says so rather than its last exit.
+    match status["reason"].as_str() {
+        Some(r) if !r.is_empty() => r.to_string(),
+        _ => reason,
+    }
+}
+
+/// A staged container's stage (and the verdict on its add-on), from the pod's annotations.
+fn stage_of(pod: &Value, container: &str) -> Option<String> {
+    let a = &pod["metadata"]["annotations"];
+    let stage = a[format!("podvisor.io/stage.{container}")].as_str()?;
+    Some(
+        match a[format!("podvisor.io/verdict.{container}")].as_str() {
+            Some(v) => format!("{stage} ({v})"),
+            None => stage.to_string(),
+        },
+    )
 }
 
 fn table(pod: &Value, wide: bool, header: bool) -> String {
@@ -263,20 +247,19 @@ fn table(pod: &Value, wide: bool, header: bool) -> String {
     // Per container: kind, ready, state and reason, restarts, last exit, age of the state.
     let mut rows: Vec<Vec<String>> = Vec::new();
     if header {
-        rows.push(
-            [
-                "CONTAINER",
-                "KIND",
-                "READY",
-                "STATE",
-                "RESTARTS",
-                "LAST EXIT",
-                "AGE",
-            ]
-            .iter()
-            .map(|h| h.to_string())
-            .collect(),
-        );
+        let mut head = vec![
+            "CONTAINER",
+            "KIND",
+            "READY",
+            "STATE",
+            "RESTARTS",
+            "LAST EXIT",
+            "AGE",
+        ];
+        if wide {
+            head.push("STAGE");
+        }
+        rows.push(head.iter().map(|h| h.to_string()).collect());
     }
     for c in init.iter().chain(&main) {
         let name = s(c, &["name"]);
@@ -322,6 +305,10 @@ fn table(pod: &Value, wide: bool, header: bool) -> String {
             last_exit,
             since.map_or("-".into(), |t| age(now - t)),
         ]);
+        if wide {
+            let stage = stage_of(pod, name).unwrap_or_else(|| "-".into());
+            rows.last_mut().expect("just pushed").push(stage);
+        }
     }
     if header {
         out.push('\n');
@@ -383,7 +370,19 @@ fn describe_text(pod: &Value, events: &str) -> String {
         }
     );
     let _ = writeln!(o, "Status:       {}", s(status, &["phase"]));
+    if let Some(reason) = status["reason"].as_str() {
+        let _ = writeln!(o, "Reason:       {reason}");
+        let _ = writeln!(o, "Message:      {}", s(status, &["message"]));
+    }
     let _ = writeln!(o, "IP:           {}", s(status, &["podIP"]));
+    let _ = writeln!(
+        o,
+        "Pod Restarts: {}",
+        s(
+            pod,
+            &["metadata", "annotations", "podvisor.io/pod-restarts"]
+        )
+    );
     let spec_of = |name: &str| -> Value {
         pod["spec"]["initContainers"]
             .as_array()
@@ -424,6 +423,9 @@ fn describe_text(pod: &Value, events: &str) -> String {
             }
             let _ = writeln!(o, "    Ready:          {}", c["ready"] == true);
             let _ = writeln!(o, "    Restart Count:  {}", c["restartCount"]);
+            if let Some(stage) = stage_of(pod, name) {
+                let _ = writeln!(o, "    Stage:          {stage}");
+            }
             for (label, field) in [
                 ("Startup", "startupProbe"),
                 ("Liveness", "livenessProbe"),

@@ -10,6 +10,8 @@
 //! `-p` says so).
 
 pub mod args;
+pub mod staged;
+mod yaml;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -43,10 +45,63 @@ pub fn main(persona: Persona, prog: &str, args: &[OsString]) -> i32 {
         persona,
         verbosity: config.verbosity,
     };
+    if persona == Persona::DumbInit {
+        log.debug("Running in debug mode.");
+    }
+    if let Some(staged) = &config.staged {
+        if let Err(message) = stage(staged, &log) {
+            log.fatal(&message);
+            return 2;
+        }
+    }
     match Init::start(config, log) {
         Ok(mut init) => init.run(),
         Err(code) => code,
     }
+}
+
+/// Staged instrumentation: reads the Supervision, counts this start and sets the environment
+/// COMMAND inherits (see `staged`). `Err`: what is wrong, for one `error:` line (exit 2).
+fn stage(args: &staged::StagedArgs, log: &Log) -> Result<(), String> {
+    let file = args.supervision.display().to_string();
+    let text = std::fs::read_to_string(&args.supervision)
+        .map_err(|e| format!("{file}: {}", strerror(&e)))?;
+    let staging = staged::read_supervision(&file, &text)?;
+    if !staging.enabled {
+        log.info("staged instrumentation is not enabled: running the command as it is");
+        return Ok(());
+    }
+    if let Some(names) = &staging.containers {
+        let Some(me) = &args.container else {
+            return Err(format!(
+                "{file}: spec.stagedInstrumentation.containers lists containers: pass --container NAME to say which one this is"
+            ));
+        };
+        if !names.contains(me) {
+            log.info(&format!(
+                "container {me} is not in spec.stagedInstrumentation.containers: running the command as it is"
+            ));
+            return Ok(());
+        }
+    }
+    let start = staged::begin(args, &staging.policy, staged::var_set())?;
+    if let Some(why) = &start.unusable {
+        log.warn(&format!(
+            "the lock dir cannot hold the instrumentation lock ({why}): every start runs Disabled"
+        ));
+    }
+    log.info(&format!(
+        "instrumentation stage {} (container start {}, {})",
+        start.stage,
+        start.starts,
+        if start.counted {
+            "counted now"
+        } else {
+            "counted before"
+        }
+    ));
+    staged::apply_env(&staging, &start, &args.lock_dir);
+    Ok(())
 }
 
 /// Messages in the shape of the persona: tini's `[WARN  tini (PID)]`, dumb-init's
@@ -154,15 +209,14 @@ struct Init {
     /// A stop signal held back by `--stop-delay`: (when to forward it, the signal).
     pending_stop: Option<(Instant, i32)>,
     draining: Option<Draining>,
+    /// dumb-init: the terminal hand-off signals still to ignore once each.
+    hand_off: Vec<i32>,
 }
 
+/// The C library's words for an OS error, as the personas print them (bare, without Rust's
+/// " (os error N)"), from podvisor's own table (see `process::errno`).
 fn strerror(err: &std::io::Error) -> String {
-    // io::Error's Display appends " (os error N)"; the personas print the bare strerror text.
-    let text = err.to_string();
-    match text.rfind(" (os error ") {
-        Some(pos) => text[..pos].to_string(),
-        None => text,
-    }
+    crate::process::errno::describe(err)
 }
 
 impl Init {
@@ -256,29 +310,65 @@ impl Init {
             }
         }
 
+        let mut hand_off = Vec::new();
         let setup = if config.new_session {
             // dumb-init gives up the terminal so that the child's new session can take it.
-            if let Err(e) = sys::detach_controlling_tty() {
-                log.debug(&format!(
+            // Giving it up makes the kernel send SIGHUP and SIGCONT to a session leader's group:
+            // those two are the hand-off, not for the child (dumb-init #136), so the first of
+            // each is ignored.
+            match sys::detach_controlling_tty() {
+                Err(e) => log.debug(&format!(
                     "Unable to detach from controlling tty (errno={} {}).",
                     e.raw_os_error().unwrap_or(0),
                     strerror(&e)
-                ));
+                )),
+                Ok(()) if sys::is_session_leader() => {
+                    log.debug("Detached from controlling tty, ignoring the first SIGHUP and SIGCONT we receive.");
+                    hand_off = vec![libc::SIGHUP, libc::SIGCONT];
+                }
+                Ok(()) => log.debug("Detached from controlling tty, but was not session leader."),
             }
             ChildSetup::Session
         } else {
             ChildSetup::ProcessGroup
         };
 
-        let child = match sys::spawn(&config.command, setup, &inherited) {
-            Ok(pid) => pid,
+        let new_session = matches!(setup, ChildSetup::Session);
+        let (child, terminal) = match sys::spawn_with_terminal(&config.command, setup, &inherited) {
+            Ok(spawned) => spawned,
             Err(e) => return Err(exec_failure(&config, &log, &e)),
         };
         let name = config.command[0].to_string_lossy();
-        log.info(&match persona {
-            Persona::Tini => format!("Spawned child process '{name}' with pid '{child}'"),
-            _ => format!("spawned child process {name:?} with pid {child}"),
-        });
+        match persona {
+            Persona::Tini => log.info(&format!(
+                "Spawned child process '{name}' with pid '{child}'"
+            )),
+            Persona::Podvisor => {
+                log.info(&format!("spawned child process {name:?} with pid {child}"))
+            }
+            Persona::DumbInit => {
+                log.debug(&format!("Child spawned with PID {child}."));
+                if new_session {
+                    if let Some(e) = terminal {
+                        log.debug(&format!(
+                            "Unable to attach to controlling tty (errno={} {}).",
+                            e.raw_os_error().unwrap_or(0),
+                            strerror(&e)
+                        ));
+                    }
+                    log.debug("setsid complete.");
+                }
+                // dumb-init keeps no hold on the directory it was started in: a volume can be
+                // unmounted under it.
+                if let Err(e) = std::env::set_current_dir("/") {
+                    log.debug(&format!(
+                        "Unable to chdir(\"/\") (errno={} {})",
+                        e.raw_os_error().unwrap_or(0),
+                        strerror(&e)
+                    ));
+                }
+            }
+        }
         Ok(Init {
             config,
             log,
@@ -287,6 +377,7 @@ impl Init {
             exit_code: None,
             pending_stop: None,
             draining: None,
+            hand_off,
         })
     }
 
@@ -304,6 +395,10 @@ impl Init {
                 }
             };
             match signal {
+                Some(libc::SIGCHLD) if self.dumb() => {
+                    self.log
+                        .debug(&format!("Received signal {}.", libc::SIGCHLD));
+                }
                 Some(libc::SIGCHLD) | None => {}
                 Some(sig) => self.on_signal(sig),
             }
@@ -335,8 +430,20 @@ impl Init {
         }
     }
 
+    fn dumb(&self) -> bool {
+        self.config.persona == Persona::DumbInit
+    }
+
     fn on_signal(&mut self, received: i32) {
-        if self.log.enabled(Level::Debug) {
+        if self.dumb() {
+            self.log.debug(&format!("Received signal {received}."));
+            if let Some(i) = self.hand_off.iter().position(|&s| s == received) {
+                self.hand_off.remove(i);
+                self.log
+                    .debug(&format!("Ignoring tty hand-off signal {received}."));
+                return;
+            }
+        } else if self.log.enabled(Level::Debug) {
             self.log
                 .debug(&format!("received {}", signal_name(received)));
         }
@@ -379,11 +486,23 @@ impl Init {
     /// Forwards a received signal through the rewrite table to the child or its group.
     fn forward(&self, received: i32) {
         let sig = self.config.translate(received);
+        let dumb = self.dumb();
+        if dumb
+            && self
+                .config
+                .rewrite
+                .iter()
+                .any(|(from, _)| *from == received)
+        {
+            self.log
+                .debug(&format!("Translating signal {received} to {sig}."));
+        }
         if sig == 0 {
-            self.log.debug(&format!(
-                "not forwarding {} (dropped)",
-                signal_name(received)
-            ));
+            self.log.debug(&if dumb {
+                "Not forwarding signal 0 to children (ignored).".to_string()
+            } else {
+                format!("not forwarding {} (dropped)", signal_name(received))
+            });
             return;
         }
         let target = if self.config.signal_group {
@@ -392,6 +511,13 @@ impl Init {
             self.child
         };
         match sys::send_signal(target, sig) {
+            Ok(()) if dumb => self
+                .log
+                .debug(&format!("Forwarded signal {sig} to children.")),
+            // dumb-init sends and says so whether or not anyone was left to receive it.
+            Err(_) if dumb => self
+                .log
+                .debug(&format!("Forwarded signal {sig} to children.")),
             Ok(()) => {
                 if self.log.enabled(Level::Debug) {
                     self.log
@@ -424,12 +550,22 @@ impl Init {
     /// Drains every exited child. `Ok(true)` when no child is left at all.
     fn reap(&mut self) -> Result<bool, i32> {
         loop {
-            match sys::reap_one() {
+            let reaped = sys::reap_one();
+            if let (true, Ok(Reaped::Exited { pid, exit })) = (self.dumb(), &reaped) {
+                self.log.debug(&match exit {
+                    Exit::Code(c) => format!("A child with PID {pid} exited with exit status {c}."),
+                    Exit::Signal(s) => {
+                        format!("A child with PID {pid} was terminated by signal {s}.")
+                    }
+                });
+            }
+            match reaped {
                 Ok(Reaped::Exited { pid, exit })
                     if pid == self.child && self.exit_code.is_none() =>
                 {
                     self.on_child_exit(exit);
                 }
+                Ok(Reaped::Exited { .. }) if self.dumb() => {}
                 Ok(Reaped::Exited { pid, exit }) => {
                     if self.config.warn_on_reap {
                         match self.config.persona {
@@ -459,18 +595,20 @@ impl Init {
     }
 
     fn on_child_exit(&mut self, exit: Exit) {
-        self.log.info(&match (self.config.persona, exit) {
-            (Persona::Tini, Exit::Code(c)) => {
-                format!("Main child exited normally (with status '{c}')")
-            }
-            (Persona::Tini, Exit::Signal(s)) => {
-                format!(
-                    "Main child exited with signal (with signal '{}')",
-                    signal_name(s)
-                )
-            }
-            _ => format!("main child {} {}", self.child, describe(exit)),
-        });
+        if !self.dumb() {
+            self.log.info(&match (self.config.persona, exit) {
+                (Persona::Tini, Exit::Code(c)) => {
+                    format!("Main child exited normally (with status '{c}')")
+                }
+                (Persona::Tini, Exit::Signal(s)) => {
+                    format!(
+                        "Main child exited with signal (with signal '{}')",
+                        signal_name(s)
+                    )
+                }
+                _ => format!("main child {} {}", self.child, describe(exit)),
+            });
+        }
         let code = (exit.shell_code() % 256) as u8;
         let code = if self.config.expect_zero.contains(&code) {
             0
@@ -483,15 +621,9 @@ impl Init {
             OnChildExit::Exit => {}
             OnChildExit::TermGroupAndExit => {
                 // dumb-init: tell whatever is left of the child's group to go, then leave.
-                let sig = self.config.translate(libc::SIGTERM);
-                if sig != 0 {
-                    let target = if self.config.signal_group {
-                        -self.child
-                    } else {
-                        self.child
-                    };
-                    let _ = sys::send_signal(target, sig);
-                }
+                self.forward(libc::SIGTERM);
+                self.log
+                    .debug(&format!("Child exited with status {code}. Goodbye."));
             }
             OnChildExit::WaitAll => self.draining = Some(Draining::Waiting),
             OnChildExit::KillDescendants(grace) => {

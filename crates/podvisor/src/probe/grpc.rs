@@ -4,8 +4,11 @@
 //!
 //! A minimal HTTP/2 client is enough for one unary call: the preface and an empty SETTINGS, one
 //! HEADERS frame (HPACK literals without indexing, so no encoder state), one DATA frame; then
-//! frames are read until the response message or the end of the stream. Only the response
-//! message is decoded; trailers are read just far enough to name a plain-literal grpc-status.
+//! frames are read until the response message or the end of the stream. The server's header
+//! blocks (HEADERS plus CONTINUATION frames) are decoded whole by loona-hpack, with its dynamic
+//! table kept for the connection, so Huffman-coded and indexed trailers read as any server
+//! writes them (grpc-go, Envoy). A block that cannot be decoded, one past 16 KiB, or a frame past
+//! the default frame size is a failure that says so, never a panic or a wait.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -25,9 +28,18 @@ const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
 const PING: u8 = 6;
 const GOAWAY: u8 = 7;
+const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 0x1;
 const ACK: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+/// The largest frame a client accepts before it says otherwise (SETTINGS_MAX_FRAME_SIZE).
+const MAX_FRAME: usize = 16_384;
+/// The largest header block podvisor decodes (grpc-go's default header list limit is 16 MiB;
+/// a health check's are a few hundred bytes).
+const MAX_HEADER_BLOCK: usize = 16 * 1024;
 
 #[derive(Debug)]
 enum Phase {
@@ -35,7 +47,6 @@ enum Phase {
     Exchanging,
 }
 
-#[derive(Debug)]
 pub struct GrpcTask {
     stream: TcpStream,
     addr: String,
@@ -43,8 +54,24 @@ pub struct GrpcTask {
     out: Vec<u8>,
     sent: usize,
     input: Vec<u8>,
-    /// The trailers' grpc-status when it could be read.
+    /// The connection's HPACK decoding state.
+    hpack: loona_hpack::Decoder<'static>,
+    /// A header block still arriving in CONTINUATION frames, and whether it ends the stream.
+    block: Option<(Vec<u8>, bool)>,
+    /// The response message as it arrives in DATA frames.
+    data: Vec<u8>,
+    /// The grpc-status of the headers or trailers, once read.
     status: Option<u32>,
+}
+
+impl std::fmt::Debug for GrpcTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTask")
+            .field("addr", &self.addr)
+            .field("phase", &self.phase)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
 }
 
 pub enum Next {
@@ -69,6 +96,9 @@ impl GrpcTask {
             out: request(&addr.to_string(), service),
             sent: 0,
             input: Vec::new(),
+            hpack: loona_hpack::Decoder::new(),
+            block: None,
+            data: Vec::new(),
             status: None,
         })
     }
@@ -147,6 +177,11 @@ impl GrpcTask {
             let len = (usize::from(self.input[0]) << 16)
                 | (usize::from(self.input[1]) << 8)
                 | usize::from(self.input[2]);
+            if len > MAX_FRAME {
+                return Some(self.rpc_error(&format!(
+                    "connection error: the server sent a frame of {len} bytes, past the {MAX_FRAME} allowed"
+                )));
+            }
             if self.input.len() < 9 + len {
                 return None;
             }
@@ -160,43 +195,117 @@ impl GrpcTask {
             ]);
             let payload: Vec<u8> = self.input[9..9 + len].to_vec();
             self.input.drain(..9 + len);
-            match kind {
-                SETTINGS if flags & ACK == 0 => self.queue(frame(SETTINGS, ACK, 0, &[])),
-                PING if flags & ACK == 0 => self.queue(frame(PING, ACK, 0, &payload)),
-                GOAWAY => return Some(self.rpc_error("connection closed by the server (GOAWAY)")),
-                RST_STREAM if stream == 1 => {
-                    return Some(self.rpc_error("stream reset by the server"))
+            if self.block.is_some() && kind != CONTINUATION {
+                return Some(self.rpc_error(
+                    "connection error: a header block was interrupted by another frame",
+                ));
+            }
+            let outcome = match kind {
+                SETTINGS if flags & ACK == 0 => {
+                    self.queue(frame(SETTINGS, ACK, 0, &[]));
+                    None
                 }
+                PING if flags & ACK == 0 => {
+                    self.queue(frame(PING, ACK, 0, &payload));
+                    None
+                }
+                GOAWAY => Some(self.rpc_error("connection closed by the server (GOAWAY)")),
+                RST_STREAM if stream == 1 => Some(self.rpc_error("stream reset by the server")),
                 DATA if stream == 1 => {
-                    if let Some(status) = health_status(&payload) {
-                        return Some(if status == 1 {
+                    let Some(body) = unpad(&payload, flags, 0) else {
+                        return Some(
+                            self.rpc_error("connection error: a DATA frame with bad padding"),
+                        );
+                    };
+                    self.data.extend_from_slice(body);
+                    health_status(&self.data).map(|status| {
+                        if status == 1 {
                             Outcome::Success
                         } else {
                             Outcome::Failure(format!(
                                 "service unhealthy (responded with {:?})",
                                 status_name(status)
                             ))
-                        });
-                    }
+                        }
+                    })
                 }
-                HEADERS if stream == 1 => {
-                    if let Some(s) = grpc_status(&payload) {
-                        self.status = Some(s);
+                HEADERS => {
+                    let skip = if flags & PRIORITY != 0 { 5 } else { 0 };
+                    let Some(fragment) = unpad(&payload, flags, skip) else {
+                        return Some(
+                            self.rpc_error("connection error: a HEADERS frame with bad padding"),
+                        );
+                    };
+                    self.block = Some((fragment.to_vec(), stream == 1 && flags & END_STREAM != 0));
+                    self.continue_block(flags, stream)
+                }
+                CONTINUATION => match &mut self.block {
+                    Some((block, _)) => {
+                        block.extend_from_slice(&payload);
+                        self.continue_block(flags, stream)
                     }
-                    if flags & END_STREAM != 0 {
-                        // Trailers without a response message: the call failed.
-                        return Some(match self.status {
-                            Some(12) => Outcome::Failure(
-                                "this server does not implement the grpc health protocol (grpc.health.v1.Health)".into(),
-                            ),
-                            Some(code) => self.rpc_error(&format!("rpc error: code = {}", code_name(code))),
-                            None => self.rpc_error("rpc error: the call ended without a response"),
-                        });
-                    }
+                    None => Some(self.rpc_error(
+                        "connection error: a CONTINUATION frame without a header block",
+                    )),
+                },
+                _ => None,
+            };
+            if outcome.is_some() {
+                return outcome;
+            }
+        }
+    }
+
+    /// A header block grew: past the limit it fails; once whole (END_HEADERS) it is decoded,
+    /// and if it ends the stream the call's outcome follows from its grpc-status.
+    fn continue_block(&mut self, flags: u8, stream: u32) -> Option<Outcome> {
+        let (block, ends) = self.block.as_ref()?;
+        if block.len() > MAX_HEADER_BLOCK {
+            return Some(self.rpc_error(&format!(
+                "the server's header block is larger than {MAX_HEADER_BLOCK} bytes"
+            )));
+        }
+        if flags & END_HEADERS == 0 {
+            return None;
+        }
+        let (block, ends) = (block.clone(), *ends);
+        self.block = None;
+        // Every block is decoded, whatever its stream: the dynamic table is the connection's.
+        let headers = match self.hpack.decode(&block) {
+            Ok(h) => h,
+            Err(e) => {
+                return Some(self.rpc_error(&format!(
+                    "connection error: the server's header block cannot be decoded (HPACK: {e})"
+                )))
+            }
+        };
+        if stream != 1 {
+            return None;
+        }
+        for (name, value) in &headers {
+            let value = String::from_utf8_lossy(value);
+            match name.as_slice() {
+                b"grpc-status" => self.status = value.trim().parse().ok(),
+                b":status" if value != "200" => {
+                    return Some(self.rpc_error(&format!(
+                        "rpc error: code = Unknown desc = unexpected HTTP status code received from server: {value}"
+                    )))
                 }
                 _ => {}
             }
         }
+        if !ends {
+            return None;
+        }
+        // The end of the stream without a response message: the call failed.
+        Some(match self.status {
+            Some(12) => Outcome::Failure(
+                "this server does not implement the grpc health protocol (grpc.health.v1.Health)"
+                    .into(),
+            ),
+            Some(code) => self.rpc_error(&format!("rpc error: code = {}", code_name(code))),
+            None => self.rpc_error("rpc error: the call ended without a response"),
+        })
     }
 
     fn queue(&mut self, bytes: Vec<u8>) {
@@ -303,17 +412,17 @@ fn varint(mut bytes: &[u8]) -> Option<(u64, &[u8])> {
     None
 }
 
-/// grpc-status from a header block, when the server wrote it as a plain literal.
-fn grpc_status(block: &[u8]) -> Option<u32> {
-    let needle = b"grpc-status";
-    let at = block.windows(needle.len()).position(|w| w == needle)?;
-    let rest = &block[at + needle.len()..];
-    let (&len, rest) = rest.split_first()?;
-    if len & 0x80 != 0 {
-        return None; // Huffman-coded
-    }
-    let digits = rest.get(..usize::from(len))?;
-    std::str::from_utf8(digits).ok()?.parse().ok()
+/// A frame's payload without its padding (PADDED) and the `skip` bytes after the pad length
+/// (HEADERS' priority fields); `None` when the padding does not fit.
+fn unpad(payload: &[u8], flags: u8, skip: usize) -> Option<&[u8]> {
+    let (pad, rest) = if flags & PADDED != 0 {
+        let (&pad, rest) = payload.split_first()?;
+        (usize::from(pad), rest)
+    } else {
+        (0, payload)
+    };
+    let end = rest.len().checked_sub(pad)?;
+    rest.get(skip..end)
 }
 
 fn status_name(s: u32) -> &'static str {
@@ -360,10 +469,16 @@ mod tests {
         assert_eq!(health_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
         assert_eq!(health_status(&[0, 0, 0, 0, 0]), Some(0));
         assert_eq!(health_status(&[0, 0, 0, 0, 2, 0x08]), None);
-        let mut block = vec![0x00];
-        hpack_string(&mut block, "grpc-status");
-        hpack_string(&mut block, "12");
-        assert_eq!(grpc_status(&block), Some(12));
+        // A message split over DATA frames is judged once whole.
+        assert_eq!(health_status(&[0, 0, 0, 0, 2]), None);
+    }
+
+    #[test]
+    fn padding() {
+        assert_eq!(unpad(&[1, 2, 3], 0, 0), Some(&[1, 2, 3][..]));
+        assert_eq!(unpad(&[2, 9, 8, 0, 0], PADDED, 0), Some(&[9, 8][..]));
+        assert_eq!(unpad(&[9, 1], PADDED, 0), None);
+        assert_eq!(unpad(&[0, 0, 0, 0, 1, 7], PRIORITY, 5), Some(&[7][..]));
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl HttpTask {
     /// The outcome when the deadline passes first.
     pub fn timed_out(&self) -> Outcome {
         let during = match self.phase {
-            Phase::Reading | Phase::Tls if head_end(&self.response).is_some() => {
+            Phase::Reading | Phase::Tls if self.head_arrived() => {
                 // Reading the body fails as an error in the kubelet (`ReadAtMost`).
                 return Outcome::Error(format!(
                     "Get {:?}: context deadline exceeded (Client.Timeout or context cancellation while reading body)",
@@ -227,7 +227,7 @@ impl HttpTask {
                         }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => {
-                            if head_end(&self.response).is_some() {
+                            if self.head_arrived() {
                                 return Next::Done(Outcome::Error(go_error_text(&e)));
                             }
                             return self.fail(format!("read: {}", go_error_text(&e)));
@@ -290,19 +290,13 @@ impl HttpTask {
 
     /// Decides as soon as the response is complete (or its body reached the cap).
     fn judge_partial(&mut self) -> Option<Next> {
-        if head_end(&self.response).is_none() {
-            if self.response.len() > MAX_HEAD {
-                return Some(self.fail("net/http: server response headers exceeded the limit"));
+        match parse_head(&self.response) {
+            Ok(None) if self.response.len() > MAX_HEAD => {
+                return Some(self.fail("net/http: server response headers exceeded the limit"))
             }
-            if !self.response.is_empty()
-                && !b"HTTP/".starts_with(&self.response[..self.response.len().min(5)])
-            {
-                return Some(self.fail(format!(
-                    "net/http: HTTP/1.x transport connection broken: malformed HTTP response {:?}",
-                    String::from_utf8_lossy(&self.response[..self.response.len().min(40)])
-                )));
-            }
-            return None;
+            Ok(None) => return None,
+            Err(_) => return Some(self.judge(false)),
+            Ok(Some(_)) => {}
         }
         match self.body_state() {
             Ok(Body::Incomplete) => None,
@@ -312,17 +306,15 @@ impl HttpTask {
 
     /// Judges the response as it stands; `eof`: the server closed the connection.
     fn judge(&mut self, eof: bool) -> Next {
-        let Some(end) = head_end(&self.response) else {
-            if self.response.is_empty() {
-                return self.fail("EOF");
+        let (head, end) = match parse_head(&self.response) {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) if self.response.is_empty() => return self.fail("EOF"),
+            Ok(None) => {
+                return self.fail(format!(
+                    "net/http: HTTP/1.x transport connection broken: malformed HTTP response {:?}",
+                    String::from_utf8_lossy(&self.response[..self.response.len().min(40)])
+                ))
             }
-            return self.fail(format!(
-                "net/http: HTTP/1.x transport connection broken: malformed HTTP response {:?}",
-                String::from_utf8_lossy(&self.response[..self.response.len().min(40)])
-            ));
-        };
-        let head = match parse_head(&self.response[..end]) {
-            Ok(h) => h,
             Err(e) => {
                 return self.fail(format!(
                     "net/http: HTTP/1.x transport connection broken: {e}"
@@ -397,11 +389,15 @@ impl HttpTask {
         }
     }
 
+    /// Whether the whole response head has arrived (a later problem is with the body).
+    fn head_arrived(&self) -> bool {
+        matches!(parse_head(&self.response), Ok(Some(_)))
+    }
+
     fn body_state(&self) -> Result<Body, String> {
-        let Some(end) = head_end(&self.response) else {
+        let Some((head, end)) = parse_head(&self.response)? else {
             return Ok(Body::Incomplete);
         };
-        let head = parse_head(&self.response[..end])?;
         let body = &self.response[end..];
         if head.status / 100 == 1 || head.status == 204 || head.status == 304 {
             return Ok(Body::Complete(Vec::new()));
@@ -603,50 +599,56 @@ pub struct Head {
     pub chunked: bool,
 }
 
-/// The end of the head (after the blank line), if it has arrived.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
-}
+/// The most header lines a response may have (Go has a byte limit, `MAX_HEAD`, too).
+const MAX_HEADERS: usize = 128;
 
-pub fn parse_head(head: &[u8]) -> Result<Head, String> {
-    let text = String::from_utf8_lossy(head);
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or_default();
-    if !version.starts_with("HTTP/1.") {
-        return Err(format!("malformed HTTP response {status_line:?}"));
-    }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .filter(|s| (100..1000).contains(s))
-        .ok_or_else(|| format!("malformed HTTP status code in {status_line:?}"))?;
+/// The response head and its length, once it has arrived whole (httparse); `Ok(None)` while
+/// it is still arriving. Errors are worded as Go's net/http words them.
+pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let first_line = || {
+        let end = buf
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end.min(40)]).into_owned()
+    };
+    let len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::Version) => {
+            return Err(format!("malformed HTTP response {:?}", first_line()))
+        }
+        Err(httparse::Error::Status) => {
+            return Err(format!("malformed HTTP status code in {:?}", first_line()))
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err("net/http: server response headers exceeded the limit".into())
+        }
+        Err(e) => return Err(format!("malformed MIME header line: {e}")),
+    };
     let mut head = Head {
-        status,
+        status: response.code.unwrap_or_default(),
         location: None,
         content_length: None,
         chunked: false,
     };
-    for line in lines.filter(|l| !l.is_empty()) {
-        let Some((name, value)) = line.split_once(':') else {
-            return Err(format!("malformed MIME header line: {line}"));
-        };
-        let value = value.trim();
-        match name.to_ascii_lowercase().as_str() {
-            "location" => head.location = Some(value.to_string()),
-            "content-length" => {
-                head.content_length = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("bad Content-Length {value:?}"))?,
-                )
-            }
-            "transfer-encoding" => head.chunked = value.eq_ignore_ascii_case("chunked"),
-            _ => {}
+    for h in response.headers.iter() {
+        let value = String::from_utf8_lossy(h.value).trim().to_string();
+        if h.name.eq_ignore_ascii_case("location") {
+            head.location = Some(value);
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            head.content_length = Some(
+                value
+                    .parse()
+                    .map_err(|_| format!("bad Content-Length {value:?}"))?,
+            );
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            head.chunked = value.eq_ignore_ascii_case("chunked");
         }
     }
-    Ok(head)
+    Ok(Some((head, len)))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -655,21 +657,20 @@ enum Body {
     Complete(Vec<u8>),
 }
 
-/// Decodes a chunked body as far as it has arrived (or up to the cap).
+/// Decodes a chunked body as far as it has arrived (or up to the cap); chunk sizes are read by
+/// httparse.
 fn dechunk(mut buf: &[u8]) -> Result<Body, String> {
     let mut out = Vec::new();
     loop {
         if out.len() >= MAX_BODY {
             return Ok(Body::Complete(out));
         }
-        let Some(line_end) = buf.windows(2).position(|w| w == b"\r\n") else {
-            return Ok(Body::Incomplete);
+        let (skip, size) = match httparse::parse_chunk_size(buf) {
+            Ok(httparse::Status::Complete((skip, size))) => (skip, size as usize),
+            Ok(httparse::Status::Partial) => return Ok(Body::Incomplete),
+            Err(_) => return Err("malformed chunked encoding".to_string()),
         };
-        let size_text = String::from_utf8_lossy(&buf[..line_end]);
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| "malformed chunked encoding".to_string())?;
-        buf = &buf[line_end + 2..];
+        buf = &buf[skip..];
         if size == 0 {
             return Ok(Body::Complete(out));
         }
@@ -723,13 +724,20 @@ mod tests {
 
     #[test]
     fn heads_and_bodies() {
-        let h =
-            parse_head(b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 3\r\n\r\n").unwrap();
+        let text = b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 3\r\n\r\nabc";
+        let (h, len) = parse_head(text).unwrap().unwrap();
+        assert_eq!(len, text.len() - 3);
         assert_eq!(h.status, 302);
         assert_eq!(h.location.as_deref(), Some("/x"));
         assert_eq!(h.content_length, Some(3));
-        assert!(parse_head(b"garbage\r\n\r\n").is_err());
-        assert!(parse_head(b"HTTP/1.1 abc\r\n\r\n").is_err());
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\nA: b\r\n"), Ok(None));
+        assert_eq!(
+            parse_head(b"garbage\r\n\r\n"),
+            Err("malformed HTTP response \"garbage\"".to_string())
+        );
+        assert!(parse_head(b"HTTP/1.1 abc\r\n\r\n")
+            .unwrap_err()
+            .starts_with("malformed HTTP status code"));
         assert_eq!(
             dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
             Body::Complete(b"abcde".to_vec())

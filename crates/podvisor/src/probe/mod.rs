@@ -332,7 +332,9 @@ impl Tasks {
         let Work::Exec(e) = &mut task.work else {
             return None;
         };
-        e.drain();
+        if !e.eof {
+            e.drain();
+        }
         let output = e.output_text();
         let outcome = match exit {
             sys::Exit::Code(0) => Outcome::Success,
@@ -387,6 +389,8 @@ pub struct ExecTask {
     pub pid: i32,
     output: File,
     kept: Vec<u8>,
+    /// The pipe reached end-of-file: nothing more to read.
+    eof: bool,
     command: Vec<String>,
 }
 
@@ -412,6 +416,7 @@ impl ExecTask {
                 pid,
                 output: read,
                 kept: Vec::new(),
+                eof: false,
                 command: command.to_vec(),
             }),
             // As the runtime reports an exec that cannot start: an error, not counted.
@@ -428,7 +433,10 @@ impl ExecTask {
         let mut buf = [0u8; 4096];
         loop {
             match self.output.read(&mut buf) {
-                Ok(0) => return false,
+                Ok(0) => {
+                    self.eof = true;
+                    return false;
+                }
                 Ok(n) => {
                     let room = MAX_OUTPUT.saturating_sub(self.kept.len());
                     self.kept.extend_from_slice(&buf[..n.min(room)]);

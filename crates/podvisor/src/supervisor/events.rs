@@ -25,17 +25,20 @@ impl EventSink {
 
     /// Writes the event where it goes and returns its JSON line (without the newline), which
     /// the status API keeps and streams.
-    pub fn emit(&mut self, at: SystemTime, event: &Event, restart_count: Option<u32>) -> String {
+    pub fn emit(&mut self, at: SystemTime, event: &Event) -> String {
         let time = rfc3339_millis(at);
         let kind = match event.kind {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
         };
         if self.human {
-            let line = format!(
-                "{time}  {kind:<7}  {:<10}  {:<12}  {}\n",
-                event.reason, event.object, event.message
+            let head = format!(
+                "{time}  {kind:<7}  {:<10}  {:<12}  ",
+                event.reason, event.object
             );
+            // A message of several lines (a log tail) keeps to its column.
+            let pad = format!("\n{}", " ".repeat(head.chars().count()));
+            let line = format!("{head}{}\n", event.message.replace('\n', &pad));
             let _ = std::io::stderr().write_all(line.as_bytes());
         }
         let mut obj = serde_json::json!({
@@ -44,9 +47,8 @@ impl EventSink {
             "reason": event.reason,
             "object": event.object,
             "message": event.message,
-            "restartCount": restart_count,
-            // Stages come with staged instrumentation (escalation); until then none.
-            "stage": null,
+            "restartCount": event.restart_count,
+            "stage": event.stage.map(|s| s.as_str()),
         });
         if let Some(code) = event.exit_code {
             obj["exitCode"] = code.into();

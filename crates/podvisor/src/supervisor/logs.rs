@@ -5,12 +5,15 @@
 //! kubelet's containerLogMaxSize / containerLogMaxFiles do.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::SystemTime;
+
+use podvisor_core::lifecycle::InstanceId;
 
 use super::events::rfc3339_millis;
 
@@ -97,6 +100,8 @@ impl LogFile {
 /// One stream (stdout or stderr) of one container instance.
 #[derive(Debug)]
 pub struct LogStream {
+    /// The container instance it belongs to.
+    pub owner: InstanceId,
     pipe: File,
     stream: &'static str,
     file: Rc<RefCell<LogFile>>,
@@ -104,8 +109,14 @@ pub struct LogStream {
 }
 
 impl LogStream {
-    pub fn new(pipe: File, stream: &'static str, file: Rc<RefCell<LogFile>>) -> LogStream {
+    pub fn new(
+        owner: InstanceId,
+        pipe: File,
+        stream: &'static str,
+        file: Rc<RefCell<LogFile>>,
+    ) -> LogStream {
         LogStream {
+            owner,
             pipe,
             stream,
             file,
@@ -176,4 +187,75 @@ impl LogStream {
         }
         Ok(())
     }
+}
+
+/// An instance's files, oldest first: N.log.K … N.log.1, N.log.
+pub fn instance_files(dir: &Path, instance: u32) -> Vec<PathBuf> {
+    let base = dir.join(format!("{instance}.log"));
+    let mut rotated: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let k: u32 = name
+                .strip_prefix(&format!("{instance}.log."))?
+                .parse()
+                .ok()?;
+            Some((k, e.path()))
+        })
+        .collect();
+    rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
+    let mut files: Vec<PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
+    files.push(base);
+    files
+}
+
+/// The last `n` complete lines of an instance's files (oldest first), and the bytes of complete
+/// lines in the last file (where following it goes on).
+pub fn last_lines(files: &[PathBuf], n: usize) -> io::Result<(VecDeque<Vec<u8>>, u64)> {
+    let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(n.min(100_000));
+    let mut used = 0;
+    for f in files {
+        used = 0;
+        let Ok(file) = File::open(f) else { continue };
+        let mut r = BufReader::with_capacity(1 << 20, file);
+        loop {
+            let mut line = Vec::new();
+            let read = r.read_until(b'\n', &mut line)?;
+            if read == 0 || line.last() != Some(&b'\n') {
+                break;
+            }
+            used += read as u64;
+            if n == 0 {
+                continue;
+            }
+            if last.len() == n {
+                last.pop_front();
+            }
+            last.push_back(line);
+        }
+    }
+    Ok((last, used))
+}
+
+/// The text of an instance's last `n` output lines (stdout and stderr as they came), without
+/// the CRI prefix: what a Debug exit leaves in its `DebugLogTail` event.
+pub fn tail_text(dir: &Path, instance: u32, n: usize) -> io::Result<String> {
+    let (lines, _) = last_lines(&instance_files(dir, instance), n)?;
+    let mut text = String::new();
+    for line in &lines {
+        let mut parts = line.splitn(4, |&b| b == b' ');
+        let (Some(_time), Some(_stream), Some(tag), Some(body)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let body = body.strip_suffix(b"\n").unwrap_or(body);
+        text.push_str(&String::from_utf8_lossy(body));
+        if tag != b"P" {
+            text.push('\n');
+        }
+    }
+    Ok(text.trim_end_matches('\n').to_string())
 }

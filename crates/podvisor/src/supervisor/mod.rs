@@ -10,42 +10,53 @@
 //! runtime tears down the container's cgroup. podvisor is a child subreaper, so orphans come
 //! back to it and are reaped too.
 
+mod control;
 pub mod events;
 pub mod logs;
+pub mod persist;
+mod spawn;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{
-    Effect, ExitStatus, Hook, Input, InstanceId, Kind, Phase, Pod, Signal,
-};
-use podvisor_core::probe::Outcome as ProbeOutcome;
+use podvisor_core::lifecycle::{Effect, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::probe::ProbeKind;
 use podvisor_core::spec::plan::RunPlan;
 
-use crate::api::metrics::{render, ContainerSample, Counters};
-use crate::api::status::{pod_json, PodInfo};
-use crate::api::{Request, Server};
-use crate::probe::{Done, ExecContext, Owner, Tasks};
-use crate::process::sys::{
-    self, ChildSetup, ContainerIo, Epoll, Exit, Inherited, Reaped, SigSet, SignalFd, EV_READ,
-};
+use crate::api::metrics::Counters;
+use crate::api::status::PodInfo;
+use crate::api::Server;
+use crate::probe::{Done, Owner, Tasks};
+use crate::process::sys::{self, Epoll, Exit, Inherited, Reaped, SigSet, SignalFd, EV_READ};
+use crate::state::processes::boot_id;
+use crate::state::{StateError, StateFile};
 use events::EventSink;
-use logs::{LogFile, LogLimits, LogStream};
+use logs::{LogLimits, LogStream};
+use podvisor_core::record::ProcessRecord;
+use spawn::{container_env, os_env};
 use volumes::Volumes;
 
-/// The monotonic clock of the shell: time since the supervisor started.
+/// The clock of the shell: monotonic, anchored to the Unix epoch when the run starts, so that
+/// the times the saved record holds mean the same to the next run (even after a reboot).
 #[derive(Debug)]
-pub struct RealClock(std::time::Instant);
+pub struct RealClock {
+    epoch: std::time::Duration,
+    start: std::time::Instant,
+}
 
 impl RealClock {
     pub fn new() -> RealClock {
-        RealClock(std::time::Instant::now())
+        RealClock {
+            epoch: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
+            start: std::time::Instant::now(),
+        }
     }
 }
 
@@ -57,7 +68,7 @@ impl Default for RealClock {
 
 impl Clock for RealClock {
     fn now(&self) -> Instant {
-        Instant::from_origin(self.0.elapsed())
+        Instant::from_origin(self.epoch + self.start.elapsed())
     }
 }
 
@@ -69,22 +80,42 @@ pub struct Outcome {
     pub stopped: bool,
 }
 
-/// Runs the pod until it finishes or is stopped.
 /// How `run` is set up beyond the pod itself.
 #[derive(Debug, Default)]
 pub struct Settings {
     pub logs: LogLimits,
     /// Serve Prometheus metrics here (`--metrics-addr`).
     pub metrics: Option<std::net::TcpListener>,
+    /// `--reset-state`: a saved state that cannot be used is set aside instead of refused.
+    pub reset_state: bool,
 }
 
+/// Why a run did not start or ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    InUse(#[from] StateDirInUse),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl RunError {
+    /// A problem with what the user gave (the state dir), as opposed to a failure of the run.
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, RunError::Io(_))
+    }
+}
+
+/// Runs the pod until it finishes or is stopped.
 pub fn run(
     mut plan: RunPlan,
-    info: PodInfo,
+    mut info: PodInfo,
     state_dir: PathBuf,
     events: EventSink,
     settings: Settings,
-) -> io::Result<Outcome> {
+) -> Result<Outcome, RunError> {
     // First probes of the containers started now spread over their period (see PodPlan).
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -100,12 +131,21 @@ pub fn run(
     let signals = SignalFd::new(&set)?;
     // Orphans of containers come back to us (and are reaped) rather than to the host's init.
     sys::set_child_subreaper()?;
-    std::fs::create_dir_all(state_dir.join("logs"))?;
+    // Before the pod's pipes and logs are open, so that the kept descriptors are low.
+    sys::reserve_low_fds()?;
+    std::fs::create_dir_all(state_dir.join("logs")).map_err(|error| StateError::Io {
+        path: state_dir.display().to_string(),
+        what: "make the state dir",
+        error,
+    })?;
     let _lock = lock_state_dir(&state_dir)?;
+    let state = StateFile::new(&state_dir, persist::STATE_FILE)?;
+    let taken = persist::take_up(&state, &plan, &mut info, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
-    let volumes = Volumes::prepare(&state_dir, &plan.volumes)?;
+    // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
+    let volumes = Volumes::prepare(&state_dir, &plan.volumes, taken.resumed)?;
     let metrics = match settings.metrics {
         Some(l) => Some(Server::metrics(
             l,
@@ -115,16 +155,21 @@ pub fn run(
         )?),
         None => None,
     };
-    let envs = plan
+    let base_envs: Vec<_> = plan
         .exec
         .iter()
         .map(|e| container_env(&plan.pod.name, &e.env))
         .collect();
+    let envs = base_envs.iter().map(|v| os_env(v)).collect();
     let mut sup = Supervisor {
-        pod: Pod::new(plan.pod.clone()),
+        pod: taken.pod,
         plan,
         clock: RealClock::new(),
-        wall_origin: SystemTime::now(),
+        state,
+        boot: boot_id(),
+        processes: HashMap::new(),
+        save_failing: false,
+        probe_tries: HashMap::new(),
         info,
         api,
         condition_times: BTreeMap::new(),
@@ -143,6 +188,7 @@ pub fn run(
         logs: Vec::new(),
         free_logs: Vec::new(),
         tasks: Tasks::default(),
+        base_envs,
         envs,
         epoll,
         state_dir,
@@ -150,8 +196,15 @@ pub fn run(
         signals,
         stopped: false,
         finished: None,
+        scan_due: None,
     };
-    sup.run()
+    for note in &taken.notes {
+        let line = sup.events.emit(SystemTime::now(), note);
+        sup.api.event(line, &sup.epoll);
+    }
+    // Written before anything starts: a state dir that cannot hold it stops the run here.
+    sup.save()?;
+    Ok(sup.run()?)
 }
 
 /// Epoll tokens: the kind in the high bits, a slot in the low ones.
@@ -176,8 +229,15 @@ struct Supervisor {
     pod: Pod,
     plan: RunPlan,
     clock: RealClock,
-    /// Wall-clock time at the clock's origin, for API timestamps.
-    wall_origin: SystemTime,
+    /// The saved record's file, and the boot it is written in.
+    state: StateFile,
+    boot: String,
+    /// Where each live instance's process started (pid and start time), for the record.
+    processes: HashMap<InstanceId, ProcessRecord>,
+    /// The last write of the record failed (reported once until one succeeds).
+    save_failing: bool,
+    /// Tries so far of probe attempts that errored (see `task_finished`).
+    probe_tries: HashMap<(InstanceId, ProbeKind), u32>,
     info: PodInfo,
     api: Server,
     /// Each pod condition's status and when it last changed.
@@ -199,7 +259,10 @@ struct Supervisor {
     logs: Vec<Option<LogStream>>,
     free_logs: Vec<usize>,
     tasks: Tasks,
-    /// Each container's environment, `NAME=value`, made once.
+    /// Each container's environment before staged instrumentation, made once.
+    base_envs: Vec<Vec<(String, String)>>,
+    /// Each container's environment as its current instance has it, `NAME=value` (its probes
+    /// and hooks get it too).
     envs: Vec<Vec<OsString>>,
     epoll: Epoll,
     state_dir: PathBuf,
@@ -207,6 +270,9 @@ struct Supervisor {
     signals: SignalFd,
     stopped: bool,
     finished: Option<Phase>,
+    /// When to look through all children for exits that no SIGCHLD of their own announced
+    /// (see `reap`).
+    scan_due: Option<Instant>,
 }
 
 impl Supervisor {
@@ -215,10 +281,10 @@ impl Supervisor {
         let mut ready = Vec::new();
         while self.finished.is_none() {
             let core = self.pod.next_deadline();
-            let deadline = match (core, self.tasks.next_deadline()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let deadline = [core, self.tasks.next_deadline(), self.scan_due]
+                .into_iter()
+                .flatten()
+                .min();
             // Wake on a millisecond grid of the clock (not relative to now): deadlines within
             // the same millisecond (hundreds of probes a second) share one wake-up.
             let timeout = deadline.map(|d| coalesce(d) - self.clock.now());
@@ -264,21 +330,27 @@ impl Supervisor {
                 self.metrics = Some(m);
             }
             if ready.contains(&TOKEN_SIGNALS) {
-                while let Some(sig) = self.signals.read()? {
+                for (sig, sender) in self.signals.read_all()? {
                     match sig {
-                        libc::SIGCHLD => self.reap()?,
+                        libc::SIGCHLD => self.reap(sender)?,
                         _ => self.stop_requested()?,
                     }
                 }
             }
             let now = self.clock.now();
+            if self.scan_due.is_some_and(|d| now >= d) {
+                self.scan_children()?;
+            }
             for done in self.tasks.expire(now) {
                 self.task_done(done)?;
             }
             if core.is_some_and(|d| now >= d) {
                 self.feed(Input::Tick)?;
             }
+            self.save_if_changed();
         }
+        // The last word of a pod that ended by itself: the next run is a new pod.
+        self.save_if_changed();
         // Everything has exited: take what is left in the pipes, end what probes still run.
         for mut log in std::mem::take(&mut self.logs).into_iter().flatten() {
             log.finish()?;
@@ -309,156 +381,11 @@ impl Supervisor {
         }
     }
 
-    /// Answers an API request.
-    fn serve(&mut self, slot: usize, request: Request) -> io::Result<()> {
-        match request {
-            Request::Status => {
-                let body = format!("{}\n", self.status_json());
-                self.api.reply(slot, 200, &body, &self.epoll);
-            }
-            Request::WatchStatus => {
-                let line = self.status_json();
-                self.api.seen_status(&line);
-                self.api
-                    .watch(slot, false, &format!("{line}\n"), &self.epoll);
-            }
-            Request::Events => {
-                let body = self.api.recent_events();
-                self.api.reply(slot, 200, &body, &self.epoll);
-            }
-            Request::WatchEvents => {
-                let first = self.api.recent_events();
-                self.api.watch(slot, true, &first, &self.epoll);
-            }
-            Request::Stop => {
-                self.api
-                    .reply(slot, 202, "{\"stopping\":true}\n", &self.epoll);
-                if !self.stopped {
-                    self.stopped = true;
-                    self.feed(Input::Stop)?;
-                }
-            }
-            Request::Metrics => {
-                let text = self.metrics_text();
-                self.api.reply(slot, 200, &text, &self.epoll);
-            }
-            Request::RestartPod => {
-                if self.stopped || self.pod.phase().is_terminal() {
-                    self.api
-                        .reply(slot, 409, "the pod is stopping\n", &self.epoll);
-                } else {
-                    self.api
-                        .reply(slot, 202, "{\"restarting\":\"pod\"}\n", &self.epoll);
-                    self.counters.pod_restarts += 1;
-                    self.feed(Input::RestartPod)?;
-                }
-            }
-            Request::RestartContainer(name) => {
-                let found = self.pod.containers().iter().position(|c| c.name == name);
-                match found {
-                    None => {
-                        let names: Vec<&str> = self
-                            .pod
-                            .containers()
-                            .iter()
-                            .map(|c| c.name.as_str())
-                            .collect();
-                        let msg = format!(
-                            "no container {name:?} in pod {}; its containers: {}\n",
-                            self.info.name,
-                            names.join(", ")
-                        );
-                        self.api.reply(slot, 404, &msg, &self.epoll);
-                    }
-                    Some(_) if self.stopped || self.pod.phase().is_terminal() => {
-                        self.api
-                            .reply(slot, 409, "the pod is stopping\n", &self.epoll);
-                    }
-                    Some(i) if self.plan.pod.containers[i].kind == Kind::Init => {
-                        let msg = format!(
-                            "{name} is an init container: it runs once per pod start; restart the whole pod (podvisor restart) to run it again\n"
-                        );
-                        self.api.reply(slot, 409, &msg, &self.epoll);
-                    }
-                    Some(i) => {
-                        let body = format!("{}\n", serde_json::json!({"restarting": name}));
-                        self.api.reply(slot, 202, &body, &self.epoll);
-                        self.feed(Input::RestartContainer(i))?;
-                    }
-                }
-            }
+    fn task_done(&mut self, done: Done) -> io::Result<()> {
+        match self.task_finished(done) {
+            Some(input) => self.feed(input),
+            None => Ok(()),
         }
-        Ok(())
-    }
-
-    fn metrics_text(&self) -> String {
-        let samples: Vec<ContainerSample<'_>> = self
-            .pod
-            .containers()
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ContainerSample {
-                name: &c.name,
-                restarts: c.restart_count,
-                pgid: self
-                    .groups
-                    .get(&InstanceId {
-                        container: i,
-                        instance: c.instance,
-                    })
-                    .copied(),
-            })
-            .collect();
-        render(
-            &self.info.name,
-            &self.info.namespace,
-            &self.counters,
-            &samples,
-        )
-    }
-
-    /// The pod as a v1 Pod object, on one line.
-    fn status_json(&self) -> String {
-        let origin = self.wall_origin;
-        let wall = move |t: Instant| origin + t.since_origin();
-        let times: BTreeMap<&'static str, SystemTime> = self
-            .condition_times
-            .iter()
-            .map(|(k, (_, t))| (*k, *t))
-            .collect();
-        let pids = &self.instance_pids;
-        let id = |i: usize, n: u32| pids.get(&(i, n)).map(|p| format!("podvisor://{p}"));
-        pod_json(&self.pod, &self.info, &wall, &times, &id).to_string()
-    }
-
-    /// After a step with events: condition transition times, and the status watchers.
-    fn after_changes(&mut self) {
-        let now = SystemTime::now();
-        for c in self.pod.conditions() {
-            let entry = self
-                .condition_times
-                .entry(c.kind)
-                .or_insert((c.status, now));
-            if entry.0 != c.status {
-                *entry = (c.status, now);
-            }
-        }
-        if self.api.status_watched() {
-            let line = self.status_json();
-            self.api.status(line, &self.epoll);
-        }
-    }
-
-    fn task_done(&mut self, (owner, outcome, took): Done) -> io::Result<()> {
-        if let (Owner::Probe(id, kind), Some(_)) = (owner, &self.metrics) {
-            let name = &self.plan.pod.containers[id.container].name;
-            self.counters.probe(name, kind, &outcome, took);
-        }
-        let input = match owner {
-            Owner::Probe(id, kind) => Input::Probed(id, kind, outcome),
-            Owner::Hook(id, hook) => Input::HookDone(id, hook, hook_result(outcome)),
-        };
-        self.feed(input)
     }
 
     fn stop_requested(&mut self) -> io::Result<()> {
@@ -470,40 +397,67 @@ impl Supervisor {
             return Ok(());
         }
         self.stopped = true;
+        // What happened before the stop is kept; the stop itself is not (see `persist`).
+        self.save_if_changed();
         self.feed(Input::Stop)
     }
 
-    fn reap(&mut self) -> io::Result<()> {
+    /// A SIGCHLD from `sender`. A container or probe process of ours is waited for by its pid.
+    /// But a SIGCHLD that comes while one is pending is merged into it, so other children may
+    /// have exited too: all of them are looked through (`waitpid(-1)`, which walks the list of
+    /// children, a thousand with a thousand containers) within `REAP_SCAN_DELAY`, once for all
+    /// the signals until then, rather than at every exit. An orphan that came back to us (or a
+    /// sender we do not know) is looked for at once.
+    fn reap(&mut self, sender: i32) -> io::Result<()> {
+        if !self.pids.contains_key(&sender) {
+            return self.scan_children();
+        }
+        if let Some(exit) = sys::reap_pid(sender)? {
+            self.exited(sender, exit)?;
+        }
+        if self.scan_due.is_none() {
+            self.scan_due = Some(self.clock.now() + REAP_SCAN_DELAY);
+        }
+        Ok(())
+    }
+
+    /// Collects every exited child.
+    fn scan_children(&mut self) -> io::Result<()> {
+        self.scan_due = None;
         loop {
             match sys::reap_one()? {
-                Reaped::Exited { pid, exit } => {
-                    let id = match self.pids.remove(&pid) {
-                        None => continue, // an adopted orphan, or a timed-out exec task
-                        Some(PidOwner::Task(slot)) => {
-                            let now = self.clock.now();
-                            if let Some(done) = self.tasks.on_exit(slot, pid, exit, now) {
-                                self.task_done(done)?;
-                            }
-                            continue;
-                        }
-                        Some(PidOwner::Container(id)) => id,
-                    };
-                    // Its probes and hooks end with it, as they would in its container.
-                    self.tasks.cancel_instance(id);
-                    self.mount_ns.remove(&id);
-                    if let Some(pgid) = self.groups.remove(&id) {
-                        // What the container left in its group goes with it.
-                        let _ = sys::send_signal(-pgid, libc::SIGKILL);
-                    }
-                    let status = match exit {
-                        Exit::Code(c) => ExitStatus::Code(c),
-                        Exit::Signal(s) => ExitStatus::Signal(s),
-                    };
-                    self.feed(Input::Exited(id, status))?;
-                }
+                Reaped::Exited { pid, exit } => self.exited(pid, exit)?,
                 Reaped::NoneReady | Reaped::NoChildren => return Ok(()),
             }
         }
+    }
+
+    fn exited(&mut self, pid: i32, exit: Exit) -> io::Result<()> {
+        let id = match self.pids.remove(&pid) {
+            None => return Ok(()), // an adopted orphan, or a timed-out exec task
+            Some(PidOwner::Task(slot)) => {
+                let now = self.clock.now();
+                if let Some(done) = self.tasks.on_exit(slot, pid, exit, now) {
+                    self.task_done(done)?;
+                }
+                return Ok(());
+            }
+            Some(PidOwner::Container(id)) => id,
+        };
+        // Its probes and hooks end with it, as they would in its container.
+        self.tasks.cancel_instance(id);
+        self.probe_tries.retain(|(i, _), _| *i != id);
+        self.mount_ns.remove(&id);
+        self.processes.remove(&id);
+        if let Some(pgid) = self.groups.remove(&id) {
+            // What the container left in its group goes with it.
+            let _ = sys::send_signal(-pgid, libc::SIGKILL);
+        }
+        let status = match exit {
+            Exit::Code(c) => ExitStatus::Code(c),
+            Exit::Signal(s) => ExitStatus::Signal(s),
+        };
+        self.feed(Input::Exited(id, status))
     }
 
     /// Feeds an input and carries out the effects, including those of the inputs they cause.
@@ -514,7 +468,13 @@ impl Supervisor {
             let now = self.clock.now();
             for effect in self.pod.step(now, input) {
                 match effect {
-                    Effect::Spawn(id) => queue.push_back(self.spawn(id)?),
+                    Effect::Spawn(id, stage) => queue.push_back(self.spawn(id, stage)?),
+                    Effect::LogTail(id) => {
+                        let event = self.log_tail(id)?;
+                        let line = self.events.emit(SystemTime::now(), &event);
+                        self.api.event(line, &self.epoll);
+                        changed = true;
+                    }
                     Effect::Signal(id, signal) => {
                         if let Some(&pgid) = self.groups.get(&id) {
                             let sig = match signal {
@@ -525,13 +485,7 @@ impl Supervisor {
                         }
                     }
                     Effect::Event(event) => {
-                        let restarts = self
-                            .pod
-                            .containers()
-                            .iter()
-                            .find(|c| c.name == event.object)
-                            .map(|c| c.restart_count);
-                        let line = self.events.emit(SystemTime::now(), &event, restarts);
+                        let line = self.events.emit(SystemTime::now(), &event);
                         self.api.event(line, &self.epoll);
                         changed = true;
                     }
@@ -539,16 +493,8 @@ impl Supervisor {
                     Effect::Finished(phase) => self.finished = Some(phase),
                     Effect::RunProbe(id, kind, due) => {
                         self.counters.probe_start(self.clock.now() - due);
-                        let plan = &self.plan.exec[id.container];
-                        let timeout = self.plan.pod.containers[id.container]
-                            .probes
-                            .get(kind)
-                            .map(|p| p.timing.timeout);
-                        if let Some(handler) = plan.probe(kind) {
-                            let owner = Owner::Probe(id, kind);
-                            if let Some(input) = self.start_task(owner, handler.clone(), timeout) {
-                                queue.push_back(input);
-                            }
+                        if let Some(input) = self.start_probe(id, kind) {
+                            queue.push_back(input);
                         }
                     }
                     Effect::RunHook(id, hook) => {
@@ -575,118 +521,10 @@ impl Supervisor {
         }
         Ok(())
     }
-
-    /// Starts a probe attempt or hook; the input to feed when it ended at once.
-    fn start_task(
-        &mut self,
-        owner: Owner,
-        handler: podvisor_core::spec::plan::Handler,
-        timeout: Option<std::time::Duration>,
-    ) -> Option<Input> {
-        let i = owner.instance().container;
-        let ctx = ExecContext {
-            env: &self.envs[i],
-            working_dir: self.plan.exec[i].working_dir.as_ref().map(PathBuf::from),
-            inherited: &self.inherited,
-            mounts: self.mount_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
-        };
-        let now = self.clock.now();
-        match self
-            .tasks
-            .start(owner, &handler, timeout, now, &ctx, &self.epoll, TOKEN_TASK)
-        {
-            Ok(Some((pid, slot))) => {
-                self.pids.insert(pid, PidOwner::Task(slot));
-                None
-            }
-            Ok(None) => None,
-            Err((owner, outcome, took)) => Some(match owner {
-                Owner::Probe(id, kind) => {
-                    if self.metrics.is_some() {
-                        let name = &self.plan.pod.containers[id.container].name;
-                        self.counters.probe(name, kind, &outcome, took);
-                    }
-                    Input::Probed(id, kind, outcome)
-                }
-                Owner::Hook(id, hook) => Input::HookDone(id, hook, hook_result(outcome)),
-            }),
-        }
-    }
-
-    /// Starts an instance; returns the input that reports how it went.
-    fn spawn(&mut self, id: InstanceId) -> io::Result<Input> {
-        let exec = &self.plan.exec[id.container];
-        let name = &self.plan.pod.containers[id.container].name;
-        let dir = self.state_dir.join("logs").join(name);
-        std::fs::create_dir_all(&dir)?;
-        let log_path = dir.join(format!("{}.log", id.instance));
-        let (out_read, out_write) = sys::pipe()?;
-        let (err_read, err_write) = sys::pipe()?;
-        let mounts = match self.volumes.mounts_for(exec) {
-            Ok(m) => m,
-            Err(why) => return Ok(Input::StartFailed(id, why)),
-        };
-        let io = ContainerIo {
-            stdout: out_write.as_raw_fd(),
-            stderr: err_write.as_raw_fd(),
-            working_dir: exec.working_dir.as_ref().map(PathBuf::from),
-            env: self.envs[id.container].clone(),
-            join_mounts: None,
-            mounts,
-        };
-        let has_mounts = !io.mounts.is_empty();
-        let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
-        let result = sys::spawn(&argv, ChildSetup::Container(io), &self.inherited);
-        // Our copies of the write ends must go, or the pipes never reach end-of-file.
-        drop((out_write, err_write));
-        match result {
-            Ok(pid) => {
-                let file = LogFile::create(log_path, self.log_limits)?;
-                let out = LogStream::new(out_read, "stdout", file.clone());
-                self.add_log(out)?;
-                self.add_log(LogStream::new(err_read, "stderr", file))?;
-                self.pids.insert(pid, PidOwner::Container(id));
-                if has_mounts {
-                    // Its probes and hooks run in its mount namespace, as `exec` in a container.
-                    if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/mnt")) {
-                        self.mount_ns.insert(id, ns);
-                    }
-                }
-                self.instance_pids.insert((id.container, id.instance), pid);
-                self.groups.insert(id, pid);
-                Ok(Input::Started(id))
-            }
-            Err(e) => {
-                let what = match e.raw_os_error() {
-                    Some(libc::ENOENT) => "executable file not found",
-                    Some(libc::EACCES) => "permission denied",
-                    _ => "cannot start it",
-                };
-                let msg = format!(
-                    "exec: {:?}: {what}: {}",
-                    exec.argv.first().cloned().unwrap_or_default(),
-                    e
-                );
-                Ok(Input::StartFailed(id, msg))
-            }
-        }
-    }
 }
 
-impl Supervisor {
-    fn add_log(&mut self, log: LogStream) -> io::Result<()> {
-        let slot = match self.free_logs.pop() {
-            Some(s) => s,
-            None => {
-                self.logs.push(None);
-                self.logs.len() - 1
-            }
-        };
-        self.epoll.add(log.fd(), TOKEN_LOG | slot as u64, EV_READ)?;
-        self.logs[slot] = Some(log);
-        Ok(())
-    }
-}
+/// How soon after a SIGCHLD all children are looked through for exits it may stand for.
+const REAP_SCAN_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Wake-ups are grouped on this grid.
 const WAKE_GRID_MS: u128 = 1;
@@ -695,14 +533,6 @@ const WAKE_GRID_MS: u128 = 1;
 fn coalesce(d: Instant) -> Instant {
     let ms = d.since_origin().as_micros().div_ceil(1000 * WAKE_GRID_MS) * WAKE_GRID_MS;
     Instant::from_millis(ms as u64)
-}
-
-/// A hook's result from its handler's outcome: the output of a failure says why.
-fn hook_result(outcome: ProbeOutcome) -> Result<(), String> {
-    match outcome {
-        ProbeOutcome::Success | ProbeOutcome::Warning(_) => Ok(()),
-        ProbeOutcome::Failure(why) | ProbeOutcome::Error(why) => Err(why),
-    }
 }
 
 /// Why `run` refused to start.
@@ -715,7 +545,7 @@ pub struct StateDirInUse {
 
 /// One pod per state dir: an exclusive lock on `STATE_DIR/podvisor.lock`, holding our pid, for
 /// as long as the run lasts (the kernel drops it when podvisor dies, however it dies).
-fn lock_state_dir(dir: &std::path::Path) -> io::Result<std::fs::File> {
+fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, RunError> {
     use std::io::{Read, Seek, Write};
     let path = dir.join("podvisor.lock");
     let mut file = std::fs::OpenOptions::new()
@@ -731,32 +561,10 @@ fn lock_state_dir(dir: &std::path::Path) -> io::Result<std::fs::File> {
             dir: dir.display().to_string(),
             pid: pid.trim().to_string(),
         };
-        return Err(io::Error::new(io::ErrorKind::AddrInUse, err));
+        return Err(RunError::InUse(err));
     }
     file.set_len(0)?;
     file.rewind()?;
     write!(file, "{}", std::process::id())?;
     Ok(file)
-}
-
-/// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = the
-/// pod's name), then the container's own variables, which win.
-fn container_env(pod: &str, env: &[(String, String)]) -> Vec<OsString> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let path = std::env::var("PATH")
-        .unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    out.push(("PATH".into(), path));
-    if let Ok(home) = std::env::var("HOME") {
-        out.push(("HOME".into(), home));
-    }
-    out.push(("HOSTNAME".into(), pod.to_string()));
-    for (k, v) in env {
-        match out.iter_mut().find(|(name, _)| name == k) {
-            Some(slot) => slot.1 = v.clone(),
-            None => out.push((k.clone(), v.clone())),
-        }
-    }
-    out.into_iter()
-        .map(|(k, v)| OsString::from(format!("{k}={v}")))
-        .collect()
 }

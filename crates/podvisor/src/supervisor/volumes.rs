@@ -21,11 +21,28 @@ pub struct Volumes {
 }
 
 impl Volumes {
-    /// Makes `STATE_DIR/volumes` afresh with every volume in it.
-    pub fn prepare(state_dir: &Path, plans: &[VolumePlan]) -> io::Result<Volumes> {
+    /// Makes `STATE_DIR/volumes` afresh with every volume in it; with `keep_empty_dirs` (a
+    /// resumed pod) the emptyDir volumes keep what they hold.
+    pub fn prepare(
+        state_dir: &Path,
+        plans: &[VolumePlan],
+        keep_empty_dirs: bool,
+    ) -> io::Result<Volumes> {
         let dir = state_dir.join("volumes");
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {}
+        let kept = |name: &std::ffi::OsStr| {
+            keep_empty_dirs
+                && plans
+                    .iter()
+                    .any(|p| matches!(p, VolumePlan::EmptyDir { name: n } if std::ffi::OsStr::new(n) == name))
+        };
+        match std::fs::read_dir(&dir) {
+            Ok(entries) => {
+                for e in entries.flatten() {
+                    if !kept(&e.file_name()) {
+                        std::fs::remove_dir_all(e.path())?;
+                    }
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }

@@ -6,11 +6,21 @@
 //! either a `Config` or what to print and the exit code, so every persona is table-tested.
 
 use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use podvisor_core::duration::parse_duration;
 
-use crate::process::signal::{parse_signal, TINI_PDEATHSIG_NAMES};
+use super::staged::StagedArgs;
+use crate::process::signal::parse_signal;
+
+mod dumb_init;
+mod getopt;
+mod tini;
+
+use dumb_init::parse_dumb_init;
+use tini::parse_tini;
+pub use tini::tini_fatal;
 
 /// The tini release whose command line the `tini` persona reproduces.
 pub const TINI_VERSION: &str = "0.19.0";
@@ -64,6 +74,8 @@ pub struct Config {
     pub rewrite: Vec<(i32, i32)>,
     pub stop_delay: Option<Duration>,
     pub on_child_exit: OnChildExit,
+    /// Staged instrumentation (`--supervision`, podvisor persona only).
+    pub staged: Option<StagedArgs>,
 }
 
 impl Config {
@@ -80,6 +92,7 @@ impl Config {
             expect_zero: Vec::new(),
             rewrite: Vec::new(),
             stop_delay: None,
+            staged: None,
             on_child_exit: OnChildExit::Exit,
         }
     }
@@ -165,6 +178,12 @@ Options:
                              When the child exits, SIGTERM every remaining descendant and
                              SIGKILL them after GRACE (default 5s)
       --wait-all             When the child exits, wait for every descendant before exiting
+      --supervision FILE     Staged instrumentation from the Supervision document in FILE:
+                             COMMAND gets the environment of its start's stage
+      --state-dir DIR        Where the container's start count is kept (an emptyDir)
+      --lock-dir DIR         Where the lock that tells container starts apart lives
+                             (default /tmp)
+      --container NAME       This container's name, for a Supervision that lists containers
   -h, --help                 Print this help
   -V, --version              Print the version
 
@@ -208,6 +227,10 @@ const TAKES_VALUE: &[&str] = &[
     "--pdeathsig",
     "--rewrite",
     "--stop-delay",
+    "--supervision",
+    "--state-dir",
+    "--lock-dir",
+    "--container",
 ];
 
 /// Splits clustered short options (`-sgv`, `-e143`) into one option per argument, up to the
@@ -264,6 +287,7 @@ fn parse_podvisor(
     }
     let mut kill_descendants = None;
     let mut wait_all = false;
+    let (mut supervision, mut state_dir, mut lock_dir, mut container) = (None, None, None, None);
 
     let args = split_short_clusters(args);
     let mut i = 0;
@@ -357,9 +381,32 @@ fn parse_podvisor(
                 };
                 kill_descendants = Some(grace);
             }
+            "--supervision" => supervision = Some(PathBuf::from(value("a file")?)),
+            "--state-dir" => state_dir = Some(PathBuf::from(value("a directory")?)),
+            "--lock-dir" => lock_dir = Some(PathBuf::from(value("a directory")?)),
+            "--container" => container = Some(value("a container name")?),
             _ => return Err(usage_error(format_args!("unknown option {arg:?}"))),
         }
     }
+    c.staged = match (supervision, state_dir) {
+        (Some(supervision), Some(state_dir)) => Some(StagedArgs {
+            supervision,
+            state_dir,
+            lock_dir: lock_dir.unwrap_or_else(|| PathBuf::from("/tmp")),
+            container,
+        }),
+        (Some(_), None) => {
+            return Err(usage_error(
+                "--supervision needs --state-dir (where the container's start count is kept)",
+            ))
+        }
+        (None, state_dir) if state_dir.is_some() || lock_dir.is_some() || container.is_some() => {
+            return Err(usage_error(
+                "--state-dir, --lock-dir and --container go with --supervision",
+            ))
+        }
+        (None, _) => None,
+    };
     c.command = args[i..].to_vec();
     if c.command.is_empty() {
         return Err(usage_error("no command given"));
@@ -377,352 +424,10 @@ fn parse_podvisor(
     Ok(c)
 }
 
-// ---------------------------------------------------------------------------------------------
-// tini
-
-fn tini_usage(prog: &str) -> String {
-    format!(
-        "{prog} (tini version {TINI_VERSION})\n\
-         Usage: {prog} [OPTIONS] PROGRAM -- [ARGS] | --version\n\n\
-         Execute a program under the supervision of a valid init process ({prog})\n\n\
-         Command line options:\n\n\
-         \x20 --version: Show version and exit.\n\
-         \x20 -h: Show this help message and exit.\n\
-         \x20 -s: Register as a process subreaper (requires Linux >= 3.4).\n\
-         \x20 -p SIGNAL: Trigger SIGNAL when parent dies, e.g. \"-p SIGKILL\".\n\
-         \x20 -v: Generate more verbose output. Repeat up to 3 times.\n\
-         \x20 -w: Print a warning when processes are getting reaped.\n\
-         \x20 -g: Send signals to the child's process group.\n\
-         \x20 -e EXIT_CODE: Remap EXIT_CODE (from 0 to 255) to 0.\n\
-         \x20 -l: Show license and exit.\n\n\
-         Environment variables:\n\n\
-         \x20 TINI_SUBREAPER: Register as a process subreaper (requires Linux >= 3.4).\n\
-         \x20 TINI_VERBOSITY: Set the verbosity level (default: 1).\n\
-         \x20 TINI_KILL_PROCESS_GROUP: Send signals to the child's process group.\n\n"
-    )
-}
-
-/// tini's fatal-message shape.
-pub fn tini_fatal(msg: &str) -> String {
-    format!("[FATAL tini ({})] {msg}\n", crate::process::sys::getpid())
-}
-
-/// tini parses with glibc's getopt("p:hvwgle:s"), which moves options found after the program
-/// name to the front unless POSIXLY_CORRECT is set or `--` ends them. We reproduce that, so
-/// `tini cmd -v` still means what it means under tini.
-fn parse_tini(
-    argv0: &str,
-    args: &[OsString],
-    env: &dyn Fn(&str) -> Option<OsString>,
-) -> Result<Config, Early> {
-    // getopt names the program as invoked; tini's usage text uses its basename.
-    let prog = argv0.rsplit('/').next().unwrap_or(argv0);
-    let mut c = Config::new(Persona::Tini);
-    if args.len() == 1 && args[0] == "--version" {
-        return Err(Early::out(format!(
-            "tini version {TINI_VERSION} - podvisor {}\n",
-            env!("CARGO_PKG_VERSION")
-        )));
-    }
-    let posix = env("POSIXLY_CORRECT").is_some();
-    let mut operands: Vec<OsString> = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let raw = &args[i];
-        i += 1;
-        let arg = raw.to_string_lossy();
-        if arg == "--" {
-            operands.extend_from_slice(&args[i..]);
-            break;
-        }
-        if !arg.starts_with('-') || arg == "-" {
-            if posix {
-                operands.extend_from_slice(&args[i - 1..]);
-                break;
-            }
-            operands.push(raw.clone());
-            continue;
-        }
-        let letters: Vec<char> = arg[1..].chars().collect();
-        let mut j = 0;
-        while j < letters.len() {
-            let ch = letters[j];
-            j += 1;
-            match ch {
-                'h' => return Err(Early::out(tini_usage(prog))),
-                's' => c.subreaper = true,
-                'v' => c.verbosity += 1,
-                'w' => c.warn_on_reap = true,
-                'g' => c.signal_group = true,
-                'l' => return Err(Early::out(TINI_LICENSE.to_string())),
-                'p' | 'e' => {
-                    let value: String = if j < letters.len() {
-                        let v: String = letters[j..].iter().collect();
-                        j = letters.len();
-                        v
-                    } else if let Some(v) = args.get(i) {
-                        i += 1;
-                        v.to_string_lossy().into_owned()
-                    } else {
-                        return Err(Early::err(
-                            format!(
-                                "{argv0}: option requires an argument -- '{ch}'\n{}",
-                                tini_usage(prog)
-                            ),
-                            1,
-                        ));
-                    };
-                    if ch == 'p' {
-                        if !TINI_PDEATHSIG_NAMES.contains(&value.as_str()) {
-                            return Err(Early::err(
-                                tini_fatal(&format!("Not a valid option for -p: {value}")),
-                                1,
-                            ));
-                        }
-                        c.parent_death_signal = parse_signal(&value);
-                    } else {
-                        match value.parse::<u8>() {
-                            Ok(code) => c.expect_zero.push(code),
-                            Err(_) => {
-                                return Err(Early::err(
-                                    tini_fatal(&format!("Not a valid option for -e: {value}")),
-                                    1,
-                                ))
-                            }
-                        }
-                    }
-                }
-                other => {
-                    return Err(Early::err(
-                        format!("{argv0}: invalid option -- '{other}'\n{}", tini_usage(prog)),
-                        1,
-                    ))
-                }
-            }
-        }
-    }
-    if operands.is_empty() {
-        return Err(Early::err(tini_usage(prog), 1));
-    }
-    c.command = operands;
-    // tini treats these as set when present at all, whatever their value.
-    if env("TINI_SUBREAPER").is_some() {
-        c.subreaper = true;
-    }
-    if env("TINI_KILL_PROCESS_GROUP").is_some() {
-        c.signal_group = true;
-    }
-    if let Some(v) = env("TINI_VERBOSITY") {
-        // atoi: leading digits, anything else is 0.
-        let s = v.to_string_lossy();
-        let digits: String = s
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        c.verbosity = digits.parse().unwrap_or(0);
-    }
-    Ok(c)
-}
-
-const TINI_LICENSE: &str = "\
-tini is distributed under the MIT license; this is podvisor's reimplementation of its command
-line, distributed under the Apache License 2.0.
-";
-
-// ---------------------------------------------------------------------------------------------
-// dumb-init
-
-fn dumb_init_help(prog: &str) -> String {
-    format!(
-        "dumb-init v{DUMB_INIT_VERSION}\n\
-         Usage: {prog} [option] command [[arg] ...]\n\n\
-         dumb-init is a simple process supervisor that forwards signals to children.\n\
-         It is designed to run as PID1 in minimal container environments.\n\n\
-         Optional arguments:\n\
-         \x20  -c, --single-child   Run in single-child mode.\n\
-         \x20                       In this mode, signals are only proxied to the\n\
-         \x20                       direct child and not any of its descendants.\n\
-         \x20  -r, --rewrite s:r    Rewrite received signal s to new signal r before proxying.\n\
-         \x20                       To ignore (not proxy) a signal, rewrite it to 0.\n\
-         \x20                       This option can be specified multiple times.\n\
-         \x20  -v, --verbose        Print debugging information to stderr.\n\
-         \x20  -h, --help           Print this help message and exit.\n\
-         \x20  -V, --version        Print the current version and exit.\n\n\
-         Full help is available online at https://github.com/Yelp/dumb-init\n"
-    )
-}
-
-const DUMB_INIT_REWRITE_HELP: &str = "\
-Usage: -r option takes <signum>:<signum>, where <signum> is between 1 and 31.
-This option can be specified multiple times.
-Use --help for full usage.
-";
-
-/// dumb-init's `%d:%d` for `-r`: both numbers, the first 1..31, the second 0..31.
-fn parse_dumb_rewrite(v: &str) -> Option<(i32, i32)> {
-    fn leading_int(s: &str) -> Option<(i32, &str)> {
-        let s = s.trim_start();
-        let sign_len = usize::from(s.starts_with(['+', '-']));
-        let digits = s[sign_len..].bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let end = sign_len + digits;
-        Some((s[..end].parse().ok()?, &s[end..]))
-    }
-    let (from, rest) = leading_int(v)?;
-    let (to, _) = leading_int(rest.strip_prefix(':')?)?;
-    ((1..=31).contains(&from) && (0..=31).contains(&to)).then_some((from, to))
-}
-
-/// dumb-init parses with getopt_long("+hvVcr:"): options stop at the first operand.
-fn parse_dumb_init(
-    prog: &str,
-    args: &[OsString],
-    env: &dyn Fn(&str) -> Option<OsString>,
-) -> Result<Config, Early> {
-    let mut c = Config::new(Persona::DumbInit);
-    c.verbosity = 0;
-    c.new_session = true;
-    let try_help = |prefix: String| {
-        Early::err(
-            format!("{prefix}Usage: {prog} [option] program [args]\nTry {prog} --help for full usage.\n"),
-            1,
-        )
-    };
-    // getopt reports a bad option itself; dumb-init then just exits 1.
-    let getopt_error = |msg: String| Early::err(msg, 1);
-    let mut i = 0;
-    let mut rewrites = Vec::new();
-    while i < args.len() {
-        let arg = args[i].to_string_lossy().into_owned();
-        if arg == "--" {
-            i += 1;
-            break;
-        }
-        if !arg.starts_with('-') || arg == "-" {
-            break;
-        }
-        i += 1;
-        if let Some(long) = arg.strip_prefix("--") {
-            let (name, inline) = match long.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (long, None),
-            };
-            // getopt_long accepts any unambiguous prefix of a long option.
-            let names = ["help", "single-child", "rewrite", "verbose", "version"];
-            let matches: Vec<&str> = names
-                .iter()
-                .copied()
-                .filter(|n| n.starts_with(name))
-                .collect();
-            let full = match matches.as_slice() {
-                [one] => *one,
-                _ if names.contains(&name) => name,
-                [] => {
-                    return Err(getopt_error(format!(
-                        "{prog}: unrecognized option '--{name}'\n"
-                    )))
-                }
-                _ => {
-                    return Err(getopt_error(format!(
-                        "{prog}: option '--{name}' is ambiguous\n"
-                    )))
-                }
-            };
-            match full {
-                "help" => return Err(Early::err(dumb_init_help(prog), 0)),
-                "version" => return Err(Early::err(format!("dumb-init v{DUMB_INIT_VERSION}"), 0)),
-                "verbose" => c.verbosity = 1,
-                "single-child" => c.new_session = false,
-                _ => {
-                    let v = match inline {
-                        Some(v) => v,
-                        None => match args.get(i) {
-                            Some(v) => {
-                                i += 1;
-                                v.to_string_lossy().into_owned()
-                            }
-                            None => {
-                                return Err(getopt_error(format!(
-                                    "{prog}: option '--rewrite' requires an argument\n"
-                                )))
-                            }
-                        },
-                    };
-                    rewrites.push(
-                        parse_dumb_rewrite(&v)
-                            .ok_or_else(|| Early::err(DUMB_INIT_REWRITE_HELP.to_string(), 1))?,
-                    );
-                }
-            }
-            continue;
-        }
-        let letters: Vec<char> = arg[1..].chars().collect();
-        let mut j = 0;
-        while j < letters.len() {
-            let ch = letters[j];
-            j += 1;
-            match ch {
-                'h' => return Err(Early::err(dumb_init_help(prog), 0)),
-                'V' => return Err(Early::err(format!("dumb-init v{DUMB_INIT_VERSION}"), 0)),
-                'v' => c.verbosity = 1,
-                'c' => c.new_session = false,
-                'r' => {
-                    let v: String = if j < letters.len() {
-                        let v = letters[j..].iter().collect();
-                        j = letters.len();
-                        v
-                    } else if let Some(v) = args.get(i) {
-                        i += 1;
-                        v.to_string_lossy().into_owned()
-                    } else {
-                        return Err(getopt_error(format!(
-                            "{prog}: option requires an argument -- 'r'\n"
-                        )));
-                    };
-                    rewrites.push(
-                        parse_dumb_rewrite(&v)
-                            .ok_or_else(|| Early::err(DUMB_INIT_REWRITE_HELP.to_string(), 1))?,
-                    );
-                }
-                other => {
-                    return Err(getopt_error(format!(
-                        "{prog}: invalid option -- '{other}'\n"
-                    )))
-                }
-            }
-        }
-    }
-    if i >= args.len() {
-        return Err(try_help(String::new()));
-    }
-    c.command = args[i..].to_vec();
-    if env("DUMB_INIT_DEBUG").is_some_and(|v| v == "1") {
-        c.verbosity = 1;
-    }
-    if env("DUMB_INIT_SETSID").is_some_and(|v| v == "0") {
-        c.new_session = false;
-    }
-    c.signal_group = c.new_session;
-    c.on_child_exit = OnChildExit::TermGroupAndExit;
-    // In setsid mode dumb-init turns job-control stops into SIGSTOP for the children (a new
-    // session has no terminal job control of its own) unless the user rewrote them.
-    if c.new_session {
-        for sig in [libc::SIGTSTP, libc::SIGTTOU, libc::SIGTTIN] {
-            if !rewrites.iter().any(|(from, _)| *from == sig) {
-                c.rewrite.push((sig, libc::SIGSTOP));
-            }
-        }
-    }
-    c.rewrite.extend(rewrites);
-    Ok(c)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dumb_init::DUMB_INIT_REWRITE_HELP;
 
     fn os(args: &[&str]) -> Vec<OsString> {
         args.iter().map(OsString::from).collect()

@@ -1,0 +1,281 @@
+//! `podvisor-bench probes`: 1,000 probed containers.
+
+use super::*;
+
+/// HTTP probe arrivals: (container index, when).
+type Arrivals = std::sync::Arc<std::sync::Mutex<Vec<(usize, Instant)>>>;
+
+/// Serves `GET /r/N` with 200 and records (N, arrival) for every request; TCP probes connect
+/// to a second listener that accepts and closes.
+fn probe_targets() -> (u16, u16, Arrivals) {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+    let http = TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ports = (
+        http.local_addr().unwrap().port(),
+        tcp.local_addr().unwrap().port(),
+    );
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    // Several accepting threads, so that the targets keep up with bursts and the drift
+    // measured is podvisor's, not the listener's queue.
+    for _ in 0..4 {
+        let seen = arrivals.clone();
+        let http = http.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for conn in http.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let at = Instant::now();
+                let mut buf = [0u8; 2048];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&got);
+                if let Some(n) = text
+                    .strip_prefix("GET /r/")
+                    .and_then(|r| r.split(' ').next())
+                    .and_then(|n| n.parse().ok())
+                {
+                    seen.lock().unwrap().push((n, at));
+                }
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                );
+            }
+        });
+    }
+    for _ in 0..2 {
+        let tcp = tcp.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for conn in tcp.incoming() {
+                drop(conn);
+            }
+        });
+    }
+    (ports.0, ports.1, arrivals)
+}
+
+pub fn probes_bench(args: &[String]) {
+    let here = std::env::current_exe().unwrap();
+    let podvisor = arg_value(args, "--podvisor")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let quick = args.iter().any(|a| a == "--quick");
+    let (n, window, n_exec) = if quick {
+        (200, Duration::from_secs(8), 50)
+    } else {
+        (1000, Duration::from_secs(30), 200)
+    };
+    let dir = std::env::temp_dir().join(format!("podvisor-bench-probes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (http_port, tcp_port, arrivals) = probe_targets();
+
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: probes}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - name: c{i}\n    command: [sleep, '1000']\n    livenessProbe: {{tcpSocket: {{port: {tcp_port}}}, periodSeconds: 1}}\n    readinessProbe: {{httpGet: {{path: /r/{i}, port: {http_port}}}, periodSeconds: 1}}\n"
+        ));
+    }
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (cpu, rss, events, delays) =
+        measure_pod(&podvisor, &dir, "net", &yaml, n, window, Some(metrics_port));
+    let start_p99 = delays.map(|(before, after)| {
+        bucket_percentile(&before, &after, "podvisor_probe_start_delay_seconds", 0.99)
+    });
+    let started = arrivals.lock().unwrap().clone();
+    // Drift: each container's k-th arrival against its first plus k periods.
+    let mut by: Vec<Vec<Instant>> = vec![Vec::new(); n];
+    for (i, at) in started {
+        if i < n {
+            by[i].push(at);
+        }
+    }
+    let mut drift = Vec::new();
+    for arrivals in &by {
+        let Some(&first) = arrivals.first() else {
+            continue;
+        };
+        for (k, at) in arrivals.iter().enumerate().skip(1) {
+            let due = first + Duration::from_secs(k as u64);
+            let d = if *at >= due { *at - due } else { due - *at };
+            drift.push(d.as_secs_f64() * 1e3);
+        }
+    }
+    let unhealthy = count_events(&events, "Unhealthy");
+    let ready = count_events(&events, "Ready");
+    let floor = loopback_floor(http_port, tcp_port);
+
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: execs}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
+    for i in 0..n_exec {
+        yaml.push_str(&format!(
+            "  - name: c{i}\n    command: [sleep, '1000']\n    readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}\n"
+        ));
+    }
+    let (exec_cpu, exec_rss, exec_events, _) =
+        measure_pod(&podvisor, &dir, "exec", &yaml, n_exec, window, None);
+    let exec_ready = count_events(&exec_events, "Ready");
+    let exec_floor = spawn_floor();
+    let secs = window.as_secs_f64();
+    println!(
+        "podvisor run with probes ({} s windows; podvisor's own CPU from /proc/PID/schedstat)",
+        secs
+    );
+    println!("{:<58} {:>10}  target", "figure", "podvisor");
+    println!(
+        "{:<58} {:>9.2}%  <= 5 %",
+        format!("CPU, {n} containers x (TCP liveness + HTTP readiness) @1s"),
+        cpu / secs * 100.0
+    );
+    println!(
+        "{:<58} {:>9.2}%",
+        format!("  floor: {n} loopback connects + {n} GETs/s in one thread"),
+        floor * n as f64 * 100.0
+    );
+    println!(
+        "{:<58} {:>9.2}x  <= 1.2 x",
+        "  podvisor / floor",
+        cpu / secs / (floor * n as f64)
+    );
+    println!(
+        "{:<58} {:>7.0} KiB  <= 40 MiB",
+        "peak RSS of podvisor (same run)", rss
+    );
+    println!(
+        "{:<58} {:>8.2} ms  <= 10 ms",
+        format!("HTTP probe drift from schedule, p99 of {}", drift.len()),
+        percentile(drift.clone(), 0.99)
+    );
+    println!("{:<58} {:>8.2} ms", "  p50", percentile(drift.clone(), 0.5));
+    if let Some(p99) = start_p99 {
+        println!(
+            "{:<58} {:>8} ms  <= 10 ms",
+            "probe start vs schedule in podvisor, p99 (histogram bound)",
+            format!("<= {}", p99 * 1e3)
+        );
+    }
+    println!("{:<58} {:>8.2} ms", "  max", percentile(drift, 1.0));
+    println!(
+        "{:<58} {:>10}",
+        "Ready events / Unhealthy events",
+        format!("{ready} / {unhealthy}")
+    );
+    println!(
+        "{:<58} {:>9.2}%  <= 3 %",
+        format!("CPU, {n_exec} containers x exec readiness @1s"),
+        exec_cpu / secs * 100.0
+    );
+    println!(
+        "{:<58} {:>8.1} us  <= 12 us",
+        "  podvisor CPU per exec probe",
+        exec_cpu / secs / n_exec as f64 * 1e6
+    );
+    println!(
+        "{:<58} {:>8.1} us",
+        "  floor: spawn `true` and wait for it, one thread",
+        exec_floor * 1e6
+    );
+    println!(
+        "{:<58} {:>7.0} KiB",
+        "peak RSS of podvisor (exec run)", exec_rss
+    );
+    println!("{:<58} {:>10}", "Ready events (exec run)", exec_ready);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Metrics text before and after the window.
+type Scrapes = Option<(String, String)>;
+
+/// Runs `yaml` until its `n` containers started, waits 2 s for the probes to settle, then
+/// measures podvisor's CPU seconds over `window`; returns (CPU s, peak RSS KiB, events file,
+/// metrics scraped at the window's start and end when `metrics` is a port).
+fn measure_pod(
+    podvisor: &Path,
+    dir: &Path,
+    name: &str,
+    yaml: &str,
+    n: usize,
+    window: Duration,
+    metrics: Option<u16>,
+) -> (f64, f64, PathBuf, Scrapes) {
+    let pod = dir.join(format!("{name}.yaml"));
+    std::fs::write(&pod, yaml).unwrap();
+    let events = dir.join(format!("{name}-events.json"));
+    let mut cmd = Command::new(podvisor);
+    cmd.args(["run", "-q"]);
+    if let Some(port) = metrics {
+        cmd.arg("--metrics-addr").arg(format!("127.0.0.1:{port}"));
+    }
+    let mut child = cmd
+        .arg("--state-dir")
+        .arg(dir.join(format!("{name}-state")))
+        .arg("--events")
+        .arg(&events)
+        .arg(&pod)
+        .spawn()
+        .expect("podvisor run");
+    let pid = child.id();
+    wait_for("started containers", Duration::from_secs(120), || {
+        count_events(&events, "Started") >= n
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let scrape_before = metrics.map(scrape);
+    let before = cpu_ns(pid);
+    std::thread::sleep(window);
+    let cpu = (cpu_ns(pid) - before) as f64 / 1e9;
+    let scrapes = scrape_before.map(|b| (b, scrape(metrics.unwrap())));
+    let rss = vm_hwm_kb(pid).unwrap_or(f64::NAN);
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "podvisor run exited {status}");
+    (cpu, rss, events, scrapes)
+}
+
+/// This thread's CPU seconds so far.
+fn thread_cpu() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1e9
+}
+
+/// CPU seconds one thread spends to start `true` and wait for it (std's `Command`, which is
+/// posix_spawn: a vfork-style clone, as podvisor's): what any exec prober pays per probe on
+/// this machine, before pipes, timers and a pod's other children.
+fn spawn_floor() -> f64 {
+    let n = 500;
+    let before = thread_cpu();
+    for _ in 0..n {
+        let _ = Command::new("true").status();
+    }
+    (thread_cpu() - before) / n as f64
+}
+
+/// CPU seconds one thread spends on one loopback TCP connect + close plus one HTTP GET (blocking
+/// sockets, same listeners): on loopback both ends' kernel work runs in the connecting thread,
+/// so this is what any prober pays per pair of probes.
+fn loopback_floor(http_port: u16, tcp_port: u16) -> f64 {
+    use std::io::{Read, Write};
+    let n = 500;
+    let before = thread_cpu();
+    for i in 0..n {
+        drop(std::net::TcpStream::connect(("127.0.0.1", tcp_port)));
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", http_port)) {
+            let _ = s.write_all(format!("GET /floor/{i} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            let mut v = Vec::new();
+            let _ = s.read_to_end(&mut v);
+        }
+    }
+    (thread_cpu() - before) / n as f64
+}

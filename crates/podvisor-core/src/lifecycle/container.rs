@@ -1,0 +1,162 @@
+//! One container's status as the API shows it, and the bookkeeping behind it.
+
+use crate::backoff::Backoff;
+use crate::clock::Instant;
+use crate::escalation::RestartWindow;
+use crate::probe::Worker;
+use crate::stage::{Judgement, Stage};
+
+use super::stop::Kill;
+use super::ContainerState;
+
+/// One container's status and bookkeeping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerStatus {
+    pub name: String,
+    pub state: ContainerState,
+    pub last_state: Option<ContainerState>,
+    pub restart_count: u32,
+    /// The current (or last) instance number; 0 before the first start.
+    pub instance: u32,
+    /// The API's `ready`: running, started, and its readiness probe (if any) succeeded.
+    pub ready: bool,
+    /// The API's `started`: running and its startup probe (if any) succeeded.
+    pub started: bool,
+    /// The instrumentation stage of the current (or last) instance; `None` for a container
+    /// without staged instrumentation, or before its first start.
+    pub stage: Option<Stage>,
+    /// The verdict on its add-on, once it has been Disabled.
+    pub judgement: Judgement,
+    /// Where the current instance's process is.
+    pub(super) process: Process,
+    /// What starts it next, besides its restart policy.
+    pub(super) next: Next,
+    /// Some instance of this container has been started (in the `started` sense).
+    pub(super) ever_started: bool,
+    pub(super) backoff: Backoff,
+    /// Its restarts since the last whole-pod restart (for `podRestart`).
+    pub(super) window: RestartWindow,
+    /// The probe workers of the running instance.
+    pub(super) probes: Vec<ProbeSlot>,
+    /// The current instance is being killed.
+    pub(super) kill: Option<Kill>,
+}
+
+/// Where the current instance's process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Process {
+    /// No process: never started, or the instance ended.
+    Down,
+    /// A spawn was asked for; neither `Started` nor `StartFailed` has come back.
+    Spawning,
+    /// Alive since `since`; `post_start` while its postStart hook runs (it is not Running
+    /// until the hook completes).
+    Up { since: Instant, post_start: bool },
+}
+
+/// What starts a container that is down, besides its restart policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// A first start of this pod run: at admission, or after a whole-pod restart.
+    First,
+    /// `podvisor restart CONTAINER`: start again as soon as it is down, whatever its policy.
+    Now,
+    /// Its restart policy, the escalation rules and its backoff decide.
+    ByPolicy,
+}
+
+/// One probe worker and whether an attempt is out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ProbeSlot {
+    pub(super) worker: Worker,
+    pub(super) in_flight: bool,
+    /// A period came while an attempt was out: run again as soon as it ends (a Go ticker keeps
+    /// one tick).
+    pub(super) tick_kept: bool,
+}
+
+impl ContainerStatus {
+    pub(super) fn new(name: &str, state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            name: name.to_string(),
+            state,
+            last_state: None,
+            restart_count: 0,
+            instance: 0,
+            ready: false,
+            started: false,
+            stage: None,
+            judgement: Judgement::default(),
+            process: Process::Down,
+            next: Next::First,
+            ever_started: false,
+            backoff: Backoff::default(),
+            window: RestartWindow::default(),
+            probes: Vec::new(),
+            kill: None,
+        }
+    }
+
+    /// Whether the current instance's process is alive (spawned and not yet exited).
+    pub(super) fn live(&self) -> bool {
+        matches!(self.process, Process::Up { .. })
+    }
+
+    /// Whether a process is alive or being started.
+    pub(super) fn busy(&self) -> bool {
+        self.process != Process::Down
+    }
+
+    /// When the live instance's process started.
+    pub(super) fn up_since(&self) -> Option<Instant> {
+        match self.process {
+            Process::Up { since, .. } => Some(since),
+            _ => None,
+        }
+    }
+
+    pub(super) fn ever_started(&self) -> bool {
+        self.ever_started
+            || self.restart_count > 0
+            || matches!(
+                self.state,
+                ContainerState::Terminated {
+                    started_at: Some(_),
+                    ..
+                }
+            )
+    }
+
+    /// The last exit: the state if terminated, else (waiting to restart) the last state.
+    pub(super) fn last_exit(&self) -> Option<&ContainerState> {
+        match &self.state {
+            t @ ContainerState::Terminated { .. } => Some(t),
+            ContainerState::Waiting { .. } => self
+                .last_state
+                .as_ref()
+                .filter(|s| matches!(s, ContainerState::Terminated { .. })),
+            ContainerState::Running { .. } => None,
+        }
+    }
+
+    /// After a whole-pod restart has stopped everything: a first start again, its last exit
+    /// kept as `lastState`, its restarts since the last whole-pod restart forgotten.
+    pub(super) fn start_over(&mut self, waiting: ContainerState) {
+        if let ContainerState::Terminated { .. } = self.state {
+            self.last_state = Some(self.state.clone());
+        }
+        self.state = waiting;
+        self.next = Next::First;
+        self.window.clear();
+    }
+
+    pub(super) fn backing_off(&self) -> bool {
+        matches!(
+            self.state,
+            ContainerState::Waiting {
+                reason: super::WaitingReason::CrashLoopBackOff,
+                ..
+            }
+        )
+    }
+}

@@ -1,0 +1,110 @@
+//! What crosses between the core and the shell: inputs in, effects out.
+
+use crate::clock::Instant;
+use crate::probe::{Outcome, ProbeKind};
+use crate::stage::Stage;
+
+use super::{Hook, Phase};
+
+/// Identifies one run of one container: inputs about an older instance are stale and ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstanceId {
+    pub container: usize,
+    pub instance: u32,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// 128+N for death by signal N, as Kubernetes reports it.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal(s) => 128 + s,
+        }
+    }
+}
+
+/// What the shell tells the state machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// The pod is admitted: begin.
+    Admit,
+    /// The instance's process runs.
+    Started(InstanceId),
+    /// The instance's process could not be started (exec failed): `message` says why.
+    StartFailed(InstanceId, String),
+    Exited(InstanceId, ExitStatus),
+    /// A probe attempt asked for by `Effect::RunProbe` ended.
+    Probed(InstanceId, ProbeKind, Outcome),
+    /// A hook asked for by `Effect::RunHook` ended: `Err` says why it failed.
+    HookDone(InstanceId, Hook, Result<(), String>),
+    /// A deadline from `next_deadline` has passed.
+    Tick,
+    /// Stop the pod gracefully (SIGTERM to podvisor, `podvisor stop`).
+    Stop,
+    /// `podvisor restart CONTAINER`: stop that container gracefully (if it runs) and start it
+    /// again at once, whatever its policy; its restartCount grows, its backoff is untouched.
+    /// Ignored for a regular init container (only a pod restart runs those again).
+    RestartContainer(usize),
+    /// `podvisor restart`: stop every container gracefully, then start the pod again from its
+    /// init containers (a whole-pod restart, event `PodRestarting`).
+    RestartPod,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Kill,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event as SPEC.md describes them; the shell adds the time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventType,
+    pub reason: String,
+    /// `pod` or the container's name.
+    pub object: String,
+    pub message: String,
+    pub exit_code: Option<i32>,
+    /// The container's restart count and stage when the event happened (`None` for the pod).
+    pub restart_count: Option<u32>,
+    pub stage: Option<Stage>,
+}
+
+/// How many lines of its log a Debug instance leaves in an event when it exits.
+pub const LOG_TAIL_LINES: usize = 20;
+
+/// What the shell must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Start the instance, its environment made for its instrumentation stage (`None`: not
+    /// staged), and report `Input::Started` or `Input::StartFailed`.
+    Spawn(InstanceId, Option<Stage>),
+    Signal(InstanceId, Signal),
+    /// Run one attempt of this probe (bounded by its timeout) and report `Input::Probed`. The
+    /// instant is when the attempt was due (the shell may measure how late it starts).
+    RunProbe(InstanceId, ProbeKind, Instant),
+    /// Run the hook and report `Input::HookDone`.
+    RunHook(InstanceId, Hook),
+    Event(Event),
+    /// The pod reached a terminal phase and nothing runs any more.
+    Finished(Phase),
+    /// A whole-pod restart has stopped everything: the shell wipes the emptyDir volumes before
+    /// the init containers run again.
+    WipeVolumes,
+    /// The instance ran in the Debug stage and exited: record the end of its log as an event
+    /// (`DebugLogTail`), to help diagnose the crash.
+    LogTail(InstanceId),
+}

@@ -1,0 +1,363 @@
+//! Reconciling, as the kubelet's SyncPod: what should run is compared with what runs, and
+//! containers are started, restarted or left backing off, or the pod restarts or gives up.
+//!
+//! `decide` is the one place that answers "what happens next to this container": its restart
+//! policy and exit-code rules (KUBELET.md §3.3, §3.4), a failed init container under `Never`
+//! (§4.3), the escalation rules of `Supervision.spec.podRestart`, and CrashLoopBackOff (§3.1).
+//! Reconciling, the phase, the deadlines and the probe-kill message all use its answer.
+
+use std::time::Duration;
+
+use crate::clock::Instant;
+use crate::duration::format_duration;
+use crate::escalation::Escalate;
+use crate::restart::{should_restart, RestartPolicy};
+use crate::stage::{Stage, Verdict, CLEAR_AFTER_RESTARTS};
+
+use super::container::{Next, Process};
+use super::{ContainerState, Effect, EventType, InstanceId, Kind, Phase, Pod, WaitingReason};
+
+/// What happens next to a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NextStart {
+    /// It runs or is being started (or the pod is stopping): nothing to decide.
+    Busy,
+    /// A first start of this pod run, or one asked for by `podvisor restart CONTAINER`.
+    Now { manual: bool },
+    /// Restarted by its policy after the exit that finished at `finished_at`; `wait`: the
+    /// CrashLoopBackOff delay and when it ends, if its backoff entry is live.
+    Restart {
+        finished_at: Instant,
+        wait: Option<(Duration, Instant)>,
+    },
+    /// Not started again: it completed, or its policy says no.
+    Never,
+    /// A regular init container failed under `restartPolicy: Never`: the pod fails.
+    FailPod,
+    /// Escalation: it was restarted `restarts` times within the window; the whole pod restarts.
+    RestartPod { restarts: u32, terms: Terms },
+    /// Escalation past `maxPodRestarts`: the pod is Failed (GaveUp).
+    GiveUp { restarts: u32, terms: Terms },
+}
+
+/// The `podRestart` terms an escalation message quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Terms {
+    within: Duration,
+    max: u32,
+}
+
+impl Pod {
+    /// Whether the restart policy (pod, container, exit-code rules) restarts container `i`
+    /// after an exit with `exit_code`.
+    pub(super) fn policy_restarts(&self, i: usize, exit_code: i32) -> bool {
+        should_restart(
+            self.plan.restart_policy,
+            &self.plan.containers[i].restart,
+            exit_code,
+            false,
+        )
+    }
+
+    /// What happens next to container `i` (see `NextStart`).
+    pub(super) fn decide(&self, i: usize) -> NextStart {
+        let c = &self.containers[i];
+        if self.stopping.is_some() || c.busy() {
+            return NextStart::Busy;
+        }
+        match c.next {
+            Next::First => return NextStart::Now { manual: false },
+            Next::Now => return NextStart::Now { manual: true },
+            Next::ByPolicy => {}
+        }
+        let Some(&ContainerState::Terminated {
+            exit_code,
+            finished_at,
+            ..
+        }) = c.last_exit()
+        else {
+            return NextStart::Never;
+        };
+        let restart = match self.plan.containers[i].kind {
+            Kind::Init if exit_code == 0 => false,
+            Kind::Init if self.plan.restart_policy == RestartPolicy::Never => {
+                return NextStart::FailPod
+            }
+            Kind::Init => true,
+            Kind::Sidecar | Kind::Main => self.policy_restarts(i, exit_code),
+        };
+        if !restart {
+            return NextStart::Never;
+        }
+        if let Some(policy) = &self.plan.pod_restart {
+            let restarts = c.window.count(finished_at, policy.within);
+            let terms = Terms {
+                within: policy.within,
+                max: policy.max_pod_restarts,
+            };
+            match policy.on_exit(&c.window, finished_at, self.pod_restarts) {
+                Escalate::No => {}
+                Escalate::RestartPod => return NextStart::RestartPod { restarts, terms },
+                Escalate::GiveUp => return NextStart::GiveUp { restarts, terms },
+            }
+        }
+        let wait = c
+            .backoff
+            .retry_at(&self.plan.backoff, finished_at)
+            .zip(c.backoff.current_delay())
+            .map(|(until, delay)| (delay, until));
+        NextStart::Restart { finished_at, wait }
+    }
+
+    pub(super) fn reconcile(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        self.drive_kills(now, fx);
+        if self.stopping.is_some() {
+            self.reconcile_stop(now, fx);
+            return;
+        }
+        self.judge(now, fx);
+        // Restarts asked for by `podvisor restart CONTAINER`, once the container is down.
+        for i in 0..self.containers.len() {
+            if self.decide(i) == (NextStart::Now { manual: true }) && !self.act(i, now, fx) {
+                return;
+            }
+        }
+        // Init containers and sidecars, in order: each regular init container must complete,
+        // each sidecar must be running, before the next one starts (KUBELET.md §3.6, §4.3).
+        let mut init_done = true;
+        for i in 0..self.containers.len() {
+            match self.plan.containers[i].kind {
+                Kind::Main => continue,
+                Kind::Init => {
+                    if matches!(
+                        self.containers[i].state,
+                        ContainerState::Terminated { exit_code: 0, .. }
+                    ) {
+                        continue;
+                    }
+                    if !self.act(i, now, fx) {
+                        return;
+                    }
+                    init_done = false;
+                    break;
+                }
+                Kind::Sidecar => {
+                    if !self.act(i, now, fx) {
+                        return;
+                    }
+                    // A sidecar that is not running holds back what follows it only until it
+                    // has first started; later it restarts on its own.
+                    if !self.containers[i].ever_started() {
+                        init_done = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if init_done {
+            for i in 0..self.containers.len() {
+                if self.plan.containers[i].kind == Kind::Main && !self.act(i, now, fx) {
+                    return;
+                }
+            }
+        }
+        self.phase = self.compute_phase();
+        if self.phase.is_terminal() {
+            // The main containers are done: stop what still runs (sidecars), then finish.
+            self.begin_stop(now, false);
+            self.reconcile_stop(now, fx);
+        }
+    }
+
+    /// Carries out `decide(i)`. `false` when the pod as a whole took over (it restarts, gives
+    /// up or fails), so reconciling must not go on.
+    fn act(&mut self, i: usize, now: Instant, fx: &mut Vec<Effect>) -> bool {
+        match self.decide(i) {
+            NextStart::Busy | NextStart::Never => {}
+            NextStart::Now { manual } => {
+                let c = &mut self.containers[i];
+                if manual {
+                    if let ContainerState::Terminated { .. } = c.state {
+                        c.last_state = Some(c.state.clone());
+                    }
+                    c.restart_count += 1;
+                } else if c.instance > 0 {
+                    // Started again by a whole-pod restart: restartCount only ever grows.
+                    c.restart_count += 1;
+                }
+                self.start(i, fx);
+            }
+            NextStart::Restart { finished_at, wait } => match wait {
+                Some((delay, until)) if now < until => self.back_off(i, delay, fx),
+                _ => {
+                    let backoff = self.plan.backoff;
+                    let window = self.plan.pod_restart;
+                    let c = &mut self.containers[i];
+                    c.backoff.record_restart(&backoff, finished_at, now);
+                    if let Some(policy) = &window {
+                        c.window.record(now, policy);
+                    }
+                    c.last_state = c.last_exit().cloned();
+                    c.restart_count += 1;
+                    self.start(i, fx);
+                }
+            },
+            NextStart::FailPod => {
+                // A failed init container fails the pod under Never.
+                self.phase = Phase::Failed;
+                self.begin_stop(now, false);
+                self.reconcile_stop(now, fx);
+                return false;
+            }
+            NextStart::RestartPod { restarts, terms } => {
+                let (name, within, max) = self.escalation_terms(i, terms);
+                let n = self.pod_restarts + 1;
+                fx.push(self.pod_event(
+                    EventType::Warning,
+                    "PodRestarting",
+                    format!(
+                        "Container {name} was restarted {restarts} times within {within}: \
+                         restarting the whole pod (pod restart {n} of {max}): every container \
+                         stops, emptyDir volumes are wiped, init containers run again"
+                    ),
+                ));
+                self.begin_pod_restart(now);
+                self.reconcile_stop(now, fx);
+                return false;
+            }
+            NextStart::GiveUp { restarts, terms } => {
+                let (name, within, max) = self.escalation_terms(i, terms);
+                let message = format!(
+                    "Container {name} was restarted {restarts} times within {within}, and the \
+                     whole pod has been restarted {max} times already (maxPodRestarts): giving up"
+                );
+                fx.push(self.pod_event(EventType::Warning, "GaveUp", message.clone()));
+                self.phase = Phase::Failed;
+                self.failure = Some(("GaveUp".to_string(), message));
+                self.begin_stop(now, false);
+                self.reconcile_stop(now, fx);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The container's name, the window and the pod-restart limit, for escalation messages.
+    fn escalation_terms(&self, i: usize, terms: Terms) -> (String, String, u32) {
+        (
+            self.containers[i].name.clone(),
+            format_duration(terms.within),
+            terms.max,
+        )
+    }
+
+    /// Marks container `i` CrashLoopBackOff (once per wait: later steps change nothing, so a
+    /// pod of many crash-looping containers does not rebuild their messages on every step).
+    fn back_off(&mut self, i: usize, delay: Duration, fx: &mut Vec<Effect>) {
+        let pod = &self.plan.name;
+        let c = &mut self.containers[i];
+        if c.backing_off() {
+            return;
+        }
+        let name = c.name.clone();
+        c.last_state = c.last_exit().cloned();
+        self.changed = true;
+        c.state = ContainerState::Waiting {
+            reason: WaitingReason::CrashLoopBackOff,
+            message: Some(format!(
+                "back-off {} restarting failed container={name} pod={pod}",
+                format_duration(delay)
+            )),
+        };
+        let message = format!("Back-off restarting failed container {name} in pod {pod}");
+        fx.push(self.container_event(i, EventType::Warning, "BackOff", message));
+    }
+
+    /// Starts a new instance of container `i`, in the stage its restart count gives.
+    pub(super) fn start(&mut self, i: usize, fx: &mut Vec<Effect>) {
+        let staging = self.plan.staging.filter(|_| self.plan.containers[i].staged);
+        self.changed = true;
+        let c = &mut self.containers[i];
+        c.next = Next::ByPolicy;
+        c.instance += 1;
+        c.process = Process::Spawning;
+        c.kill = None;
+        c.probes.clear();
+        c.state = ContainerState::Waiting {
+            reason: WaitingReason::ContainerCreating,
+            message: None,
+        };
+        let stage = staging.map(|s| s.policy.stage(c.restart_count));
+        let previous = c.stage;
+        if stage.is_some() {
+            c.stage = stage;
+        }
+        let verdict = stage.and_then(|s| c.judgement.on_start(s, c.restart_count));
+        let (name, restarts, instance) = (c.name.clone(), c.restart_count, c.instance);
+        if let (Some(old), Some(new)) = (previous, stage) {
+            if old != new {
+                let message = format!(
+                    "Instrumentation stage {old} → {new} at restart {restarts} of container {name}"
+                );
+                fx.push(self.container_event(i, EventType::Warning, "StageChanged", message));
+            }
+        }
+        if verdict == Some(Verdict::Cleared) {
+            let since = self.containers[i].judgement.disabled_at.unwrap_or(restarts);
+            let message = format!(
+                "app crashes without the add-on too ({CLEAR_AFTER_RESTARTS} restarts since it \
+                 was disabled at restart {since}): look at the app"
+            );
+            fx.push(self.container_event(i, EventType::Normal, "InstrumentationCleared", message));
+        }
+        fx.push(self.container_event(
+            i,
+            EventType::Normal,
+            "Created",
+            format!("Created container {name}"),
+        ));
+        fx.push(Effect::Spawn(
+            InstanceId {
+                container: i,
+                instance,
+            },
+            stage,
+        ));
+    }
+
+    /// When a running Disabled instance earns its add-on the blame (the earliest such time).
+    pub(super) fn next_blame(&self) -> Option<Instant> {
+        let staging = self.plan.staging?;
+        self.containers
+            .iter()
+            .filter(|c| c.stage == Some(Stage::Disabled))
+            .filter_map(|c| c.judgement.blame_at(c.up_since()?, staging.verdict_after))
+            .min()
+    }
+
+    /// Blames the add-on of each Disabled container that has run `verdictAfter` cleanly.
+    fn judge(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        let Some(staging) = self.plan.staging else {
+            return;
+        };
+        for i in 0..self.containers.len() {
+            let c = &mut self.containers[i];
+            let due = c.stage == Some(Stage::Disabled)
+                && c.up_since()
+                    .and_then(|since| c.judgement.blame_at(since, staging.verdict_after))
+                    .is_some_and(|at| at <= now);
+            if !due {
+                continue;
+            }
+            c.judgement.blame();
+            self.changed = true;
+            let at = c.judgement.disabled_at.unwrap_or_default();
+            let message = format!(
+                "app ran {} cleanly after the add-on was disabled at restart {at}: the add-on \
+                 is the likely cause",
+                format_duration(staging.verdict_after)
+            );
+            fx.push(self.container_event(i, EventType::Warning, "InstrumentationBlamed", message));
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! The pod as a saved record, and a pod taken back up from one after podvisor itself died.
+//!
+//! What is kept: restart counts, instance numbers, exits, stages, verdicts, backoff entries,
+//! restart windows and whole-pod restarts. What a resume does with them:
+//! - a container that was running (or being started) when the record was written vanished
+//!   with the run: it shows `lastState` terminated `ContainerStatusUnknown` (137, as the
+//!   kubelet reports a container it lost) and starts again at once as a restart (its count
+//!   grows by one, its backoff and restart window are not touched: the run failed, not it);
+//! - a container waiting out its CrashLoopBackOff waits out the rest of it (times are on the
+//!   run's clock, anchored to the epoch, so the wait that passed while no podvisor ran counts);
+//! - an init container that completed stays completed (it does not run twice), one that
+//!   exited for good stays exited;
+//! - stages, verdicts and the pod-restart count go on from where they were.
+
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::clock::Instant;
+use crate::duration::format_duration;
+use crate::escalation::RestartWindow;
+use crate::record::{ContainerRecord, ExitRecord, NextRecord, PodRecord, StateRecord};
+use crate::stage::Judgement;
+
+use super::container::{Next, Process};
+use super::{initial_waiting, ContainerState, Effect, EventType, Pod, TerminatedReason};
+
+/// Why a record cannot be taken up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("container {container}: {message}")]
+pub struct ResumeError {
+    pub container: String,
+    pub message: String,
+}
+
+/// The record a pod was resumed from, for its `Resumed` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Resumed {
+    saved: Instant,
+    saved_by: u32,
+}
+
+impl Pod {
+    /// Fills in what the core knows: the pod-restart count, whether the pod has ended by
+    /// itself, and each container (its process left for the shell to fill in).
+    pub fn record_into(&self, r: &mut PodRecord) {
+        r.pod_restarts = self.pod_restarts;
+        r.ended = (self.finished && !self.stop_requested()).then(|| self.phase.as_str().into());
+        r.containers = self
+            .containers
+            .iter()
+            .map(|c| ContainerRecord {
+                name: c.name.clone(),
+                restart_count: c.restart_count,
+                instance: c.instance,
+                next: match c.next {
+                    Next::First | Next::Now => NextRecord::First,
+                    Next::ByPolicy => NextRecord::Policy,
+                },
+                stage: c.stage,
+                disabled_at: c.judgement.disabled_at,
+                verdict: c.judgement.verdict,
+                ever_started: c.ever_started(),
+                backoff: c.backoff.entry().map(|(d, at)| (ms(d), at_ms(at))),
+                window: c.window.times().map(at_ms).collect(),
+                state: match (&c.process, &c.state) {
+                    (Process::Up { since, .. }, _) => StateRecord::Running(at_ms(*since)),
+                    (Process::Spawning, _) => StateRecord::Running(at_ms(self.last_now)),
+                    (Process::Down, s) => {
+                        exit_record(s).map_or(StateRecord::Waiting, StateRecord::Terminated)
+                    }
+                },
+                last: c.last_state.as_ref().and_then(exit_record),
+                process: None,
+            })
+            .collect();
+    }
+
+    /// Marks the record as changed (a write that failed is tried again).
+    pub fn mark_changed(&mut self) {
+        self.changed = true;
+    }
+
+    /// Whether something the record holds has changed since the last call.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// A pod taken up from `record` (see the module's doc). Containers of the plan that the
+    /// record does not name start afresh; records of containers no longer planned are dropped.
+    pub fn resume(plan: super::PodPlan, record: &PodRecord) -> Result<Pod, ResumeError> {
+        let mut pod = Pod::new(plan);
+        pod.pod_restarts = record.pod_restarts;
+        let saved = Instant::from_millis(record.saved);
+        pod.resumed = Some(Resumed {
+            saved,
+            saved_by: record.saved_by,
+        });
+        for i in 0..pod.containers.len() {
+            let Some(r) = record
+                .containers
+                .iter()
+                .find(|r| r.name == pod.containers[i].name)
+            else {
+                continue;
+            };
+            let bad = |message: String| ResumeError {
+                container: r.name.clone(),
+                message,
+            };
+            let waiting = initial_waiting(&pod.plan, i);
+            let c = &mut pod.containers[i];
+            c.restart_count = r.restart_count;
+            c.instance = r.instance;
+            c.stage = r.stage;
+            c.judgement = Judgement {
+                disabled_at: r.disabled_at,
+                verdict: r.verdict,
+            };
+            c.ever_started = r.ever_started;
+            if let Some((delay, at)) = r.backoff {
+                c.backoff =
+                    Backoff::restore(Duration::from_millis(delay), Instant::from_millis(at));
+            }
+            c.window = RestartWindow::from_times(r.window.iter().map(|t| Instant::from_millis(*t)));
+            let last = r.last.as_ref().map(exit_state).transpose().map_err(bad)?;
+            match (&r.state, r.next) {
+                (StateRecord::Running(since), _) => {
+                    c.last_state = Some(ContainerState::Terminated {
+                        exit_code: 137,
+                        signal: None,
+                        reason: TerminatedReason::ContainerStatusUnknown,
+                        message: Some(
+                            "The container could not be located when podvisor resumed the pod: \
+                             it was running when the previous run ended"
+                                .into(),
+                        ),
+                        started_at: Some(Instant::from_millis(*since)),
+                        finished_at: saved,
+                    });
+                    c.state = waiting;
+                    c.next = Next::First;
+                }
+                (StateRecord::Waiting, NextRecord::First) => {
+                    c.last_state = last;
+                    c.state = waiting;
+                    c.next = Next::First;
+                }
+                (StateRecord::Waiting, NextRecord::Policy) => match last {
+                    // Waiting to restart: its last exit is its state again, as after a stop;
+                    // reconciling puts it back in CrashLoopBackOff (or restarts it).
+                    Some(exit) => {
+                        c.state = exit;
+                        c.next = Next::ByPolicy;
+                    }
+                    None => {
+                        c.state = waiting;
+                        c.next = Next::First;
+                    }
+                },
+                (StateRecord::Terminated(e), _) => {
+                    c.state = exit_state(e).map_err(bad)?;
+                    c.last_state = last;
+                    c.next = Next::ByPolicy;
+                }
+            }
+        }
+        Ok(pod)
+    }
+
+    /// The `Resumed` event, once, when the resumed pod is admitted.
+    pub(super) fn resumed_event(&mut self, now: Instant) -> Option<Effect> {
+        let r = self.resumed.take()?;
+        let counts: Vec<String> = self
+            .containers
+            .iter()
+            .map(|c| match c.stage {
+                Some(s) => format!("{} {} (stage {s})", c.name, c.restart_count),
+                None => format!("{} {}", c.name, c.restart_count),
+            })
+            .collect();
+        let message = format!(
+            "Took up the state saved {} ago by podvisor (pid {}): restart counts {}; whole-pod \
+             restarts {}",
+            format_duration(Duration::from_millis(ms(now.saturating_since(r.saved)))),
+            r.saved_by,
+            counts.join(", "),
+            self.pod_restarts
+        );
+        Some(self.pod_event(EventType::Normal, "Resumed", message))
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+fn at_ms(at: Instant) -> u64 {
+    ms(at.since_origin())
+}
+
+/// A terminated state as an exit; `None` for the others.
+fn exit_record(s: &ContainerState) -> Option<ExitRecord> {
+    Some(match s {
+        ContainerState::Terminated {
+            exit_code,
+            signal,
+            reason,
+            message,
+            started_at,
+            finished_at,
+        } => ExitRecord {
+            exit_code: *exit_code,
+            signal: *signal,
+            reason: reason.as_str().into(),
+            message: message.clone(),
+            started: started_at.map(at_ms),
+            finished: at_ms(*finished_at),
+        },
+        _ => return None,
+    })
+}
+
+fn exit_state(e: &ExitRecord) -> Result<ContainerState, String> {
+    let reason = TerminatedReason::parse(&e.reason)
+        .ok_or_else(|| format!("{:?} is not a reason a container terminates with", e.reason))?;
+    Ok(ContainerState::Terminated {
+        exit_code: e.exit_code,
+        signal: e.signal,
+        reason,
+        message: e.message.clone(),
+        started_at: e.started.map(Instant::from_millis),
+        finished_at: Instant::from_millis(e.finished),
+    })
+}

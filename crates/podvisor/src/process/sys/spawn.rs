@@ -1,0 +1,468 @@
+//! Spawning: what the child does between clone and exec, prepared before the clone.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Mutex, OnceLock};
+
+use super::{c_string, SigAction, SigSet};
+
+/// What the child does between fork and exec.
+#[derive(Debug, Clone)]
+pub enum ChildSetup {
+    /// tini: a new process group that takes the terminal's foreground, if there is a terminal.
+    ProcessGroup,
+    /// dumb-init: a new session that adopts stdin's terminal as its controlling terminal.
+    Session,
+    /// A container of `podvisor run`: a new session (so its whole process group can be
+    /// signalled), stdin from /dev/null, stdout and stderr to the given descriptors, its own
+    /// working directory and environment.
+    Container(ContainerIo),
+}
+
+/// Descriptors and environment of a container's process.
+#[derive(Debug, Clone)]
+pub struct ContainerIo {
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    pub working_dir: Option<std::path::PathBuf>,
+    /// The whole environment, `NAME=value`.
+    pub env: Vec<OsString>,
+    /// Volumes: bind mounts in a private mount namespace of the process (root only).
+    pub mounts: Vec<BindMount>,
+    /// Join this mount namespace instead (an exec probe or hook in its container).
+    pub join_mounts: Option<RawFd>,
+}
+
+/// `source` bound at `target`, read-only or not.
+#[derive(Debug, Clone)]
+pub struct BindMount {
+    pub source: std::path::PathBuf,
+    pub target: std::path::PathBuf,
+    pub read_only: bool,
+}
+
+/// A bind mount as the child reads it.
+struct MountSpec {
+    source: *const libc::c_char,
+    target: *const libc::c_char,
+    read_only: bool,
+}
+
+/// The state to give back to the child before exec.
+#[derive(Debug, Clone)]
+pub struct Inherited {
+    pub mask: SigSet,
+    pub actions: Vec<SigAction>,
+}
+
+/// Spawns `argv` (PATH lookup as execvp) and returns its pid. An exec failure comes back as
+/// the `io::Error` of execvp, for the caller to map to 127 / 126 or a StartError.
+///
+/// The child is made with `clone(CLONE_VM | CLONE_VFORK)`, as glibc's posix_spawn does, but
+/// without posix_spawn's reset of all 64 signal handlers (we install none): the caller is
+/// suspended until the child has exec'd, nothing of its memory is copied, and an exec error is
+/// simply read back. This is what keeps `init -- true` as fast as tini's fork.
+///
+/// The child is reaped by the caller's reaper (`reap_one`), never waited for here.
+pub fn spawn(argv: &[OsString], setup: ChildSetup, inherited: &Inherited) -> io::Result<i32> {
+    spawn_with_terminal(argv, setup, inherited).map(|(pid, _)| pid)
+}
+
+/// Low descriptors kept for a container process's stdin (/dev/null), stdout, stderr and mount
+/// namespace. Its child shares our descriptor table at clone (`CLONE_FILES`) and, first thing,
+/// takes a copy of only the descriptors up to these (`close_range(CLOSE_RANGE_UNSHARE)`), so
+/// that neither the clone nor the exec copies or closes all of ours: with a thousand
+/// containers, that is thousands of descriptors each time. Between spawns the kept ones hold
+/// /dev/null.
+#[derive(Debug, Clone, Copy)]
+struct LowFds {
+    stdin: RawFd,
+    stdout: RawFd,
+    stderr: RawFd,
+    mounts: RawFd,
+}
+
+static LOW_FDS: Mutex<Option<LowFds>> = Mutex::new(None);
+
+/// Reserves the low descriptors container processes are started through (see `LowFds`); call
+/// it early, while few descriptors are open. Without `close_range` (Linux < 5.9) nothing is
+/// reserved and every spawn copies the whole table, as before.
+pub fn reserve_low_fds() -> io::Result<()> {
+    let mut slot = LOW_FDS.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.is_some() {
+        return Ok(());
+    }
+    // SAFETY: an empty range closes nothing; it only tells whether the call exists.
+    let probe = unsafe { libc::syscall(libc::SYS_close_range, u32::MAX, u32::MAX, 0) };
+    if probe == -1 {
+        return Ok(());
+    }
+    let open = || -> io::Result<RawFd> {
+        let file = std::fs::File::open("/dev/null")?;
+        Ok(std::os::fd::IntoRawFd::into_raw_fd(file))
+    };
+    *slot = Some(LowFds {
+        stdin: open()?,
+        stdout: open()?,
+        stderr: open()?,
+        mounts: open()?,
+    });
+    Ok(())
+}
+
+/// `dup3(from, to, O_CLOEXEC)`.
+fn dup_onto(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: dup3 on descriptors we hold; `to` is one of our reserved ones.
+    if unsafe { libc::dup3(from, to, libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// /dev/null, opened once (close-on-exec): the stdin of every container process.
+fn dev_null() -> io::Result<RawFd> {
+    static DEV_NULL: OnceLock<std::fs::File> = OnceLock::new();
+    if let Some(f) = DEV_NULL.get() {
+        return Ok(f.as_raw_fd());
+    }
+    let file = std::fs::File::open("/dev/null")?;
+    Ok(DEV_NULL.get_or_init(|| file).as_raw_fd())
+}
+
+/// Points the kept descriptors back at /dev/null, so that they hold no pipe open.
+fn reset_low_fds(low: &LowFds, used: &[RawFd]) {
+    for &fd in used {
+        let _ = dup_onto(low.stdin, fd);
+    }
+}
+
+/// As `spawn`; with `ChildSetup::Session` it also says why the child could not take stdin's
+/// terminal as its controlling terminal, if it could not (dumb-init reports it).
+pub fn spawn_with_terminal(
+    argv: &[OsString],
+    setup: ChildSetup,
+    inherited: &Inherited,
+) -> io::Result<(i32, Option<io::Error>)> {
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| c_string(a.as_bytes()))
+        .collect::<io::Result<_>>()?;
+    if args.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
+    }
+    let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+
+    // Everything the child needs is prepared here, before the clone: the child allocates
+    // nothing.
+    let mut env_strings: Vec<CString> = Vec::new();
+    let mut env_ptrs: Vec<*const libc::c_char> = Vec::new();
+    let mut cwd: Option<CString> = None;
+    let mut stdin: RawFd = -1;
+    let mut io_fds = None;
+    let mut mount_strings: Vec<(CString, CString, bool)> = Vec::new();
+    let mut join_mounts: RawFd = -1;
+    let mode = match &setup {
+        ChildSetup::ProcessGroup => Mode::ProcessGroup,
+        ChildSetup::Session => Mode::TerminalSession,
+        ChildSetup::Container(io) => {
+            env_strings = io
+                .env
+                .iter()
+                .map(|e| c_string(e.as_bytes()))
+                .collect::<io::Result<_>>()?;
+            env_ptrs = env_strings.iter().map(|e| e.as_ptr()).collect();
+            env_ptrs.push(std::ptr::null());
+            cwd = io
+                .working_dir
+                .as_ref()
+                .map(|d| c_string(d.as_os_str().as_bytes()))
+                .transpose()?;
+            // Opened with O_CLOEXEC: only the dup2'd copy reaches the program.
+            stdin = dev_null()?;
+            io_fds = Some((io.stdout, io.stderr));
+            mount_strings = io
+                .mounts
+                .iter()
+                .map(|m| {
+                    Ok((
+                        c_string(m.source.as_os_str().as_bytes())?,
+                        c_string(m.target.as_os_str().as_bytes())?,
+                        m.read_only,
+                    ))
+                })
+                .collect::<io::Result<_>>()?;
+            join_mounts = io.join_mounts.unwrap_or(-1);
+            Mode::Container
+        }
+    };
+    let mounts: Vec<MountSpec> = mount_strings
+        .iter()
+        .map(|(s, t, ro)| MountSpec {
+            source: s.as_ptr(),
+            target: t.as_ptr(),
+            read_only: *ro,
+        })
+        .collect();
+    let mut plan = ChildPlan {
+        mounts: mounts.as_ptr(),
+        mount_count: mounts.len(),
+        join_mounts,
+        argv: argv_ptrs.as_ptr(),
+        mode,
+        // SAFETY: isatty only inspects the descriptor.
+        on_terminal: mode == Mode::ProcessGroup && unsafe { libc::isatty(libc::STDIN_FILENO) == 1 },
+        mask: inherited.mask.0,
+        actions: inherited.actions.as_ptr(),
+        action_count: inherited.actions.len(),
+        envp: if env_ptrs.is_empty() {
+            std::ptr::null()
+        } else {
+            env_ptrs.as_ptr()
+        },
+        cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        stdin,
+        stdout: io_fds.map_or(-1, |f| f.0),
+        stderr: io_fds.map_or(-1, |f| f.1),
+        unshare_above: 0,
+        errno: 0,
+        tty_errno: 0,
+    };
+    // Container processes go through the reserved low descriptors, when there are some.
+    let low_guard = LOW_FDS.lock().unwrap_or_else(|e| e.into_inner());
+    let low = if mode == Mode::Container {
+        *low_guard
+    } else {
+        None
+    };
+    // Which kept descriptors hold something else than /dev/null until the child has exec'd.
+    let mut used: Vec<RawFd> = Vec::new();
+    if let Some(low) = low {
+        let mut placed = || {
+            used.push(low.stdout);
+            dup_onto(plan.stdout, low.stdout)?;
+            if plan.stderr != plan.stdout {
+                used.push(low.stderr);
+                dup_onto(plan.stderr, low.stderr)?;
+            }
+            if plan.join_mounts >= 0 {
+                used.push(low.mounts);
+                dup_onto(plan.join_mounts, low.mounts)?;
+            }
+            Ok::<(), io::Error>(())
+        };
+        if let Err(e) = placed() {
+            reset_low_fds(&low, &used);
+            return Err(e);
+        }
+        plan.stdin = low.stdin;
+        plan.stderr = if plan.stderr == plan.stdout {
+            low.stdout
+        } else {
+            low.stderr
+        };
+        plan.stdout = low.stdout;
+        if plan.join_mounts >= 0 {
+            plan.join_mounts = low.mounts;
+        }
+        let highest = low.stdin.max(low.stdout).max(low.stderr).max(low.mounts);
+        plan.unshare_above = highest + 1;
+    }
+    // The child's stack: execvp's PATH search and script fallback use a few KiB of it. Left
+    // uninitialised (nothing reads it before the child writes it) and under malloc's mmap
+    // threshold, so that only the pages the child touches are ever faulted in.
+    let mut stack: Vec<u8> = Vec::with_capacity(64 * 1024);
+    // SAFETY: the stack grows down from its 16-byte aligned top, inside the allocation.
+    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
+    let top = (top as usize & !15) as *mut libc::c_void;
+    let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    if plan.unshare_above > 0 {
+        flags |= libc::CLONE_FILES;
+    }
+    // SAFETY: with CLONE_VFORK this thread is suspended until the child execs or exits, so the
+    // child has sole use of `plan` and everything it points to (`args`, `argv_ptrs`,
+    // `env_strings`, `env_ptrs`, `cwd`, `stack`), which all outlive the call. The
+    // child runs `child_main` only, which makes plain syscalls and execvp/execvpe (no
+    // allocation, no lock) and never returns into our frames. Every signal is still blocked in
+    // the child (our mask is inherited) and we install no handlers, so nothing can run on its
+    // behalf while it shares our memory. With CLONE_FILES it shares our descriptor table too,
+    // and its first step is to take its own copy (of the kept low descriptors only), before
+    // it touches any descriptor.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top,
+            flags,
+            &mut plan as *mut ChildPlan as *mut libc::c_void,
+        )
+    };
+    let clone_error = (pid == -1).then(io::Error::last_os_error);
+    // The child has exec'd or exited: the kept descriptors let go of its pipes again.
+    if let Some(low) = low {
+        reset_low_fds(&low, &used);
+    }
+    drop(low_guard);
+    if let Some(e) = clone_error {
+        return Err(e);
+    }
+    if plan.errno != 0 {
+        // The child has exited (127). Reap it here: nobody else knows its pid.
+        let mut status = 0;
+        // SAFETY: waiting for our own, already exited child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(io::Error::from_raw_os_error(plan.errno));
+    }
+    drop((stack, env_strings, cwd, mounts, mount_strings));
+    let terminal = (plan.tty_errno != 0).then(|| io::Error::from_raw_os_error(plan.tty_errno));
+    Ok((pid, terminal))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    ProcessGroup,
+    TerminalSession,
+    Container,
+}
+
+/// What the vfork-style child needs, prepared by the parent before the clone.
+struct ChildPlan {
+    mounts: *const MountSpec,
+    mount_count: usize,
+    /// A mount namespace to join (-1: none).
+    join_mounts: RawFd,
+    argv: *const *const libc::c_char,
+    mode: Mode,
+    on_terminal: bool,
+    mask: libc::sigset_t,
+    actions: *const SigAction,
+    action_count: usize,
+    /// The environment to exec with; null: inherit ours.
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    stdin: RawFd,
+    stdout: RawFd,
+    stderr: RawFd,
+    /// When > 0, the child shares our descriptor table and first unshares it, keeping only
+    /// the descriptors below this one.
+    unshare_above: RawFd,
+    /// Set by the child when a step fails: the errno of that step.
+    errno: libc::c_int,
+    /// Set by the child when it could not take the terminal (TerminalSession): not fatal.
+    tty_errno: libc::c_int,
+}
+
+/// The child between clone and exec. It shares podvisor's memory, so it only reads `plan`,
+/// writes `plan.errno` and `plan.tty_errno`, and leaves by exec or `_exit`.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildPlan` the suspended parent handed to clone.
+    let plan = unsafe { &mut *(arg as *mut ChildPlan) };
+    let fail = |plan: &mut ChildPlan| -> ! {
+        // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
+        unsafe {
+            plan.errno = *libc::__errno_location();
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: plain syscalls on our own process; pointers come from the parent's live data.
+    unsafe {
+        match plan.mode {
+            Mode::TerminalSession => {
+                // dumb-init: a new session, which adopts stdin's terminal if there is one that
+                // is free; failing that is normal, as for dumb-init.
+                if libc::setsid() == -1 {
+                    fail(plan);
+                }
+                if libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) == -1 {
+                    plan.tty_errno = *libc::__errno_location();
+                }
+            }
+            Mode::ProcessGroup => {
+                // tini: a new process group that takes the terminal's foreground, so that
+                // Ctrl-C reaches the child. Legal from a background group: SIGTTOU is blocked.
+                if libc::setpgid(0, 0) == -1 {
+                    fail(plan);
+                }
+                if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
+                    let errno = *libc::__errno_location();
+                    if errno != libc::ENOTTY && errno != libc::ENXIO {
+                        fail(plan);
+                    }
+                }
+            }
+            Mode::Container => {
+                if plan.unshare_above > 0 {
+                    let first = plan.unshare_above as libc::c_uint;
+                    let unshare = libc::CLOSE_RANGE_UNSHARE;
+                    if libc::syscall(libc::SYS_close_range, first, u32::MAX, unshare) == -1 {
+                        fail(plan);
+                    }
+                }
+                if libc::setsid() == -1 {
+                    fail(plan);
+                }
+                // If podvisor itself is killed outright, the container's main process goes too
+                // (its group is killed with it by podvisor only while podvisor lives).
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+                    fail(plan);
+                }
+                if plan.join_mounts >= 0 {
+                    if libc::setns(plan.join_mounts, libc::CLONE_NEWNS) == -1 {
+                        fail(plan);
+                    }
+                } else if plan.mount_count > 0 {
+                    // Volumes: a mount namespace of its own, not propagating back to the host.
+                    if libc::unshare(libc::CLONE_NEWNS) == -1 {
+                        fail(plan);
+                    }
+                    let root = c"/".as_ptr();
+                    let none = std::ptr::null();
+                    let private = libc::MS_REC | libc::MS_PRIVATE;
+                    if libc::mount(none, root, none, private, std::ptr::null()) == -1 {
+                        fail(plan);
+                    }
+                    for i in 0..plan.mount_count {
+                        let m = &*plan.mounts.add(i);
+                        let bind = libc::MS_BIND | libc::MS_REC;
+                        if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
+                            fail(plan);
+                        }
+                        if m.read_only {
+                            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+                            if libc::mount(none, m.target, none, ro, std::ptr::null()) == -1 {
+                                fail(plan);
+                            }
+                        }
+                    }
+                }
+                for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
+                    if libc::dup2(from, to) == -1 {
+                        fail(plan);
+                    }
+                }
+                if !plan.cwd.is_null() && libc::chdir(plan.cwd) == -1 {
+                    fail(plan);
+                }
+            }
+        }
+        for i in 0..plan.action_count {
+            let saved = &*plan.actions.add(i);
+            if libc::sigaction(saved.signal, &saved.action, std::ptr::null_mut()) == -1 {
+                fail(plan);
+            }
+        }
+        // Last, so that no signal is delivered before exec.
+        let ret = libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
+        if ret != 0 {
+            *libc::__errno_location() = ret;
+            fail(plan);
+        }
+        if plan.envp.is_null() {
+            libc::execvp(*plan.argv, plan.argv);
+        } else {
+            libc::execvpe(*plan.argv, plan.argv, plan.envp);
+        }
+        fail(plan)
+    }
+}

@@ -1,0 +1,159 @@
+//! Answers to the status API and metrics scrapes, and what follows a change the API shows
+//! (condition transition times, status watchers).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::SystemTime;
+
+use podvisor_core::clock::Instant;
+use podvisor_core::lifecycle::{Input, InstanceId, Kind};
+
+use super::Supervisor;
+use crate::api::metrics::{render, ContainerSample};
+use crate::api::status::pod_json;
+use crate::api::Request;
+
+impl Supervisor {
+    /// Answers an API request.
+    pub(super) fn serve(&mut self, slot: usize, request: Request) -> io::Result<()> {
+        match request {
+            Request::Status => {
+                let body = format!("{}\n", self.status_json());
+                self.api.reply(slot, 200, &body, &self.epoll);
+            }
+            Request::WatchStatus => {
+                let line = self.status_json();
+                self.api.seen_status(&line);
+                self.api
+                    .watch(slot, false, &format!("{line}\n"), &self.epoll);
+            }
+            Request::Events => {
+                let body = self.api.recent_events();
+                self.api.reply(slot, 200, &body, &self.epoll);
+            }
+            Request::WatchEvents => {
+                let first = self.api.recent_events();
+                self.api.watch(slot, true, &first, &self.epoll);
+            }
+            Request::Stop => {
+                self.api
+                    .reply(slot, 202, "{\"stopping\":true}\n", &self.epoll);
+                if !self.stopped {
+                    self.stopped = true;
+                    self.save_if_changed();
+                    self.feed(Input::Stop)?;
+                }
+            }
+            Request::Metrics => {
+                let text = self.metrics_text();
+                self.api.reply(slot, 200, &text, &self.epoll);
+            }
+            Request::RestartPod => {
+                if self.stopped || self.pod.phase().is_terminal() {
+                    self.api
+                        .reply(slot, 409, "the pod is stopping\n", &self.epoll);
+                } else {
+                    self.api
+                        .reply(slot, 202, "{\"restarting\":\"pod\"}\n", &self.epoll);
+                    self.feed(Input::RestartPod)?;
+                }
+            }
+            Request::RestartContainer(name) => {
+                let found = self.pod.containers().iter().position(|c| c.name == name);
+                match found {
+                    None => {
+                        let names: Vec<&str> = self
+                            .pod
+                            .containers()
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect();
+                        let msg = format!(
+                            "no container {name:?} in pod {}; its containers: {}\n",
+                            self.info.name,
+                            names.join(", ")
+                        );
+                        self.api.reply(slot, 404, &msg, &self.epoll);
+                    }
+                    Some(_) if self.stopped || self.pod.phase().is_terminal() => {
+                        self.api
+                            .reply(slot, 409, "the pod is stopping\n", &self.epoll);
+                    }
+                    Some(i) if self.plan.pod.containers[i].kind == Kind::Init => {
+                        let msg = format!(
+                            "{name} is an init container: it runs once per pod start; restart the whole pod (podvisor restart) to run it again\n"
+                        );
+                        self.api.reply(slot, 409, &msg, &self.epoll);
+                    }
+                    Some(i) => {
+                        let body = format!("{}\n", serde_json::json!({"restarting": name}));
+                        self.api.reply(slot, 202, &body, &self.epoll);
+                        self.feed(Input::RestartContainer(i))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn metrics_text(&self) -> String {
+        let samples: Vec<ContainerSample<'_>> = self
+            .pod
+            .containers()
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ContainerSample {
+                name: &c.name,
+                restarts: c.restart_count,
+                pgid: self
+                    .groups
+                    .get(&InstanceId {
+                        container: i,
+                        instance: c.instance,
+                    })
+                    .copied(),
+                stage: c.stage,
+                verdict: c.judgement.verdict,
+            })
+            .collect();
+        render(
+            &self.info.name,
+            &self.info.namespace,
+            &self.counters,
+            self.pod.pod_restarts(),
+            &samples,
+        )
+    }
+
+    /// The pod as a v1 Pod object, on one line.
+    pub(super) fn status_json(&self) -> String {
+        // The clock is anchored to the epoch.
+        let wall = move |t: Instant| SystemTime::UNIX_EPOCH + t.since_origin();
+        let times: BTreeMap<&'static str, SystemTime> = self
+            .condition_times
+            .iter()
+            .map(|(k, (_, t))| (*k, *t))
+            .collect();
+        let pids = &self.instance_pids;
+        let id = |i: usize, n: u32| pids.get(&(i, n)).map(|p| format!("podvisor://{p}"));
+        pod_json(&self.pod, &self.info, &wall, &times, &id).to_string()
+    }
+
+    /// After a step with events: condition transition times, and the status watchers.
+    pub(super) fn after_changes(&mut self) {
+        let now = SystemTime::now();
+        for c in self.pod.conditions() {
+            let entry = self
+                .condition_times
+                .entry(c.kind)
+                .or_insert((c.status, now));
+            if entry.0 != c.status {
+                *entry = (c.status, now);
+            }
+        }
+        if self.api.status_watched() {
+            let line = self.status_json();
+            self.api.status(line, &self.epoll);
+        }
+    }
+}

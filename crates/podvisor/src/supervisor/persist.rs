@@ -1,0 +1,208 @@
+//! The run's saved record: taken up when `run` starts on a state dir that has one (after a
+//! kill -9, a crash or a reboot), and written whenever something it holds changes.
+//!
+//! A record is written at most once per turn of the loop (after every input of that turn has
+//! been fed), before the loop sleeps again, so a crash-looping pod of many containers pays
+//! one write for the exits that arrive together. Once a stop has been asked for, the record is
+//! left as the stop found it: a run that was stopped is taken up again like one that died,
+//! with the containers that were running started again. A pod that ended by itself
+//! (Succeeded, Failed, GaveUp) is marked so, and the next run on the state dir is a new pod.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use podvisor_core::lifecycle::{Event, EventType, InstanceId, Pod};
+use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
+use podvisor_core::spec::plan::RunPlan;
+
+use super::Supervisor;
+use crate::api::status::PodInfo;
+use crate::state::processes::{boot_id, kill_leftovers};
+use crate::state::{StateError, StateFile, RESET_REMEDY};
+
+/// The state file of `podvisor run`, in its state dir.
+pub const STATE_FILE: &str = "podvisor.state";
+
+/// How long to wait for the processes a dead run left to go after SIGKILL.
+const LEFTOVER_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The pod this run starts with, and what happened on the way.
+#[derive(Debug)]
+pub struct TakenUp {
+    pub pod: Pod,
+    /// A record was taken up (emptyDir volumes are kept, as for a pod that never stopped).
+    pub resumed: bool,
+    /// Events to announce before the pod starts (leftovers killed, a refused file set aside).
+    pub notes: Vec<Event>,
+}
+
+/// Reads the state file and makes the pod: afresh, or taken up from the record. Processes of
+/// the previous run still alive are killed first. A record that cannot be used is refused,
+/// unless `reset` says to set it aside and start from zero.
+pub fn take_up(
+    state: &StateFile,
+    plan: &RunPlan,
+    info: &mut PodInfo,
+    reset: bool,
+) -> Result<TakenUp, StateError> {
+    let mut notes = Vec::new();
+    let path = state.path().display().to_string();
+    let set_aside = |state: &StateFile, notes: &mut Vec<Event>, why: String| {
+        let aside = state.set_aside()?;
+        notes.push(pod_note(
+            EventType::Warning,
+            "StateReset",
+            format!(
+                "--reset-state: the saved state was not used ({why}); it was moved to {} and the pod starts from zero",
+                aside.display()
+            ),
+        ));
+        Ok::<(), StateError>(())
+    };
+    let record = match state.read()? {
+        None => None,
+        Some(text) => match PodRecord::decode(&text) {
+            Ok(r) => Some(r),
+            Err(e) if reset => {
+                set_aside(state, &mut notes, e.to_string())?;
+                None
+            }
+            Err(e) => return Err(state.refused(e)),
+        },
+    };
+    let name = format!("{}/{}", plan.namespace, plan.pod.name);
+    let record = match record {
+        Some(r) if r.pod != name => {
+            let why = format!("it holds the state of pod {}, not of {name}", r.pod);
+            if !reset {
+                return Err(StateError::Mismatch {
+                    path,
+                    message: why,
+                    remedy: RESET_REMEDY,
+                });
+            }
+            set_aside(state, &mut notes, why)?;
+            None
+        }
+        // A pod that ended by itself is over: this run is a new pod.
+        Some(r) if r.ended.is_some() => None,
+        other => other,
+    };
+    let Some(record) = record else {
+        return Ok(TakenUp {
+            pod: Pod::new(plan.pod.clone()),
+            resumed: false,
+            notes,
+        });
+    };
+    if record.boot == boot_id() {
+        for c in &record.containers {
+            let Some(p) = c.process else { continue };
+            let n = kill_leftovers(&[(p.pid, p.start_ticks)], LEFTOVER_PATIENCE);
+            if n > 0 {
+                notes.push(Event {
+                    kind: EventType::Warning,
+                    reason: "Killing".into(),
+                    object: c.name.clone(),
+                    message: format!(
+                        "Killed {n} process(es) of container {} left running by the previous run (process group {})",
+                        c.name, p.pid
+                    ),
+                    exit_code: None,
+                    restart_count: Some(c.restart_count),
+                    stage: c.stage,
+                });
+            }
+        }
+    }
+    let pod = Pod::resume(plan.pod.clone(), &record).map_err(|e| StateError::Mismatch {
+        path,
+        message: e.to_string(),
+        remedy: RESET_REMEDY,
+    })?;
+    // The same pod goes on: its UID and creation time are the record's.
+    info.uid = record.uid.clone();
+    info.created = UNIX_EPOCH + Duration::from_millis(record.created);
+    Ok(TakenUp {
+        pod,
+        resumed: true,
+        notes,
+    })
+}
+
+fn pod_note(kind: EventType, reason: &str, message: String) -> Event {
+    Event {
+        kind,
+        reason: reason.into(),
+        object: "pod".into(),
+        message,
+        exit_code: None,
+        restart_count: None,
+        stage: None,
+    }
+}
+
+impl Supervisor {
+    /// Writes the record if something in it changed (and no stop was asked for). A failed
+    /// write is reported once per failure streak and tried again at the next change.
+    pub(super) fn save_if_changed(&mut self) {
+        if !self.pod.take_changed() || self.pod.stop_requested() {
+            return;
+        }
+        let began = std::time::Instant::now();
+        let result = self.save();
+        self.counters.state_write(began.elapsed());
+        match result {
+            Ok(()) => self.save_failing = false,
+            Err(e) => {
+                // Keep it marked so that the next turn tries again.
+                self.pod.mark_changed();
+                if !self.save_failing {
+                    self.save_failing = true;
+                    let note = pod_note(
+                        EventType::Warning,
+                        "StateNotSaved",
+                        format!("{e}: restart counts and stages will be lost if podvisor dies now"),
+                    );
+                    let line = self.events.emit(SystemTime::now(), &note);
+                    self.api.event(line, &self.epoll);
+                }
+            }
+        }
+    }
+
+    /// Writes the record now.
+    pub(super) fn save(&mut self) -> Result<(), StateError> {
+        let mut r = PodRecord {
+            pod: format!("{}/{}", self.plan.namespace, self.plan.pod.name),
+            uid: self.info.uid.clone(),
+            created: millis(self.info.created),
+            saved: millis(SystemTime::now()),
+            saved_by: std::process::id(),
+            boot: self.boot.clone(),
+            pod_restarts: 0,
+            ended: None,
+            containers: Vec::new(),
+        };
+        self.pod.record_into(&mut r);
+        for (i, c) in r.containers.iter_mut().enumerate() {
+            if let StateRecord::Running(_) = c.state {
+                let id = InstanceId {
+                    container: i,
+                    instance: c.instance,
+                };
+                c.process = self.processes.get(&id).copied();
+            }
+        }
+        self.state.write(&r.encode())
+    }
+}
+
+/// Where a process started, for the record.
+pub fn process_record(pid: i32) -> Option<ProcessRecord> {
+    crate::state::processes::start_ticks(pid).map(|start_ticks| ProcessRecord { pid, start_ticks })
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,235 @@
+//! Starting container instances, exec probes and hooks.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+use podvisor_core::clock::Clock;
+use podvisor_core::lifecycle::{Event, EventType, Input, InstanceId, LOG_TAIL_LINES};
+use podvisor_core::probe::Outcome as ProbeOutcome;
+use podvisor_core::probe::ProbeKind;
+use podvisor_core::stage::Stage;
+
+use super::logs::{tail_text, LogFile, LogStream};
+use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
+use crate::probe::{Done, ExecContext, Owner};
+use crate::process::sys::{self, ChildSetup, ContainerIo, EV_READ};
+
+impl Supervisor {
+    /// Starts a probe attempt or hook; the input to feed when it ended at once.
+    pub(super) fn start_task(
+        &mut self,
+        owner: Owner,
+        handler: podvisor_core::spec::plan::Handler,
+        timeout: Option<std::time::Duration>,
+    ) -> Option<Input> {
+        let i = owner.instance().container;
+        let ctx = ExecContext {
+            env: &self.envs[i],
+            working_dir: self.plan.exec[i].working_dir.as_ref().map(PathBuf::from),
+            inherited: &self.inherited,
+            mounts: self.mount_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
+        };
+        let now = self.clock.now();
+        match self
+            .tasks
+            .start(owner, &handler, timeout, now, &ctx, &self.epoll, TOKEN_TASK)
+        {
+            Ok(Some((pid, slot))) => {
+                self.pids.insert(pid, PidOwner::Task(slot));
+                None
+            }
+            Ok(None) => None,
+            Err(done) => self.task_finished(done),
+        }
+    }
+
+    /// Starts an attempt of a probe of a running instance.
+    pub(super) fn start_probe(&mut self, id: InstanceId, kind: ProbeKind) -> Option<Input> {
+        let handler = self.plan.exec[id.container].probe(kind)?.clone();
+        let timeout = self.plan.pod.containers[id.container]
+            .probes
+            .get(kind)
+            .map(|p| p.timing.timeout);
+        self.start_task(Owner::Probe(id, kind), handler, timeout)
+    }
+
+    /// A probe or hook task ended: the input that reports it, or none yet when an attempt that
+    /// *errored* (could not run at all) is tried again. As the kubelet's `runProbeWithRetries`
+    /// (pkg/kubelet/prober/prober.go): up to `PROBE_TRIES` tries in one attempt, at once.
+    pub(super) fn task_finished(&mut self, (owner, outcome, took): Done) -> Option<Input> {
+        let (id, kind) = match owner {
+            Owner::Hook(id, hook) => return Some(Input::HookDone(id, hook, hook_result(outcome))),
+            Owner::Probe(id, kind) => (id, kind),
+        };
+        let name = &self.plan.pod.containers[id.container].name;
+        if let ProbeOutcome::Error(_) = outcome {
+            self.counters.probe_error(name, kind);
+            let tries = self.probe_tries.entry((id, kind)).or_insert(0);
+            *tries += 1;
+            if *tries < PROBE_TRIES {
+                return self.start_probe(id, kind);
+            }
+        }
+        self.probe_tries.remove(&(id, kind));
+        if self.metrics.is_some() {
+            self.counters.probe(name, kind, &outcome, took);
+        }
+        Some(Input::Probed(id, kind, outcome))
+    }
+
+    /// Starts an instance, its environment made for its stage; returns the input that reports
+    /// how it went.
+    pub(super) fn spawn(&mut self, id: InstanceId, stage: Option<Stage>) -> io::Result<Input> {
+        let mut vars = self.base_envs[id.container].clone();
+        if let (Some(stage), Some(staging)) = (stage, self.plan.pod.staging) {
+            self.plan
+                .staged_env
+                .apply(stage, staging.policy.logging, &mut vars);
+        }
+        // Probes and hooks of this instance see what it sees.
+        self.envs[id.container] = os_env(&vars);
+        let exec = &self.plan.exec[id.container];
+        let name = &self.plan.pod.containers[id.container].name;
+        let dir = self.state_dir.join("logs").join(name);
+        std::fs::create_dir_all(&dir)?;
+        let log_path = dir.join(format!("{}.log", id.instance));
+        let (out_read, out_write) = sys::pipe()?;
+        let (err_read, err_write) = sys::pipe()?;
+        let mounts = match self.volumes.mounts_for(exec) {
+            Ok(m) => m,
+            Err(why) => return Ok(Input::StartFailed(id, why)),
+        };
+        let io = ContainerIo {
+            stdout: out_write.as_raw_fd(),
+            stderr: err_write.as_raw_fd(),
+            working_dir: exec.working_dir.as_ref().map(PathBuf::from),
+            env: self.envs[id.container].clone(),
+            join_mounts: None,
+            mounts,
+        };
+        let has_mounts = !io.mounts.is_empty();
+        let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
+        let result = sys::spawn(&argv, ChildSetup::Container(io), &self.inherited);
+        // Our copies of the write ends must go, or the pipes never reach end-of-file.
+        drop((out_write, err_write));
+        match result {
+            Ok(pid) => {
+                let file = LogFile::create(log_path, self.log_limits)?;
+                let out = LogStream::new(id, out_read, "stdout", file.clone());
+                self.add_log(out)?;
+                self.add_log(LogStream::new(id, err_read, "stderr", file))?;
+                self.pids.insert(pid, PidOwner::Container(id));
+                if has_mounts {
+                    // Its probes and hooks run in its mount namespace, as `exec` in a container.
+                    if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/mnt")) {
+                        self.mount_ns.insert(id, ns);
+                    }
+                }
+                self.instance_pids.insert((id.container, id.instance), pid);
+                if let Some(p) = super::persist::process_record(pid) {
+                    self.processes.insert(id, p);
+                }
+                self.groups.insert(id, pid);
+                Ok(Input::Started(id))
+            }
+            Err(e) => {
+                let what = match e.raw_os_error() {
+                    Some(libc::ENOENT) => "executable file not found",
+                    Some(libc::EACCES) => "permission denied",
+                    _ => "cannot start it",
+                };
+                let msg = format!(
+                    "exec: {:?}: {what}: {}",
+                    exec.argv.first().cloned().unwrap_or_default(),
+                    e
+                );
+                Ok(Input::StartFailed(id, msg))
+            }
+        }
+    }
+
+    pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<()> {
+        let slot = match self.free_logs.pop() {
+            Some(s) => s,
+            None => {
+                self.logs.push(None);
+                self.logs.len() - 1
+            }
+        };
+        self.epoll.add(log.fd(), TOKEN_LOG | slot as u64, EV_READ)?;
+        self.logs[slot] = Some(log);
+        Ok(())
+    }
+}
+
+/// Tries of one probe attempt that errors (the kubelet's `maxProbeRetries`).
+const PROBE_TRIES: u32 = 3;
+
+/// A hook's result from its handler's outcome: the output of a failure says why.
+pub(super) fn hook_result(outcome: ProbeOutcome) -> Result<(), String> {
+    match outcome {
+        ProbeOutcome::Success | ProbeOutcome::Warning(_) => Ok(()),
+        ProbeOutcome::Failure(why) | ProbeOutcome::Error(why) => Err(why),
+    }
+}
+
+/// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = the
+/// pod's name), then the container's own variables, which win.
+pub(super) fn container_env(pod: &str, env: &[(String, String)]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let path = std::env::var("PATH")
+        .unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    out.push(("PATH".into(), path));
+    if let Ok(home) = std::env::var("HOME") {
+        out.push(("HOME".into(), home));
+    }
+    out.push(("HOSTNAME".into(), pod.to_string()));
+    for (k, v) in env {
+        match out.iter_mut().find(|(name, _)| name == k) {
+            Some(slot) => slot.1 = v.clone(),
+            None => out.push((k.clone(), v.clone())),
+        }
+    }
+    out
+}
+
+/// `NAME=value` strings, as execve takes them.
+pub(super) fn os_env(vars: &[(String, String)]) -> Vec<OsString> {
+    vars.iter()
+        .map(|(k, v)| OsString::from(format!("{k}={v}")))
+        .collect()
+}
+
+impl Supervisor {
+    /// The end of a Debug instance's log as an event: its streams are read to what they hold
+    /// first, so that its last lines are there.
+    pub(super) fn log_tail(&mut self, id: InstanceId) -> io::Result<Event> {
+        for slot in 0..self.logs.len() {
+            let Some(log) = self.logs[slot].as_mut().filter(|l| l.owner == id) else {
+                continue;
+            };
+            if !log.drain()? {
+                self.logs[slot] = None;
+                self.free_logs.push(slot);
+            }
+        }
+        let c = &self.pod.containers()[id.container];
+        let dir = self.state_dir.join("logs").join(&c.name);
+        let text = tail_text(&dir, id.instance, LOG_TAIL_LINES)?;
+        Ok(Event {
+            kind: EventType::Normal,
+            reason: "DebugLogTail".into(),
+            object: c.name.clone(),
+            message: if text.is_empty() {
+                format!("Container {} wrote nothing", c.name)
+            } else {
+                text
+            },
+            exit_code: None,
+            restart_count: Some(c.restart_count),
+            stage: c.stage,
+        })
+    }
+}

@@ -1,0 +1,569 @@
+//! podvisor as PID 1 of real containers under the Docker engine, each case beside the same case
+//! with `docker run --init` (tini) where it applies: `docker stop`, `docker kill`, orphans,
+//! exit codes, a terminal, podvisor's own options, and staged instrumentation across real
+//! container restarts (`docker run` again, `docker restart`, Compose's `restart: on-failure`).
+//!
+//! The images come from `scripts/build-images` with a tag of the test's own; every container,
+//! volume, Compose project and image tag a test makes is removed when it ends, also when it
+//! fails. Without a Docker engine the tests say SKIPPED.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Whether a Docker engine answers; when not, why.
+fn engine() -> Result<(), String> {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| match Command::new("docker").arg("info").output() {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+            Err(e) => Err(format!("docker: {e}")),
+        })
+        .clone()
+}
+
+macro_rules! require_docker {
+    () => {
+        if let Err(why) = engine() {
+            eprintln!("SKIPPED (no Docker engine): {why}");
+            return;
+        }
+    };
+}
+
+/// A name no other test (or test run) uses.
+fn unique(what: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "pvtest-{what}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `docker ARGS`, to completion.
+fn docker(args: &[&str]) -> Output {
+    Run::new("docker").args(args).output()
+}
+
+/// The images of one test, tagged for it, removed with it.
+struct Images {
+    tag: String,
+}
+
+impl Images {
+    fn build() -> Images {
+        let tag = unique("img");
+        let out = Run::new(root().join("scripts/build-images"))
+            .args(["--tag", &tag])
+            .output();
+        let images = Images { tag };
+        assert_eq!(out.code(), 0, "scripts/build-images: {out:?}");
+        images
+    }
+
+    /// The example app image (podvisor as its ENTRYPOINT).
+    fn app(&self) -> String {
+        format!("podvisor-app:{}", self.tag)
+    }
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rmi", "-f"])
+            .arg(format!("podvisor-app:{}", self.tag))
+            .arg(format!("podvisor:{}", self.tag))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Containers and volumes to remove at the end.
+#[derive(Default)]
+struct Cleanup {
+    containers: Vec<String>,
+    volumes: Vec<String>,
+}
+
+impl Cleanup {
+    fn container(&mut self, what: &str) -> String {
+        let name = unique(what);
+        self.containers.push(name.clone());
+        name
+    }
+
+    fn volume(&mut self, what: &str) -> String {
+        let name = unique(what);
+        self.volumes.push(name.clone());
+        name
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &self.containers {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", "-v", c])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        for v in &self.volumes {
+            let _ = Command::new("docker")
+                .args(["volume", "rm", "-f", v])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The two ways to run a command as PID 1: podvisor (the image's ENTRYPOINT) and Docker's own
+/// `--init` (tini), each as the `docker run` arguments that come before the command.
+fn inits(image: &str) -> Vec<(&'static str, Vec<String>)> {
+    vec![
+        ("podvisor", vec![image.to_string()]),
+        (
+            "docker --init",
+            vec![
+                "--init".to_string(),
+                "--entrypoint".to_string(),
+                "/bin/sh".to_string(),
+                image.to_string(),
+                "-c".to_string(),
+            ],
+        ),
+    ]
+}
+
+/// `sh -c SCRIPT` as the container's command for either init.
+fn shell(init: &(&str, Vec<String>), script: &str) -> Vec<String> {
+    let mut v = init.1.clone();
+    if init.0 == "podvisor" {
+        v.extend(["sh".to_string(), "-c".to_string()]);
+    }
+    v.push(script.to_string());
+    v
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn exit_code(name: &str) -> i32 {
+    let out = docker(&["inspect", "-f", "{{.State.ExitCode}}", name]);
+    out.stdout.trim().parse().unwrap_or(-1)
+}
+
+fn wait_exited(name: &str) {
+    wait_until(&format!("{name} to exit"), || {
+        docker(&["inspect", "-f", "{{.State.Running}}", name])
+            .stdout
+            .trim()
+            == "false"
+    });
+}
+
+fn logs(name: &str) -> String {
+    let out = docker(&["logs", name]);
+    format!("{}\n{}", out.stdout, out.stderr)
+}
+
+/// Starts `sh -c SCRIPT` detached under `init` and waits for its `ready` line.
+fn start(c: &mut Cleanup, init: &(&str, Vec<String>), script: &str) -> String {
+    let name = c.container("app");
+    let mut args = vec!["run", "-d", "--name", &name];
+    let cmd = shell(init, script);
+    args.extend(strs(&cmd));
+    let out = docker(&args);
+    assert_eq!(out.code(), 0, "{out:?}");
+    wait_until(&format!("{} ready", init.0), || {
+        logs(&name).contains("ready")
+    });
+    name
+}
+
+#[test]
+fn docker_stop_kill_and_exit_codes_as_under_tini() {
+    require_docker!();
+    let images = Images::build();
+    let mut c = Cleanup::default();
+    for init in inits(&images.app()) {
+        let who = init.0;
+        // docker stop: SIGTERM reaches the app; its exit code is the container's.
+        let name = start(
+            &mut c,
+            &init,
+            "trap 'exit 42' TERM; echo ready; while :; do sleep 0.1; done",
+        );
+        assert_eq!(docker(&["stop", &name]).code(), 0);
+        assert_eq!(exit_code(&name), 42, "{who}: {}", logs(&name));
+
+        // docker stop -t 1 on an app that ignores SIGTERM: SIGKILL after the timeout.
+        let name = start(
+            &mut c,
+            &init,
+            "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+        );
+        let t = Instant::now();
+        assert_eq!(docker(&["stop", "-t", "1", &name]).code(), 0);
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+            "{who}: {took:?}"
+        );
+        assert_eq!(exit_code(&name), 137, "{who}");
+
+        // docker kill -s HUP: the signal is forwarded.
+        let name = start(
+            &mut c,
+            &init,
+            "trap 'echo got HUP; exit 3' HUP; echo ready; while :; do sleep 0.1; done",
+        );
+        assert_eq!(docker(&["kill", "-s", "HUP", &name]).code(), 0);
+        wait_exited(&name);
+        assert_eq!(exit_code(&name), 3, "{who}");
+        assert!(logs(&name).contains("got HUP"), "{who}");
+
+        // Exit codes, signal deaths included, come through `docker run`.
+        for (script, want) in [
+            ("exit 0", 0),
+            ("exit 1", 1),
+            ("kill -KILL $$", 137),
+            ("kill -SEGV $$", 139),
+        ] {
+            let mut args = vec!["run", "--rm"];
+            let cmd = shell(&init, script);
+            args.extend(strs(&cmd));
+            assert_eq!(docker(&args).code(), want, "{who}: {script}");
+        }
+
+        // A burst of 1,000 orphans is reaped: the helper exits 0 once PID 1 has no other
+        // child left, zombie or alive.
+        let app = images.app();
+        let args: Vec<&str> = if who == "podvisor" {
+            vec!["run", "--rm", &app, "testbin", "orphans", "1000"]
+        } else {
+            vec![
+                "run",
+                "--rm",
+                "--init",
+                "--entrypoint",
+                "/bin/testbin",
+                &app,
+                "orphans",
+                "1000",
+            ]
+        };
+        let out = docker(&args);
+        assert_eq!(out.code(), 0, "{who}: {out:?}");
+    }
+}
+
+#[test]
+fn podvisors_own_options_in_a_container() {
+    require_docker!();
+    let images = Images::build();
+    let app = images.app();
+    let mut c = Cleanup::default();
+    let podvisor = |c: &mut Cleanup, opts: &[&str], cmd: &[&str]| {
+        let name = c.container("opt");
+        let mut args = vec![
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--entrypoint",
+            "/podvisor",
+            &app,
+            "init",
+        ];
+        args.extend(opts);
+        args.push("--");
+        args.extend(cmd);
+        let out = docker(&args);
+        assert_eq!(out.code(), 0, "{out:?}");
+        name
+    };
+    // --rewrite TERM:INT: docker stop's SIGTERM reaches the app as SIGINT.
+    let name = podvisor(
+        &mut c,
+        &["--rewrite", "TERM:INT"],
+        &["testbin", "signals", "--exit-on", "INT"],
+    );
+    wait_until("ready", || logs(&name).contains("ready"));
+    assert_eq!(docker(&["stop", &name]).code(), 0);
+    assert_eq!(exit_code(&name), 0);
+    assert!(logs(&name).contains("signal 2 from"), "{}", logs(&name));
+
+    // --stop-delay 1s: SIGTERM is held for a second (time for a load balancer to drain).
+    let name = podvisor(
+        &mut c,
+        &["--stop-delay", "1s"],
+        &["testbin", "signals", "--exit-on", "TERM"],
+    );
+    wait_until("ready", || logs(&name).contains("ready"));
+    let t = Instant::now();
+    assert_eq!(docker(&["stop", "-t", "10", &name]).code(), 0);
+    assert!(
+        t.elapsed() >= Duration::from_millis(950),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(exit_code(&name), 0);
+    assert!(logs(&name).contains("signal 15 from"));
+
+    // --kill-descendants: when the app exits, what it left gets SIGTERM and time to clean up;
+    // without it, PID 1's exit takes the namespace down with SIGKILL.
+    let script = "(trap 'echo descendant got TERM; exit 0' TERM; while :; do sleep 0.1; done) & sleep 0.5; exit 5";
+    for (opts, cleaned) in [(&["--kill-descendants=5s"][..], true), (&[][..], false)] {
+        let name = podvisor(&mut c, opts, &["sh", "-c", script]);
+        wait_exited(&name);
+        assert_eq!(exit_code(&name), 5);
+        assert_eq!(
+            logs(&name).contains("descendant got TERM"),
+            cleaned,
+            "{opts:?}: {}",
+            logs(&name)
+        );
+    }
+}
+
+#[test]
+fn a_terminal_with_job_control_and_ctrl_c() {
+    require_docker!();
+    let images = Images::build();
+    for (who, run) in [
+        ("podvisor", format!("{} sh", images.app())),
+        (
+            "docker --init",
+            format!("--init --entrypoint /bin/sh {}", images.app()),
+        ),
+    ] {
+        // `docker run -it` on a pty (script(1)), as a person at a terminal.
+        let cmd = format!("docker run -it --rm {run}");
+        let mut p = Run::new("script")
+            .args(["-qfec", &cmd, "/dev/null"])
+            .start();
+        let say = |p: &mut Proc, text: &str, then: &str| {
+            p.write_stdin(text.as_bytes());
+            p.expect_line(then, |l| l.contains(then));
+        };
+        say(&mut p, "echo hi-$((1+1))\n", "hi-2");
+        // Ctrl-C reaches the foreground job, not the shell.
+        p.write_stdin(b"sleep 30\n");
+        std::thread::sleep(Duration::from_millis(700));
+        p.write_stdin(b"\x03");
+        say(&mut p, "echo rc-$?\n", "rc-130");
+        // Ctrl-Z stops it; `fg` takes it back to the foreground, where Ctrl-C ends it.
+        p.write_stdin(b"sleep 31\n");
+        std::thread::sleep(Duration::from_millis(700));
+        p.write_stdin(b"\x1a");
+        p.expect_line("a stopped job", |l| l.contains("Stopped"));
+        p.write_stdin(b"fg\n");
+        std::thread::sleep(Duration::from_millis(700));
+        p.write_stdin(b"\x03");
+        say(&mut p, "echo after-fg-$?\n", "after-fg-130");
+        p.write_stdin(b"exit 7\n");
+        assert_eq!(p.wait().code(), Some(7), "{who}: {:?}", p.stdout);
+        p.assert_no_leftovers();
+    }
+}
+
+/// A Supervision for the staged tests, in a directory to bind-mount.
+fn supervision_dir() -> TempDir {
+    let dir = TempDir::new();
+    std::fs::write(
+        dir.file("supervision.yaml"),
+        "apiVersion: podvisor.io/v1alpha1\nkind: Supervision\nspec:\n  stagedInstrumentation:\n    env: {AGENT: 'on'}\n    debugEnv: {AGENT_LOG: debug}\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn staged_instrumentation_across_real_container_restarts() {
+    require_docker!();
+    let images = Images::build();
+    let app = images.app();
+    let sup = supervision_dir();
+    let mount = format!("{}:/etc/podvisor:ro", sup.file("").display());
+    let mut c = Cleanup::default();
+    let state = c.volume("state");
+    // The image's ENTRYPOINT is `podvisor init --`: `init` gets its options this way.
+    let staged = |extra: &[&str], state: &str| -> Output {
+        let vol = format!("{state}:/podvisor-state");
+        Run::new("docker")
+            .args(["run", "--rm", "-v", &vol, "-v", &mount])
+            .args(extra)
+            .args(["--entrypoint", "/podvisor", &app, "init"])
+            .args(["--supervision", "/etc/podvisor/supervision.yaml"])
+            .args(["--state-dir", "/podvisor-state", "--", "sh", "-c"])
+            .arg("echo $PODVISOR_INSTR_STAGE agent=$AGENT log=$AGENT_LOG")
+            .output()
+    };
+    // (a) A fresh /tmp at each start (a tmpfs), the count in a named volume: 8 starts.
+    let seen: Vec<String> = (0..8)
+        .map(|_| {
+            let out = staged(&["--tmpfs", "/tmp"], &state);
+            assert_eq!(out.code(), 0, "{out:?}");
+            out.stdout
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "Nominal agent=on log=",
+            "Nominal agent=on log=",
+            "Nominal agent=on log=",
+            "Debug agent=on log=debug",
+            "Debug agent=on log=debug",
+            "Debug agent=on log=debug",
+            "Disabled agent= log=",
+            "Disabled agent= log=",
+        ]
+    );
+    // (c) /tmp on a named volume, which outlives the containers: never counted, Nominal.
+    let state_c = c.volume("state");
+    let tmp_c = c.volume("tmp");
+    let tmp_mount = format!("{tmp_c}:/tmp");
+    for _ in 0..4 {
+        assert_eq!(
+            staged(&["-v", &tmp_mount], &state_c).stdout,
+            "Nominal agent=on log="
+        );
+    }
+    // (d) A read-only root and no /tmp volume: Disabled, with one warning.
+    let state_d = c.volume("state");
+    let out = staged(&["--read-only"], &state_d);
+    assert_eq!(out.stdout, "Disabled agent= log=");
+    assert_eq!(
+        out.stderr
+            .matches("cannot hold the instrumentation lock")
+            .count(),
+        1,
+        "{out:?}"
+    );
+}
+
+#[test]
+fn docker_restart_keeps_tmp_unless_it_is_a_tmpfs() {
+    require_docker!();
+    let images = Images::build();
+    let app = images.app();
+    let sup = supervision_dir();
+    let mount = format!("{}:/etc/podvisor:ro", sup.file("").display());
+    let mut c = Cleanup::default();
+    for (tmpfs, counted) in [(false, false), (true, true)] {
+        let name = c.container("restart");
+        let state = format!("{}:/podvisor-state", c.volume("state"));
+        let mut args = vec![
+            "create",
+            "--name",
+            &name,
+            "-v",
+            &state,
+            "-v",
+            &mount,
+            "--entrypoint",
+            "/podvisor",
+        ];
+        if tmpfs {
+            args.extend(["--tmpfs", "/tmp"]);
+        }
+        args.extend([
+            &app[..],
+            "init",
+            "--supervision",
+            "/etc/podvisor/supervision.yaml",
+            "--state-dir",
+            "/podvisor-state",
+            "--",
+            "sh",
+            "-c",
+            "cat /podvisor-state/podvisor-init.state | grep starts",
+        ]);
+        assert_eq!(docker(&args).code(), 0);
+        let first = docker(&["start", "-a", &name]).stdout;
+        // `docker restart` (and restart policies) start the same container again: its
+        // writable layer, /tmp included, is kept, so the lock is still there.
+        let second = docker(&["start", "-a", &name]).stdout;
+        assert_eq!(first, "starts 1");
+        assert_eq!(
+            second,
+            if counted { "starts 2" } else { "starts 1" },
+            "tmpfs {tmpfs}"
+        );
+    }
+}
+
+#[test]
+fn the_compose_example_escalates_across_restart_on_failure() {
+    require_docker!();
+    if Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED (no docker-compose)");
+        return;
+    }
+    let images = Images::build();
+    let project = unique("compose").replace('-', "");
+    struct Down(String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = Command::new("docker-compose")
+                .current_dir(root().join("examples/docker"))
+                .args(["-p", &self.0, "down", "-v", "-t", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+    let _down = Down(project.clone());
+    let compose = |args: &[&str]| {
+        Run::new("docker-compose")
+            .current_dir(root().join("examples/docker"))
+            .env("PODVISOR_TAG", &images.tag)
+            .args(["-p", &project])
+            .args(args)
+            .output()
+    };
+    assert_eq!(compose(&["up", "-d"]).code(), 0);
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines.len() < 7 {
+        assert!(Instant::now() < deadline, "only {lines:?}");
+        std::thread::sleep(Duration::from_millis(300));
+        lines = compose(&["logs", "--no-color", "app"])
+            .stdout
+            .lines()
+            .filter_map(|l| l.split("start in stage ").nth(1))
+            .map(String::from)
+            .collect();
+    }
+    assert_eq!(
+        lines[..7],
+        [
+            "Nominal agent=on",
+            "Nominal agent=on",
+            "Nominal agent=on",
+            "Debug agent=on",
+            "Debug agent=on",
+            "Debug agent=on",
+            "Disabled agent=",
+        ]
+    );
+}
