@@ -352,7 +352,7 @@ fn a_terminal_with_job_control_and_ctrl_c() {
         ),
     ] {
         // `docker run -it` on a pty (script(1)), as a person at a terminal.
-        let cmd = format!("docker run -it --rm {run}");
+        let cmd = format!("exec docker run -it --rm {run}");
         let mut p = Run::new("script")
             .args(["-qfec", &cmd, "/dev/null"])
             .start();

@@ -573,9 +573,11 @@ fn the_child_leads_its_own_process_group() {
     assert_eq!(pid, pgid, "{out:?}");
 }
 
-/// Runs `podvisor init` on a pseudo-terminal with script(1), whose stdin we write to.
+/// Runs `podvisor init` on a pseudo-terminal with script(1), whose stdin we write to. `exec`
+/// makes it the session leader of the pty whatever shell script(1) runs it with (`$SHELL`, or
+/// `/bin/sh` when unset, which forks first).
 fn on_a_terminal(args: &str) -> Run {
-    Run::new("script").args(["-q", "-e", "-c", args, "/dev/null"])
+    Run::new("script").args(["-q", "-e", "-c", &format!("exec {args}"), "/dev/null"])
 }
 
 fn have_script() -> bool {

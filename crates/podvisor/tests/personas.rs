@@ -318,12 +318,14 @@ fn dumb_init_on_a_terminal_side_by_side() {
     let mut seen = Vec::new();
     for init in &inits {
         let init = init.display();
+        // `exec`: the init must lead the pty's session, as under `docker run -it`; script(1)
+        // runs the command with `$SHELL -c`, and /bin/sh (CI, no SHELL) forks first.
         // On a terminal (script(1)): the terminal hand-off's SIGHUP and SIGCONT are not the
         // child's, so `tac` reads its input and reverses it.
         let out = shell_in(
             &dir.file(""),
             &format!(
-                "printf 'hello\\nworld\\n' | DUMB_INIT_DEBUG=1 script -qfec '{init} tac' /dev/null"
+                "printf 'hello\\nworld\\n' | DUMB_INIT_DEBUG=1 script -qfec 'exec {init} tac' /dev/null"
             ),
         );
         let text: Vec<&str> = out
@@ -350,7 +352,7 @@ fn dumb_init_on_a_terminal_side_by_side() {
         // Job control works in the child's session, and dumb-init leaves its directory.
         let jobs = shell_in(
             &dir.file(""),
-            &format!("script -qfec \"{init} bash -m -c 'echo flags=\\$-; sleep 0.1 & jobs; wait'\" /dev/null"),
+            &format!("script -qfec \"exec {init} bash -m -c 'echo flags=\\$-; sleep 0.1 & jobs; wait'\" /dev/null"),
         );
         let cwd = shell_in(
             &dir.file(""),
@@ -385,11 +387,11 @@ fn tini_and_podvisor_init_on_a_terminal_side_by_side() {
         // The child's group is the terminal's foreground: bash -m has job control.
         let jobs = shell_in(
             &dir.file(""),
-            &format!("script -qfec \"{init} {args} bash -m -c 'echo flags=\\$-; sleep 0.1 & jobs; wait'\" /dev/null"),
+            &format!("script -qfec \"exec {init} {args} bash -m -c 'echo flags=\\$-; sleep 0.1 & jobs; wait'\" /dev/null"),
         );
         let tac = shell_in(
             &dir.file(""),
-            &format!("printf 'a\\nb\\n' | script -qfec '{init} {args} tac' /dev/null"),
+            &format!("printf 'a\\nb\\n' | script -qfec 'exec {init} {args} tac' /dev/null"),
         );
         seen.push((
             jobs.stdout.replace('\r', ""),

@@ -354,8 +354,12 @@ fn containers_and_exec_probes_hold_only_their_three_descriptors() {
         v.sort();
         v
     };
-    // Two containers and the probe's `sleep`.
-    wait_until("the probe runs", || children_of(podvisor).len() == 3);
+    // Two containers and the probe's `sleep`, all three past their exec: a child still named
+    // `podvisor` is between clone and exec and shares podvisor's table until it takes its copy.
+    wait_until("the probe runs", || {
+        let children = children_of(podvisor);
+        children.len() == 3 && children.iter().all(|(_, name)| name == "sleep")
+    });
     for (pid, name) in children_of(podvisor) {
         assert_eq!(fds(pid), ["0", "1", "2"], "{pid} {name}");
     }
