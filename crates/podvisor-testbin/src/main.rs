@@ -13,6 +13,9 @@
 //!   parent has no other child left, zombie or alive (exit 0), or 10 s pass (exit 1): checks
 //!   that the init above us reaps what it adopts.
 //! - `sleep SECS` — sleep, then exit 0.
+//! - `alloc MIB` — allocate MIB MiB, touching every page (so it is really charged), print
+//!   `allocated MIB`, exit 0.
+//! - `spin SECS` — burn CPU for SECS seconds of wall time, then exit 0.
 //! - `serve PORT [--log FILE] [--dir DIR] [--healthy-for SECS]` — an HTTP/1.1 server on
 //!   127.0.0.1:PORT for probe and hook tests; prints `listening PORT`. Each request is appended
 //!   to `--log` as `PATH user-agent=UA accept=ACCEPT host=HOST`. Paths: `/healthz` (200 for the
@@ -46,6 +49,8 @@ extern "C" fn main(
         Some("zombies") => zombies(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
         Some("orphans") => orphans(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
         Some("serve") => serve(&args[1..]),
+        Some("alloc") => alloc(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
+        Some("spin") => spin(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0)),
         Some("sleep") => {
             let secs: f64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0);
             std::thread::sleep(Duration::from_secs_f64(secs));
@@ -408,6 +413,33 @@ fn serve(args: &[String]) -> i32 {
                 }
             }
         });
+    }
+    0
+}
+
+/// Allocates `mib` MiB a MiB at a time, writing to every page of each.
+fn alloc(mib: usize) -> i32 {
+    let mut kept: Vec<Vec<u8>> = Vec::with_capacity(mib);
+    for _ in 0..mib {
+        let mut block = vec![0u8; 1 << 20];
+        for page in block.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        kept.push(block);
+    }
+    println!("allocated {}", kept.len());
+    0
+}
+
+/// Busy for `secs` seconds of wall time.
+fn spin(secs: f64) -> i32 {
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut x: u64 = 1;
+    while Instant::now() < end {
+        for _ in 0..10_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
     }
     0
 }

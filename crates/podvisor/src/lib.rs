@@ -4,6 +4,8 @@
 
 #[cfg(feature = "full")]
 pub mod api;
+#[cfg(feature = "full")]
+pub mod cgroup;
 pub mod cli;
 pub mod init;
 #[cfg(feature = "full")]

@@ -546,6 +546,43 @@ impl PodRun {
     }
 }
 
+impl Drop for PodRun {
+    /// A run killed with -9 leaves its cgroups for the next run on its state dir to remove;
+    /// a test has no next run, so what the record lists goes here (its processes killed).
+    fn drop(&mut self) {
+        let record = self.dir.file("state").join("cgroups");
+        for line in std::fs::read_to_string(record).unwrap_or_default().lines() {
+            let dir = Path::new(line);
+            if !dir.starts_with("/sys/fs/cgroup") {
+                continue;
+            }
+            let mut dirs = vec![dir.to_path_buf()];
+            let mut i = 0;
+            while i < dirs.len() {
+                for e in std::fs::read_dir(&dirs[i]).into_iter().flatten().flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        dirs.push(e.path());
+                    }
+                }
+                i += 1;
+            }
+            for d in dirs.iter().rev() {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                loop {
+                    let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                    for pid in procs.lines() {
+                        let _ = Command::new("kill").args(["-KILL", pid]).status();
+                    }
+                    if std::fs::remove_dir(d).is_ok() || !d.exists() || Instant::now() > deadline {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
 pub fn pod(policy: &str, containers: &str) -> String {
     format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
 }

@@ -15,6 +15,7 @@ mod init;
 mod init_staged;
 mod personas;
 mod probes;
+mod resources;
 mod resume;
 mod run;
 mod validate;

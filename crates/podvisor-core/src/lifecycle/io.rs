@@ -30,6 +30,23 @@ impl ExitStatus {
     }
 }
 
+/// How an instance ended: its status, and whether the kernel's OOM killer struck in its
+/// cgroup (the runtime then reports `OOMKilled`, as containerd does from the OOM event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    pub status: ExitStatus,
+    pub oom_killed: bool,
+}
+
+impl From<ExitStatus> for Exit {
+    fn from(status: ExitStatus) -> Exit {
+        Exit {
+            status,
+            oom_killed: false,
+        }
+    }
+}
+
 /// What the shell tells the state machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
@@ -39,7 +56,7 @@ pub enum Input {
     Started(InstanceId),
     /// The instance's process could not be started (exec failed): `message` says why.
     StartFailed(InstanceId, String),
-    Exited(InstanceId, ExitStatus),
+    Exited(InstanceId, Exit),
     /// A probe attempt asked for by `Effect::RunProbe` ended.
     Probed(InstanceId, ProbeKind, Outcome),
     /// A hook asked for by `Effect::RunHook` ended: `Err` says why it failed.

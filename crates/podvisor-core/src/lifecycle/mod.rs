@@ -44,7 +44,9 @@ use crate::stage::Stage;
 
 pub use container::ContainerStatus;
 use container::{Next, Process};
-pub use io::{Effect, Event, EventType, ExitStatus, Input, InstanceId, Signal, LOG_TAIL_LINES};
+pub use io::{
+    Effect, Event, EventType, Exit, ExitStatus, Input, InstanceId, Signal, LOG_TAIL_LINES,
+};
 pub use phase::Condition;
 pub use plan::{ContainerPlan, Hook, Kind, PodPlan, ProbePlan, Probes, Staging};
 pub use resume::ResumeError;
@@ -256,13 +258,15 @@ impl Pod {
                     fx.push(e);
                 }
             }
-            Input::Exited(id, status) => {
+            Input::Exited(id, Exit { status, oom_killed }) => {
                 if let Some(c) = self.current(id) {
                     let started_at = c.up_since();
                     c.process = Process::Down;
                     c.probes.clear();
                     let code = status.code();
-                    let reason = if code == 0 {
+                    let reason = if oom_killed {
+                        TerminatedReason::OOMKilled
+                    } else if code == 0 {
                         TerminatedReason::Completed
                     } else {
                         TerminatedReason::Error

@@ -10,6 +10,7 @@
 mod env;
 pub mod explain;
 pub mod plan;
+pub mod resources;
 pub mod supervision;
 pub mod validate;
 pub mod yaml;

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::env::resolve_env;
 pub use super::env::{expand, parse_quantity};
+use super::resources::{pod_effective, Resources};
 use super::Manifest;
 use crate::backoff::BackoffPolicy;
 use crate::lifecycle::Staging;
@@ -45,6 +46,8 @@ pub struct ContainerExec {
     pub pre_stop: Option<Handler>,
     /// `volumeMounts`, in order.
     pub mounts: Vec<MountPlan>,
+    /// Requests and limits, requests defaulted from limits.
+    pub resources: Resources,
 }
 
 /// One `volumeMounts` entry.
@@ -131,6 +134,8 @@ pub struct RunPlan {
     /// Same order as `pod.containers`.
     pub exec: Vec<ContainerExec>,
     pub volumes: Vec<VolumePlan>,
+    /// The pod's effective requests and limits (its cgroup's).
+    pub pod_resources: Resources,
     /// The variables of staged instrumentation (for the containers `pod.staging` applies to).
     pub staged_env: StagedEnv,
 }
@@ -274,8 +279,16 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .flatten()
         .filter_map(|v| volume_plan(v, manifest))
         .collect();
+    let pod_resources = pod_effective(
+        &containers
+            .iter()
+            .zip(&exec)
+            .map(|(c, e): (&ContainerPlan, &ContainerExec)| (c.kind, e.resources))
+            .collect::<Vec<_>>(),
+    );
     RunPlan {
         volumes,
+        pod_resources,
         namespace,
         pod: PodPlan {
             name,
@@ -382,6 +395,7 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
                 read_only: m.read_only.unwrap_or(false),
             })
             .collect(),
+        resources: Resources::of(c.resources.as_ref()),
     }
 }
 

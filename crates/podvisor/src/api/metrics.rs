@@ -145,6 +145,9 @@ pub struct ContainerSample<'a> {
     pub restarts: u32,
     /// Process group of the running instance, if any.
     pub pgid: Option<i32>,
+    /// CPU seconds and working set of the running instance from its cgroup; without one,
+    /// they are read from its main process.
+    pub usage: Option<(f64, u64)>,
     /// Its instrumentation stage (staged containers only) and the verdict on its add-on.
     pub stage: Option<Stage>,
     pub verdict: Option<Verdict>,
@@ -245,11 +248,19 @@ pub fn render(
             );
         }
     }
-    let groups: Vec<i32> = containers.iter().filter_map(|c| c.pgid).collect();
+    let groups: Vec<i32> = containers
+        .iter()
+        .filter(|c| c.usage.is_none())
+        .filter_map(|c| c.pgid)
+        .collect();
     let usage = group_usage(&groups);
     o.push_str("# HELP container_cpu_usage_seconds_total CPU time of the container's running processes.\n# TYPE container_cpu_usage_seconds_total counter\n");
+    let usage_of = |c: &ContainerSample<'_>| {
+        c.usage
+            .or_else(|| c.pgid.and_then(|g| usage.get(&g).copied()))
+    };
     for c in containers {
-        if let Some((cpu, _)) = c.pgid.and_then(|g| usage.get(&g)) {
+        if let Some((cpu, _)) = usage_of(c) {
             let _ = writeln!(
                 o,
                 "container_cpu_usage_seconds_total{{{}}} {cpu}",
@@ -259,7 +270,7 @@ pub fn render(
     }
     o.push_str("# HELP container_memory_working_set_bytes Resident memory of the container's processes.\n# TYPE container_memory_working_set_bytes gauge\n");
     for c in containers {
-        if let Some((_, mem)) = c.pgid.and_then(|g| usage.get(&g)) {
+        if let Some((_, mem)) = usage_of(c) {
             let _ = writeln!(
                 o,
                 "container_memory_working_set_bytes{{{}}} {mem}",

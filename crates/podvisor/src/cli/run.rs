@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// deleted)
     #[arg(long)]
     reset_state: bool,
+    /// Most processes the pod's containers may have at once (the kubelet's --pod-max-pids);
+    /// needs cgroups
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pod_max_pids: Option<u64>,
     /// No event lines on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -149,6 +153,7 @@ pub fn main(a: RunArgs) -> i32 {
         },
         metrics,
         reset_state: a.reset_state,
+        pod_max_pids: a.pod_max_pids,
     };
     match supervisor::run(
         run_plan,

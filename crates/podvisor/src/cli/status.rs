@@ -383,6 +383,9 @@ fn describe_text(pod: &Value, events: &str) -> String {
             &["metadata", "annotations", "podvisor.io/pod-restarts"]
         )
     );
+    if let Some(cgroups) = pod["metadata"]["annotations"]["podvisor.io/cgroups"].as_str() {
+        let _ = writeln!(o, "Cgroups:      {cgroups}");
+    }
     let spec_of = |name: &str| -> Value {
         pod["spec"]["initContainers"]
             .as_array()
@@ -425,6 +428,24 @@ fn describe_text(pod: &Value, events: &str) -> String {
             let _ = writeln!(o, "    Restart Count:  {}", c["restartCount"]);
             if let Some(stage) = stage_of(pod, name) {
                 let _ = writeln!(o, "    Stage:          {stage}");
+            }
+            // As kubectl: each section with one `name: quantity` line per resource.
+            for (label, key) in [("Limits", "limits"), ("Requests", "requests")] {
+                if let Some(m) = spec["resources"][key].as_object().filter(|m| !m.is_empty()) {
+                    let _ = writeln!(o, "    {label}:");
+                    for (k, v) in m {
+                        let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                        let _ = writeln!(
+                            o,
+                            "      {k}:{}{v}",
+                            " ".repeat(14usize.saturating_sub(k.len()))
+                        );
+                    }
+                }
+            }
+            let usage_key = format!("podvisor.io/usage.{name}");
+            if let Some(usage) = pod["metadata"]["annotations"][usage_key.as_str()].as_str() {
+                let _ = writeln!(o, "    Usage:          {usage}");
             }
             for (label, field) in [
                 ("Startup", "startupProbe"),

@@ -53,6 +53,8 @@ pub struct ExecContext<'a> {
     pub inherited: &'a Inherited,
     /// The container's mount namespace, when it has volumes: commands run inside it.
     pub mounts: Option<std::os::fd::RawFd>,
+    /// The container's cgroups (`cgroup.procs`, open): commands run inside them.
+    pub cgroups: Vec<std::os::fd::RawFd>,
 }
 
 #[derive(Debug)]
@@ -407,6 +409,7 @@ impl ExecTask {
             env: ctx.env.to_vec(),
             mounts: Vec::new(),
             join_mounts: ctx.mounts,
+            cgroups: ctx.cgroups.clone(),
         };
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(io), ctx.inherited);

@@ -121,6 +121,23 @@ impl StateFile {
             .map_err(|e| io("fsync its directory", e))
     }
 
+    /// Removes the file (durably: the directory is fsynced); none is fine.
+    pub fn remove(&self) -> Result<(), StateError> {
+        let io = |what, error| StateError::Io {
+            path: self.path.display().to_string(),
+            what,
+            error,
+        };
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io("remove it", e)),
+        }
+        self.dir
+            .sync_all()
+            .map_err(|e| io("fsync its directory", e))
+    }
+
     /// Moves a refused file aside (`NAME.refused-UNIXTIME`), so that `--reset-state` loses
     /// nothing a person may want to look at. Returns where it went.
     pub fn set_aside(&self) -> Result<PathBuf, StateError> {

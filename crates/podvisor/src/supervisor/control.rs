@@ -112,6 +112,16 @@ impl Supervisor {
                         instance: c.instance,
                     })
                     .copied(),
+                usage: self
+                    .instance_cgroups
+                    .get(&InstanceId {
+                        container: i,
+                        instance: c.instance,
+                    })
+                    .map(|cg| {
+                        let u = cg.usage();
+                        (u.cpu_seconds, u.working_set)
+                    }),
                 stage: c.stage,
                 verdict: c.judgement.verdict,
             })
@@ -136,7 +146,20 @@ impl Supervisor {
             .collect();
         let pids = &self.instance_pids;
         let id = |i: usize, n: u32| pids.get(&(i, n)).map(|p| format!("podvisor://{p}"));
-        pod_json(&self.pod, &self.info, &wall, &times, &id).to_string()
+        let mut pod = pod_json(&self.pod, &self.info, &wall, &times, &id);
+        // What each running instance uses, from its cgroup (for `describe`).
+        for (i, c) in self.pod.containers().iter().enumerate() {
+            let live = InstanceId {
+                container: i,
+                instance: c.instance,
+            };
+            if let Some(cg) = self.instance_cgroups.get(&live) {
+                let u = cg.usage();
+                pod["metadata"]["annotations"][format!("podvisor.io/usage.{}", c.name)] =
+                    format!("cpu={:.3}s memory={}", u.cpu_seconds, u.working_set).into();
+            }
+        }
+        pod.to_string()
     }
 
     /// After a step with events: condition transition times, and the status watchers.

@@ -31,6 +31,7 @@ use podvisor_core::spec::plan::RunPlan;
 use crate::api::metrics::Counters;
 use crate::api::status::PodInfo;
 use crate::api::Server;
+use crate::cgroup::{InstanceCgroup, PodCgroups, Unenforceable};
 use crate::probe::{Done, Owner, Tasks};
 use crate::process::sys::{self, Epoll, Exit, Inherited, Reaped, SigSet, SignalFd, EV_READ};
 use crate::state::processes::boot_id;
@@ -88,6 +89,8 @@ pub struct Settings {
     pub metrics: Option<std::net::TcpListener>,
     /// `--reset-state`: a saved state that cannot be used is set aside instead of refused.
     pub reset_state: bool,
+    /// `--pod-max-pids`: the pod cgroup's pids limit (the kubelet's `podPidsLimit`).
+    pub pod_max_pids: Option<u64>,
 }
 
 /// Why a run did not start or ended early.
@@ -97,6 +100,8 @@ pub enum RunError {
     InUse(#[from] StateDirInUse),
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    Unenforceable(#[from] Unenforceable),
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -144,6 +149,10 @@ pub fn run(
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
+    // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
+    let cgroups = PodCgroups::set_up(&plan, &state_dir, settings.pod_max_pids)?;
+    info.annotations
+        .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
     // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
     let volumes = Volumes::prepare(&state_dir, &plan.volumes, taken.resumed)?;
     let metrics = match settings.metrics {
@@ -176,6 +185,8 @@ pub fn run(
         instance_pids: HashMap::new(),
         log_limits: settings.logs,
         volumes,
+        cgroups,
+        instance_cgroups: HashMap::new(),
         mount_ns: HashMap::new(),
         metrics,
         counters: Counters::default(),
@@ -246,6 +257,9 @@ struct Supervisor {
     instance_pids: HashMap<(usize, u32), i32>,
     log_limits: LogLimits,
     volumes: Volumes,
+    /// The pod's cgroup, and each live instance's.
+    cgroups: PodCgroups,
+    instance_cgroups: HashMap<InstanceId, InstanceCgroup>,
     /// Mount namespaces of running instances that have volumes.
     mount_ns: HashMap<InstanceId, std::fs::File>,
     metrics: Option<Server>,
@@ -357,6 +371,14 @@ impl Supervisor {
         }
         self.reap_tasks();
         self.volumes.clean_up();
+        for (_, cg) in std::mem::take(&mut self.instance_cgroups) {
+            cg.kill_all();
+        }
+        if let Some(pod) = self.cgroups.pod.take() {
+            if let Err(e) = pod.remove(&self.state_dir) {
+                eprintln!("podvisor: {e}");
+            }
+        }
         self.api.shut_down(&self.epoll);
         if let Some(m) = &mut self.metrics {
             m.shut_down(&self.epoll);
@@ -457,7 +479,18 @@ impl Supervisor {
             Exit::Code(c) => ExitStatus::Code(c),
             Exit::Signal(s) => ExitStatus::Signal(s),
         };
-        self.feed(Input::Exited(id, status))
+        // Read before its cgroup goes: did the OOM killer end it?
+        let mut oom_killed = false;
+        if let Some(cg) = self.instance_cgroups.remove(&id) {
+            oom_killed = cg.oom_killed();
+            if let Some(pod) = self.cgroups.pod.as_mut() {
+                pod.release(cg);
+            }
+        }
+        self.feed(Input::Exited(
+            id,
+            podvisor_core::lifecycle::Exit { status, oom_killed },
+        ))
     }
 
     /// Feeds an input and carries out the effects, including those of the inputs they cause.

@@ -30,6 +30,11 @@ impl Supervisor {
             working_dir: self.plan.exec[i].working_dir.as_ref().map(PathBuf::from),
             inherited: &self.inherited,
             mounts: self.mount_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
+            cgroups: self
+                .instance_cgroups
+                .get(&owner.instance())
+                .map(|cg| cg.join_fds())
+                .unwrap_or_default(),
         };
         let now = self.clock.now();
         match self
@@ -101,6 +106,13 @@ impl Supervisor {
             Ok(m) => m,
             Err(why) => return Ok(Input::StartFailed(id, why)),
         };
+        let cgroup = match self.cgroups.pod.as_mut() {
+            Some(pod) => match pod.instance(name, id.instance, &exec.resources) {
+                Ok(cg) => Some(cg),
+                Err(e) => return Ok(Input::StartFailed(id, e.to_string())),
+            },
+            None => None,
+        };
         let io = ContainerIo {
             stdout: out_write.as_raw_fd(),
             stderr: err_write.as_raw_fd(),
@@ -108,6 +120,7 @@ impl Supervisor {
             env: self.envs[id.container].clone(),
             join_mounts: None,
             mounts,
+            cgroups: cgroup.as_ref().map(|cg| cg.join_fds()).unwrap_or_default(),
         };
         let has_mounts = !io.mounts.is_empty();
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
@@ -116,6 +129,9 @@ impl Supervisor {
         drop((out_write, err_write));
         match result {
             Ok(pid) => {
+                if let Some(cg) = cgroup {
+                    self.instance_cgroups.insert(id, cg);
+                }
                 let file = LogFile::create(log_path, self.log_limits)?;
                 let out = LogStream::new(id, out_read, "stdout", file.clone());
                 self.add_log(out)?;
@@ -135,6 +151,9 @@ impl Supervisor {
                 Ok(Input::Started(id))
             }
             Err(e) => {
+                if let (Some(cg), Some(pod)) = (cgroup, self.cgroups.pod.as_mut()) {
+                    pod.release(cg);
+                }
                 let what = match e.raw_os_error() {
                     Some(libc::ENOENT) => "executable file not found",
                     Some(libc::EACCES) => "permission denied",

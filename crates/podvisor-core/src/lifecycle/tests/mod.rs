@@ -247,7 +247,7 @@ impl Sim {
             } else if let Some((at, id, st)) = next_exit.filter(|e| e.0 == next) {
                 let _ = at;
                 self.procs.remove(&id);
-                self.feed(Input::Exited(id, st));
+                self.feed(Input::Exited(id, st.into()));
             } else {
                 self.feed(Input::Tick);
             }

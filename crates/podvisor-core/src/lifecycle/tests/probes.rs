@@ -43,7 +43,7 @@ fn conditions_follow_init_and_readiness() {
     pod.step(Instant::ZERO, Input::Started(id(0, 1)));
     pod.step(
         Instant::from_millis(5),
-        Input::Exited(id(0, 1), ExitStatus::Code(0)),
+        Input::Exited(id(0, 1), ExitStatus::Code(0).into()),
     );
     pod.step(Instant::from_millis(6), Input::Started(id(1, 1)));
     pod.step(Instant::from_millis(7), Input::Started(id(2, 1)));
@@ -54,7 +54,7 @@ fn conditions_follow_init_and_readiness() {
     assert_eq!(pod.phase(), Phase::Running);
     pod.step(
         Instant::from_millis(9),
-        Input::Exited(id(2, 1), ExitStatus::Code(0)),
+        Input::Exited(id(2, 1), ExitStatus::Code(0).into()),
     );
     assert_eq!(pod.phase(), Phase::Succeeded);
     assert_eq!(

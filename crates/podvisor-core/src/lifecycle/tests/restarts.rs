@@ -310,13 +310,13 @@ fn stale_inputs_are_ignored() {
     pod.step(Instant::ZERO, Input::Started(first));
     pod.step(
         Instant::from_millis(10),
-        Input::Exited(first, ExitStatus::Code(1)),
+        Input::Exited(first, ExitStatus::Code(1).into()),
     );
     assert_eq!(pod.containers()[0].instance, 2);
     // A second exit report for instance 1 changes nothing.
     let fx = pod.step(
         Instant::from_millis(20),
-        Input::Exited(first, ExitStatus::Code(1)),
+        Input::Exited(first, ExitStatus::Code(1).into()),
     );
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(pod.containers()[0].restart_count, 1);
@@ -396,4 +396,58 @@ fn restart_the_whole_pod_reruns_init_containers() {
     sim.stop_at = Some(Instant::from_millis(4_000));
     sim.run(10_000);
     assert!(sim.pod.is_finished());
+}
+
+#[test]
+fn an_oom_kill_is_oomkilled_137_and_restarts_by_policy_with_backoff() {
+    let mut pod = Pod::new(plan(RestartPolicy::OnFailure, &[("app", Kind::Main)]));
+    pod.step(Instant::ZERO, Input::Admit);
+    let first = InstanceId {
+        container: 0,
+        instance: 1,
+    };
+    pod.step(Instant::ZERO, Input::Started(first));
+    let oom = Exit {
+        status: ExitStatus::Signal(9),
+        oom_killed: true,
+    };
+    let fx = pod.step(Instant::from_millis(50), Input::Exited(first, oom));
+    let event = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Event(ev) if ev.reason == "OOMKilled" => Some(ev.clone()),
+            _ => None,
+        })
+        .expect("an OOMKilled event");
+    assert_eq!(event.exit_code, Some(137));
+    assert_eq!(event.kind, EventType::Warning);
+    let c = &pod.containers()[0];
+    assert!(
+        matches!(
+            c.last_state.as_ref().or(Some(&c.state)),
+            Some(ContainerState::Terminated {
+                exit_code: 137,
+                reason: TerminatedReason::OOMKilled,
+                ..
+            })
+        ),
+        "{:?} / {:?}",
+        c.state,
+        c.last_state
+    );
+    // Counted as any failure: restarted at once (first restart), then backed off.
+    assert_eq!(c.restart_count, 1);
+    let second = InstanceId {
+        container: 0,
+        instance: 2,
+    };
+    pod.step(Instant::from_millis(60), Input::Started(second));
+    pod.step(Instant::from_millis(100), Input::Exited(second, oom));
+    assert!(matches!(
+        pod.containers()[0].state,
+        ContainerState::Waiting {
+            reason: WaitingReason::CrashLoopBackOff,
+            ..
+        }
+    ));
 }

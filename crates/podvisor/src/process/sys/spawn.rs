@@ -33,6 +33,8 @@ pub struct ContainerIo {
     pub mounts: Vec<BindMount>,
     /// Join this mount namespace instead (an exec probe or hook in its container).
     pub join_mounts: Option<RawFd>,
+    /// `cgroup.procs` files (open for writing) of the cgroups to join before exec.
+    pub cgroups: Vec<RawFd>,
 }
 
 /// `source` bound at `target`, read-only or not.
@@ -164,6 +166,7 @@ pub fn spawn_with_terminal(
     let mut io_fds = None;
     let mut mount_strings: Vec<(CString, CString, bool)> = Vec::new();
     let mut join_mounts: RawFd = -1;
+    let mut cgroups: Vec<RawFd> = Vec::new();
     let mode = match &setup {
         ChildSetup::ProcessGroup => Mode::ProcessGroup,
         ChildSetup::Session => Mode::TerminalSession,
@@ -195,6 +198,7 @@ pub fn spawn_with_terminal(
                 })
                 .collect::<io::Result<_>>()?;
             join_mounts = io.join_mounts.unwrap_or(-1);
+            cgroups = io.cgroups.clone();
             Mode::Container
         }
     };
@@ -207,6 +211,8 @@ pub fn spawn_with_terminal(
         })
         .collect();
     let mut plan = ChildPlan {
+        cgroups: cgroups.as_ptr(),
+        cgroup_count: cgroups.len(),
         mounts: mounts.as_ptr(),
         mount_count: mounts.len(),
         join_mounts,
@@ -314,7 +320,7 @@ pub fn spawn_with_terminal(
         unsafe { libc::waitpid(pid, &mut status, 0) };
         return Err(io::Error::from_raw_os_error(plan.errno));
     }
-    drop((stack, env_strings, cwd, mounts, mount_strings));
+    drop((stack, env_strings, cwd, mounts, mount_strings, cgroups));
     let terminal = (plan.tty_errno != 0).then(|| io::Error::from_raw_os_error(plan.tty_errno));
     Ok((pid, terminal))
 }
@@ -328,6 +334,9 @@ enum Mode {
 
 /// What the vfork-style child needs, prepared by the parent before the clone.
 struct ChildPlan {
+    /// Open `cgroup.procs` files to write "0" into (join), first thing.
+    cgroups: *const RawFd,
+    cgroup_count: usize,
     mounts: *const MountSpec,
     mount_count: usize,
     /// A mount namespace to join (-1: none).
@@ -392,6 +401,15 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 }
             }
             Mode::Container => {
+                // Into the instance's cgroups before anything else, while the descriptors
+                // (above the kept low ones) are still ours: nothing the program allocates
+                // or starts escapes its limits. "0" is the writer itself (cgroups(7)).
+                for i in 0..plan.cgroup_count {
+                    let fd = *plan.cgroups.add(i);
+                    if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                        fail(plan);
+                    }
+                }
                 if plan.unshare_above > 0 {
                     let first = plan.unshare_above as libc::c_uint;
                     let unshare = libc::CLOSE_RANGE_UNSHARE;

@@ -1,0 +1,269 @@
+//! Resource limits through cgroups, as a runtime applies them: a memory hog under its limit is
+//! OOMKilled (137) and restarted by policy; a CPU limit throttles; the pod's cgroups are gone
+//! when it ends, also after a kill -9 of podvisor and a new run on the state dir; a limit that
+//! cannot be enforced (no cgroups for this user) is refused, naming the field.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::*;
+use crate::probes::{free_port, stop};
+
+fn status(r: &PodRun) -> Value {
+    serde_json::from_str(&client(r, &["status", "-o", "json"]).stdout).unwrap()
+}
+
+/// The running instance's pid of container `i`, from its containerID.
+fn container_pid(r: &PodRun, i: usize) -> Option<i32> {
+    // Until the run serves its socket, there is no status yet.
+    let s: Value = serde_json::from_str(&client(r, &["status", "-o", "json"]).stdout).ok()?;
+    s["status"]["containerStatuses"][i]["containerID"]
+        .as_str()?
+        .strip_prefix("podvisor://")?
+        .parse()
+        .ok()
+}
+
+/// The directory of `pid`'s cgroup in v1 hierarchy `controller`.
+fn cgroup_dir(pid: i32, controller: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let (_, cs, path) = (it.next()?, it.next()?, it.next()?);
+        cs.split(',').any(|c| c == controller).then_some(path)
+    })?;
+    Some(PathBuf::from(format!("/sys/fs/cgroup/{controller}")).join(path.trim_start_matches('/')))
+}
+
+/// cgroup v1 with the memory and cpu controllers, and root: what these tests need.
+fn cgroups_here() -> bool {
+    let v1 = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains(" - cgroup ") && l.ends_with(",memory"));
+    if !(is_root() && v1) {
+        eprintln!("SKIPPED: needs root and cgroup v1 with the memory controller");
+        return false;
+    }
+    true
+}
+
+/// Every pod cgroup directory of this state dir's run, in any hierarchy.
+fn pod_cgroups_left(r: &PodRun) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let record = std::fs::read_to_string(r.dir.file("state").join("cgroups")).unwrap_or_default();
+    for line in record.lines() {
+        let p = PathBuf::from(line);
+        if p.exists() {
+            found.push(p);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_memory_hog_is_oomkilled_and_restarted_by_policy() {
+    if !cgroups_here() {
+        return;
+    }
+    let r = PodRun::new(&pod(
+        "OnFailure",
+        &format!(
+            "  containers:\n  - name: hog\n    command: [{}, alloc, '400']\n    resources: {{limits: {{memory: 64Mi}}}}\n",
+            testbin().display()
+        ),
+    ));
+    let mut p = r
+        .cmd(&["--backoff-initial", "100ms", "--backoff-max", "200ms"])
+        .start();
+    let killed = r.wait_event("hog", "OOMKilled", 2);
+    assert_eq!(killed[0]["exitCode"], 137, "{killed:?}");
+    assert_eq!(killed[0]["type"], "Warning");
+    // Restarted by policy like any failure, with backoff.
+    wait_until("a BackOff", || !r.find("hog", "BackOff").is_empty());
+    let s = status(&r);
+    let c = &s["status"]["containerStatuses"][0];
+    assert!(c["restartCount"].as_u64().unwrap() >= 1, "{c}");
+    let last = if c["state"]["terminated"].is_object() {
+        &c["state"]["terminated"]
+    } else {
+        &c["lastState"]["terminated"]
+    };
+    assert_eq!(last["reason"], "OOMKilled", "{c}");
+    assert_eq!(last["exitCode"], 137, "{c}");
+    // It never got to print that it had its 400 MiB.
+    assert!(!r.log("hog", 1).contains("allocated"));
+    assert!(s["metadata"]["annotations"]["podvisor.io/cgroups"]
+        .as_str()
+        .unwrap()
+        .starts_with("v1 (memory, cpu"));
+    assert!(!pod_cgroups_left(&r).is_empty(), "the pod has its cgroup");
+    stop(&mut p);
+    assert_eq!(pod_cgroups_left(&r), Vec::<PathBuf>::new());
+    assert!(!r.dir.file("state").join("cgroups").exists());
+}
+
+#[test]
+fn a_cpu_limit_throttles_and_usage_comes_from_the_cgroup() {
+    if !cgroups_here() {
+        return;
+    }
+    let r = PodRun::new(&pod(
+        "Never",
+        &format!(
+            "  containers:\n  - name: spin\n    command: [{}, spin, '30']\n    resources: {{limits: {{cpu: 100m, memory: 32Mi}}, requests: {{cpu: 50m}}}}\n",
+            testbin().display()
+        ),
+    ));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut p = r.cmd(&["--metrics-addr", &addr]).start();
+    let mut pid = None;
+    wait_until("the container runs", || {
+        pid = container_pid(&r, 0);
+        pid.is_some()
+    });
+    let pid = pid.unwrap();
+    let cpu = cgroup_dir(pid, "cpu").unwrap();
+    let acct = cgroup_dir(pid, "cpuacct").unwrap();
+    let read = |dir: &PathBuf, f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    // The kubelet's numbers: quota 10 ms per 100 ms, shares 50 × 1024 / 1000.
+    assert_eq!(read(&cpu, "cpu.cfs_quota_us").trim(), "10000");
+    assert_eq!(read(&cpu, "cpu.cfs_period_us").trim(), "100000");
+    assert_eq!(read(&cpu, "cpu.shares").trim(), "51");
+    let mem = cgroup_dir(pid, "memory").unwrap();
+    assert_eq!(
+        read(&mem, "memory.limit_in_bytes").trim(),
+        (32 << 20).to_string()
+    );
+    let used = || read(&acct, "cpuacct.usage").trim().parse::<u64>().unwrap() as f64 / 1e9;
+    let (t0, u0) = (Instant::now(), used());
+    std::thread::sleep(Duration::from_secs(3));
+    let (t1, u1) = (Instant::now(), used());
+    let share = (u1 - u0) / (t1 - t0).as_secs_f64();
+    // 0.1 CPU at most (a period's burst of slack); unthrottled it would be ~1.
+    assert!(
+        share < 0.2,
+        "{:.3} s of CPU in {:.3} s",
+        u1 - u0,
+        (t1 - t0).as_secs_f64()
+    );
+    let throttled = read(&cpu, "cpu.stat");
+    let n: u64 = throttled
+        .lines()
+        .find_map(|l| l.strip_prefix("nr_throttled "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(n > 0, "{throttled}");
+    // The metric is the cgroup's (it counts what the container's processes used).
+    let text = scrape(&addr);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("container_cpu_usage_seconds_total{container=\"spin\""))
+        .unwrap_or_else(|| panic!("{text}"));
+    let metric: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(metric >= u1 * 0.9 && metric < u1 + 0.5, "{line} vs {u1}");
+    let s = status(&r);
+    let usage = s["metadata"]["annotations"]["podvisor.io/usage.spin"]
+        .as_str()
+        .unwrap();
+    assert!(
+        usage.starts_with("cpu=") && usage.contains(" memory="),
+        "{usage}"
+    );
+    let text = client(&r, &["describe"]).stdout;
+    for line in [
+        "Cgroups:      v1 (memory, cpu, cpuacct, pids)",
+        "    Limits:",
+        "      cpu:           100m",
+        "      memory:        32Mi",
+        "    Requests:",
+        "      cpu:           50m",
+        "    Usage:          cpu=",
+    ] {
+        assert!(text.contains(line), "{line:?} in:\n{text}");
+    }
+    stop(&mut p);
+    assert!(!cpu.exists() && !acct.exists() && !mem.exists());
+}
+
+#[test]
+fn cgroups_left_by_a_killed_run_are_removed_by_the_next() {
+    if !cgroups_here() {
+        return;
+    }
+    let r = PodRun::new(&pod(
+        "Always",
+        "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 16Mi}}\n",
+    ));
+    let mut first = r.cmd(&[]).start();
+    let mut pid = None;
+    wait_until("the container runs", || {
+        pid = container_pid(&r, 0);
+        pid.is_some()
+    });
+    let old = cgroup_dir(pid.unwrap(), "memory").unwrap();
+    first.signal("KILL");
+    first.wait();
+    // The kernel ends the container (its parent-death signal); the cgroups stay behind.
+    wait_until("the container is gone", || {
+        !std::path::Path::new(&format!("/proc/{}", pid.unwrap())).exists()
+    });
+    assert!(old.exists(), "{}", old.display());
+    let left = pod_cgroups_left(&r);
+    assert!(!left.is_empty());
+    let mut second = r.cmd(&[]).start();
+    wait_until("the old instance's cgroup is gone", || !old.exists());
+    wait_until("a new instance runs", || {
+        container_pid(&r, 0).is_some_and(|p| Some(p) != pid)
+    });
+    stop(&mut second);
+    assert_eq!(pod_cgroups_left(&r), Vec::<PathBuf>::new());
+    for dir in left {
+        assert!(!dir.exists(), "{}", dir.display());
+    }
+}
+
+#[test]
+fn a_limit_that_cannot_be_enforced_is_refused() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to become nobody");
+        return;
+    }
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - name: app\n    command: ['true']\n  - name: capped\n    command: ['true']\n    resources: {limits: {memory: 64Mi}}\n",
+    ));
+    std::fs::set_permissions(r.dir.file(""), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = |manifest: &str| {
+        std::fs::write(r.dir.file("pod.yaml"), manifest).unwrap();
+        Run::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(podvisor())
+            .args(["run", "-q", "--state-dir"])
+            .arg(r.dir.file("state"))
+            .arg(r.dir.file("pod.yaml"))
+            .output()
+    };
+    let out = as_nobody(&std::fs::read_to_string(r.dir.file("pod.yaml")).unwrap());
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("container \"capped\": resources.limits.memory needs cgroups"),
+        "{out:?}"
+    );
+    assert!(
+        !r.dir.file("state").join("logs").join("app").exists(),
+        "nothing ran"
+    );
+    // Without a limit, the same user runs the pod without cgroups, and says so.
+    let out = as_nobody(&pod(
+        "Never",
+        "  containers:\n  - name: app\n    command: ['true']\n",
+    ));
+    assert_eq!(out.code(), 0, "{out:?}");
+}
