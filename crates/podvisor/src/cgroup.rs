@@ -557,10 +557,11 @@ pub struct PodCgroups {
 
 /// A limit podvisor cannot enforce: the run is refused rather than run without it.
 #[derive(Debug, thiserror::Error)]
-#[error("container {container:?}: {field} needs cgroups, which podvisor cannot make here: {why} (run as root, or in a cgroup delegated to this user)")]
+#[error("container {container:?}: {field} needs {needs}, which podvisor cannot make here: {why}")]
 pub struct Unenforceable {
     pub container: String,
     pub field: &'static str,
+    pub needs: &'static str,
     pub why: String,
 }
 
@@ -598,10 +599,12 @@ impl PodCgroups {
                         };
                         Some((c.name.clone(), field))
                     });
+                let why = format!("{why} (run as root, or in a cgroup delegated to this user)");
                 if let Some((container, field)) = needs {
                     return Err(Unenforceable {
                         container,
                         field,
+                        needs: "cgroups",
                         why,
                     });
                 }
@@ -609,6 +612,7 @@ impl PodCgroups {
                     return Err(Unenforceable {
                         container: String::new(),
                         field: "--pod-max-pids",
+                        needs: "cgroups",
                         why,
                     });
                 }

@@ -583,8 +583,11 @@ impl Drop for PodRun {
     }
 }
 
+/// A pod whose containers share the host's root (`podvisor.io/host-root: writable`): the
+/// tests of the lifecycle hand their containers host paths (markers, logs, health files);
+/// `tests/rootfs.rs` tests the private layer itself.
 pub fn pod(policy: &str, containers: &str) -> String {
-    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}, annotations: {{podvisor.io/host-root: writable}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
 }
 
 /// `podvisor ARGS --state-dir DIR` run to completion, against a run's state dir.

@@ -17,5 +17,6 @@ mod personas;
 mod probes;
 mod resources;
 mod resume;
+mod rootfs;
 mod run;
 mod validate;

@@ -30,6 +30,9 @@ pub struct HostFacts {
     pub memory: u64,
 }
 
+/// The pod annotation that gives containers the host's root read-write (`writable`).
+pub const HOST_ROOT: &str = "podvisor.io/host-root";
+
 /// The pod's IP, and the host's, as SPEC.md fixes them.
 pub const POD_IP: &str = "127.0.0.1";
 
@@ -48,6 +51,8 @@ pub struct ContainerExec {
     pub mounts: Vec<MountPlan>,
     /// Requests and limits, requests defaulted from limits.
     pub resources: Resources,
+    /// `securityContext.readOnlyRootFilesystem`.
+    pub read_only_root: bool,
 }
 
 /// One `volumeMounts` entry.
@@ -136,6 +141,9 @@ pub struct RunPlan {
     pub volumes: Vec<VolumePlan>,
     /// The pod's effective requests and limits (its cgroup's).
     pub pod_resources: Resources,
+    /// `podvisor.io/host-root: writable`: containers write to the host's root instead of a
+    /// private layer.
+    pub host_root_writable: bool,
     /// The variables of staged instrumentation (for the containers `pod.staging` applies to).
     pub staged_env: StagedEnv,
 }
@@ -289,6 +297,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
     RunPlan {
         volumes,
         pod_resources,
+        host_root_writable: annotations.get(HOST_ROOT).is_some_and(|v| v == "writable"),
         namespace,
         pod: PodPlan {
             name,
@@ -396,6 +405,11 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
             })
             .collect(),
         resources: Resources::of(c.resources.as_ref()),
+        read_only_root: c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.read_only_root_filesystem)
+            .unwrap_or(false),
     }
 }
 

@@ -29,6 +29,20 @@ pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
             }
         }
     }
+    for (at, meta) in [
+        ("metadata", Some(&w.metadata)),
+        ("spec.template.metadata", w.template_metadata.as_ref()),
+    ] {
+        let value = meta
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(super::plan::HOST_ROOT));
+        if let Some(v) = value.filter(|v| *v != "writable") {
+            top.push(
+                &format!("{at}.annotations.{}", super::plan::HOST_ROOT),
+                format!("Unsupported value: {v:?}: supported values: \"writable\""),
+            );
+        }
+    }
     let mut p = Problems {
         doc,
         prefix: w.kind.spec_path().to_string(),

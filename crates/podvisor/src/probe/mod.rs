@@ -410,6 +410,7 @@ impl ExecTask {
             mounts: Vec::new(),
             join_mounts: ctx.mounts,
             cgroups: ctx.cgroups.clone(),
+            root: None,
         };
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(io), ctx.inherited);

@@ -24,7 +24,9 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{Effect, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::lifecycle::{
+    Effect, EventType, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal,
+};
 use podvisor_core::probe::ProbeKind;
 use podvisor_core::spec::plan::RunPlan;
 
@@ -150,6 +152,15 @@ pub fn run(
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
+    let root_layer = root_layer(&plan, &state_dir)?;
+    let mut taken = taken;
+    if root_layer.is_none() && !plan.host_root_writable {
+        taken.notes.push(persist::pod_note(
+            EventType::Warning,
+            "HostRoot",
+            "not running as root: containers write to the host's root filesystem (no private writable layer, /tmp shared)".into(),
+        ));
+    }
     let cgroups = PodCgroups::set_up(&plan, &state_dir, settings.pod_max_pids)?;
     info.annotations
         .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
@@ -187,6 +198,8 @@ pub fn run(
         volumes,
         cgroups,
         instance_cgroups: HashMap::new(),
+        root_layer,
+        cwd: std::env::current_dir().ok(),
         mount_ns: HashMap::new(),
         metrics,
         counters: Counters::default(),
@@ -216,6 +229,44 @@ pub fn run(
     // Written before anything starts: a state dir that cannot hold it stops the run here.
     sup.save()?;
     Ok(sup.run()?)
+}
+
+/// What a container's private root is made from.
+#[derive(Debug)]
+struct RootLayer {
+    /// An empty directory of the state dir, on which each container mounts its layer's
+    /// tmpfs inside its own mount namespace.
+    dir: PathBuf,
+    /// The host's mounts under `/` carried into every private root.
+    carry: Vec<(PathBuf, bool)>,
+}
+
+/// Private roots as root; without root none, and a container that asks for a read-only root
+/// is refused rather than given the host's writable one.
+fn root_layer(plan: &RunPlan, state_dir: &std::path::Path) -> Result<Option<RootLayer>, RunError> {
+    if sys::getuid() != 0 {
+        let asks = plan
+            .exec
+            .iter()
+            .zip(&plan.pod.containers)
+            .find(|(x, _)| x.read_only_root);
+        if let Some((_, c)) = asks {
+            return Err(Unenforceable {
+                container: c.name.clone(),
+                field: "securityContext.readOnlyRootFilesystem",
+                needs: "a root filesystem of its own",
+                why: "that needs root".into(),
+            }
+            .into());
+        }
+        return Ok(None);
+    }
+    let dir = state_dir.join("rootfs");
+    std::fs::create_dir_all(&dir)?;
+    Ok(Some(RootLayer {
+        dir,
+        carry: volumes::host_submounts(),
+    }))
 }
 
 /// Epoll tokens: the kind in the high bits, a slot in the low ones.
@@ -260,6 +311,10 @@ struct Supervisor {
     /// The pod's cgroup, and each live instance's.
     cgroups: PodCgroups,
     instance_cgroups: HashMap<InstanceId, InstanceCgroup>,
+    /// Where containers' private roots are built (root only).
+    root_layer: Option<RootLayer>,
+    /// The directory podvisor was started in: containers without `workingDir` start there.
+    cwd: Option<PathBuf>,
     /// Mount namespaces of running instances that have volumes.
     mount_ns: HashMap<InstanceId, std::fs::File>,
     metrics: Option<Server>,

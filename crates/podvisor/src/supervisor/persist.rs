@@ -129,7 +129,7 @@ pub fn take_up(
     })
 }
 
-fn pod_note(kind: EventType, reason: &str, message: String) -> Event {
+pub(super) fn pod_note(kind: EventType, reason: &str, message: String) -> Event {
     Event {
         kind,
         reason: reason.into(),

@@ -14,7 +14,7 @@ use podvisor_core::stage::Stage;
 use super::logs::{tail_text, LogFile, LogStream};
 use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
 use crate::probe::{Done, ExecContext, Owner};
-use crate::process::sys::{self, ChildSetup, ContainerIo, EV_READ};
+use crate::process::sys::{self, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
 
 impl Supervisor {
     /// Starts a probe attempt or hook; the input to feed when it ended at once.
@@ -27,7 +27,7 @@ impl Supervisor {
         let i = owner.instance().container;
         let ctx = ExecContext {
             env: &self.envs[i],
-            working_dir: self.plan.exec[i].working_dir.as_ref().map(PathBuf::from),
+            working_dir: self.working_dir(i),
             inherited: &self.inherited,
             mounts: self.mount_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
             cgroups: self
@@ -102,7 +102,16 @@ impl Supervisor {
         let log_path = dir.join(format!("{}.log", id.instance));
         let (out_read, out_write) = sys::pipe()?;
         let (err_read, err_write) = sys::pipe()?;
-        let mounts = match self.volumes.mounts_for(exec) {
+        let root = self.root_layer.as_ref().and_then(|layer| {
+            // readOnlyRootFilesystem always gets a root of its own (read-only); the annotation
+            // `podvisor.io/host-root: writable` gives the others the host's.
+            (!self.plan.host_root_writable || exec.read_only_root).then(|| PrivateRoot {
+                layer_dir: layer.dir.clone(),
+                carry: layer.carry.clone(),
+                read_only: exec.read_only_root,
+            })
+        });
+        let mounts = match self.volumes.mounts_for(exec, root.is_some()) {
             Ok(m) => m,
             Err(why) => return Ok(Input::StartFailed(id, why)),
         };
@@ -116,13 +125,14 @@ impl Supervisor {
         let io = ContainerIo {
             stdout: out_write.as_raw_fd(),
             stderr: err_write.as_raw_fd(),
-            working_dir: exec.working_dir.as_ref().map(PathBuf::from),
+            working_dir: self.working_dir(id.container),
             env: self.envs[id.container].clone(),
             join_mounts: None,
             mounts,
             cgroups: cgroup.as_ref().map(|cg| cg.join_fds()).unwrap_or_default(),
+            root,
         };
-        let has_mounts = !io.mounts.is_empty();
+        let has_mounts = !io.mounts.is_empty() || io.root.is_some();
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let result = sys::spawn(&argv, ChildSetup::Container(io), &self.inherited);
         // Our copies of the write ends must go, or the pipes never reach end-of-file.
@@ -167,6 +177,17 @@ impl Supervisor {
                 Ok(Input::StartFailed(id, msg))
             }
         }
+    }
+
+    /// Container `i`'s working directory: its `workingDir`, else the one podvisor was started
+    /// in (containers are processes of this host), also inside a private root and for a
+    /// probe that joins one (entering a mount namespace moves to its `/`).
+    fn working_dir(&self, i: usize) -> Option<PathBuf> {
+        self.plan.exec[i]
+            .working_dir
+            .as_ref()
+            .map(PathBuf::from)
+            .or_else(|| self.cwd.clone())
     }
 
     pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<()> {

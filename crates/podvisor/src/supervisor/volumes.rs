@@ -95,8 +95,13 @@ impl Volumes {
         Ok(())
     }
 
-    /// The bind mounts of a container; `Err` is why it cannot start.
-    pub fn mounts_for(&mut self, exec: &ContainerExec) -> Result<Vec<BindMount>, String> {
+    /// The bind mounts of a container; `Err` is why it cannot start. In a private root
+    /// (`private`) their mount points are made inside it by the child, never on the host.
+    pub fn mounts_for(
+        &mut self,
+        exec: &ContainerExec,
+        private: bool,
+    ) -> Result<Vec<BindMount>, String> {
         if exec.mounts.is_empty() {
             return Ok(Vec::new());
         }
@@ -119,7 +124,7 @@ impl Volumes {
                 }
             }
             let target = PathBuf::from(&m.path);
-            if !target.exists() {
+            if !private && !target.exists() {
                 self.create_mount_point(&target, source.is_dir())
                     .map_err(|e| format!("mountPath {}: {e}", target.display()))?;
             }
@@ -166,4 +171,55 @@ impl Volumes {
             }
         }
     }
+}
+
+/// The host's mounts directly beneath `/` that a private root carries (with what is mounted
+/// below them): /proc, /sys and /dev as they are, the others read-only. Anything at or under
+/// /tmp stays out: a container's /tmp is its own.
+pub fn host_submounts() -> Vec<(PathBuf, bool)> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // (id, parent, mount point), mount points unescaped (\040 is a space).
+    let rows: Vec<(&str, &str, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some((*f.first()?, *f.get(1)?, unescape(f.get(4)?)))
+        })
+        .collect();
+    // The root mount is the last one mounted at "/" (mounts stack).
+    let Some(root) = rows.iter().rev().find(|r| r.2 == "/").map(|r| r.0) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, bool)> = Vec::new();
+    for (_, parent, point) in &rows {
+        if *parent != root || point == "/" || point == "/tmp" || point.starts_with("/tmp/") {
+            continue;
+        }
+        if out.iter().any(|(p, _)| p == Path::new(point)) {
+            continue;
+        }
+        let live = matches!(point.as_str(), "/proc" | "/sys" | "/dev");
+        out.push((PathBuf::from(point), !live));
+    }
+    out
+}
+
+/// A mountinfo path with its octal escapes (`\040` …) decoded.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -35,6 +35,25 @@ pub struct ContainerIo {
     pub join_mounts: Option<RawFd>,
     /// `cgroup.procs` files (open for writing) of the cgroups to join before exec.
     pub cgroups: Vec<RawFd>,
+    /// A root of its own: the host's files under a private writable layer (root only).
+    /// `mounts` then land inside it, their mount points made there, never on the host.
+    pub root: Option<PrivateRoot>,
+}
+
+/// A container's own root: an overlay of the host's `/` (read-only beneath) and an upper
+/// layer on a tmpfs that lives as long as the container's mount namespace, so what the
+/// container writes outside its volumes is gone when it ends, as with a runtime's
+/// container layer. `/tmp` is a fresh tmpfs (empty at each start).
+#[derive(Debug, Clone)]
+pub struct PrivateRoot {
+    /// An empty directory of the host: the layer's tmpfs is mounted on it inside the
+    /// container's namespace only.
+    pub layer_dir: std::path::PathBuf,
+    /// The host's mounts beneath `/` to carry into the new root (with what is mounted below
+    /// them), and whether each is read-only there.
+    pub carry: Vec<(std::path::PathBuf, bool)>,
+    /// `readOnlyRootFilesystem`: the layer is read-only too, and /tmp is not made.
+    pub read_only: bool,
 }
 
 /// `source` bound at `target`, read-only or not.
@@ -50,6 +69,116 @@ struct MountSpec {
     source: *const libc::c_char,
     target: *const libc::c_char,
     read_only: bool,
+    /// Directories to make first (in order; one that exists is fine), then, with
+    /// `make_file`, the target itself as an empty file: a mount point inside a private root.
+    make_dirs: *const *const libc::c_char,
+    make_dir_count: usize,
+    make_file: bool,
+    /// Recursive bind; read-only applies to everything below it too (a carried host mount).
+    recursive_read_only: bool,
+}
+
+/// The private root as the child reads it.
+struct RootSpec {
+    layer_dir: *const libc::c_char,
+    upper: *const libc::c_char,
+    work: *const libc::c_char,
+    merged: *const libc::c_char,
+    overlay_options: *const libc::c_char,
+    tmp: *const libc::c_char,
+    read_only: bool,
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// What the parent prepares for a container's mounts, kept alive until the child has exec'd.
+#[derive(Default)]
+struct MountStrings {
+    /// (source, target, read_only, dirs to make, make the target as a file, recursive ro)
+    mounts: Vec<(CString, CString, bool, Vec<CString>, bool, bool)>,
+    root: Option<[CString; 6]>,
+    root_read_only: bool,
+}
+
+impl MountStrings {
+    fn new(io: &ContainerIo) -> io::Result<MountStrings> {
+        let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
+        let mut out = MountStrings::default();
+        let Some(root) = &io.root else {
+            for m in &io.mounts {
+                out.mounts.push((
+                    c(&m.source)?,
+                    c(&m.target)?,
+                    m.read_only,
+                    Vec::new(),
+                    false,
+                    false,
+                ));
+            }
+            return Ok(out);
+        };
+        let merged = root.layer_dir.join("merged");
+        let inside = |p: &std::path::Path| merged.join(p.strip_prefix("/").unwrap_or(p));
+        out.root = Some([
+            c(&root.layer_dir)?,
+            c(&root.layer_dir.join("upper"))?,
+            c(&root.layer_dir.join("work"))?,
+            c(&merged)?,
+            c_string(
+                format!(
+                    "lowerdir=/,upperdir={},workdir={}",
+                    root.layer_dir.join("upper").display(),
+                    root.layer_dir.join("work").display()
+                )
+                .as_bytes(),
+            )?,
+            c(&merged.join("tmp"))?,
+        ]);
+        out.root_read_only = root.read_only;
+        for (path, read_only) in &root.carry {
+            out.mounts.push((
+                c(path)?,
+                c(&inside(path))?,
+                false,
+                Vec::new(),
+                false,
+                *read_only,
+            ));
+        }
+        for m in &io.mounts {
+            let target = inside(&m.target);
+            // Each missing directory down to the mount point, made in the layer.
+            let mut dirs = Vec::new();
+            let mut p = m.target.parent();
+            while let Some(d) = p.filter(|d| *d != std::path::Path::new("/")) {
+                dirs.push(c(&inside(d))?);
+                p = d.parent();
+            }
+            dirs.reverse();
+            let is_file = !m.source.is_dir();
+            if !is_file {
+                dirs.push(c(&target)?);
+            }
+            out.mounts.push((
+                c(&m.source)?,
+                c(&target)?,
+                m.read_only,
+                dirs,
+                is_file,
+                false,
+            ));
+        }
+        Ok(out)
+    }
 }
 
 /// The state to give back to the child before exec.
@@ -164,7 +293,7 @@ pub fn spawn_with_terminal(
     let mut cwd: Option<CString> = None;
     let mut stdin: RawFd = -1;
     let mut io_fds = None;
-    let mut mount_strings: Vec<(CString, CString, bool)> = Vec::new();
+    let mut mount_strings = MountStrings::default();
     let mut join_mounts: RawFd = -1;
     let mut cgroups: Vec<RawFd> = Vec::new();
     let mode = match &setup {
@@ -186,35 +315,48 @@ pub fn spawn_with_terminal(
             // Opened with O_CLOEXEC: only the dup2'd copy reaches the program.
             stdin = dev_null()?;
             io_fds = Some((io.stdout, io.stderr));
-            mount_strings = io
-                .mounts
-                .iter()
-                .map(|m| {
-                    Ok((
-                        c_string(m.source.as_os_str().as_bytes())?,
-                        c_string(m.target.as_os_str().as_bytes())?,
-                        m.read_only,
-                    ))
-                })
-                .collect::<io::Result<_>>()?;
+            mount_strings = MountStrings::new(io)?;
             join_mounts = io.join_mounts.unwrap_or(-1);
             cgroups = io.cgroups.clone();
             Mode::Container
         }
     };
-    let mounts: Vec<MountSpec> = mount_strings
+    let dir_ptrs: Vec<Vec<*const libc::c_char>> = mount_strings
+        .mounts
         .iter()
-        .map(|(s, t, ro)| MountSpec {
+        .map(|m| m.3.iter().map(|d| d.as_ptr()).collect())
+        .collect();
+    let mounts: Vec<MountSpec> = mount_strings
+        .mounts
+        .iter()
+        .zip(&dir_ptrs)
+        .map(|((s, t, ro, _, file, rro), dirs)| MountSpec {
             source: s.as_ptr(),
             target: t.as_ptr(),
             read_only: *ro,
+            make_dirs: dirs.as_ptr(),
+            make_dir_count: dirs.len(),
+            make_file: *file,
+            recursive_read_only: *rro,
         })
         .collect();
+    let root_spec = mount_strings.root.as_ref().map(|r| RootSpec {
+        layer_dir: r[0].as_ptr(),
+        upper: r[1].as_ptr(),
+        work: r[2].as_ptr(),
+        merged: r[3].as_ptr(),
+        overlay_options: r[4].as_ptr(),
+        tmp: r[5].as_ptr(),
+        read_only: mount_strings.root_read_only,
+    });
     let mut plan = ChildPlan {
         cgroups: cgroups.as_ptr(),
         cgroup_count: cgroups.len(),
         mounts: mounts.as_ptr(),
         mount_count: mounts.len(),
+        root: root_spec
+            .as_ref()
+            .map_or(std::ptr::null(), |r| r as *const RootSpec),
         join_mounts,
         argv: argv_ptrs.as_ptr(),
         mode,
@@ -320,7 +462,16 @@ pub fn spawn_with_terminal(
         unsafe { libc::waitpid(pid, &mut status, 0) };
         return Err(io::Error::from_raw_os_error(plan.errno));
     }
-    drop((stack, env_strings, cwd, mounts, mount_strings, cgroups));
+    drop((
+        stack,
+        env_strings,
+        cwd,
+        mounts,
+        root_spec,
+        dir_ptrs,
+        mount_strings,
+        cgroups,
+    ));
     let terminal = (plan.tty_errno != 0).then(|| io::Error::from_raw_os_error(plan.tty_errno));
     Ok((pid, terminal))
 }
@@ -339,6 +490,8 @@ struct ChildPlan {
     cgroup_count: usize,
     mounts: *const MountSpec,
     mount_count: usize,
+    /// A private root to build and pivot into (null: the host's).
+    root: *const RootSpec,
     /// A mount namespace to join (-1: none).
     join_mounts: RawFd,
     argv: *const *const libc::c_char,
@@ -429,7 +582,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                     if libc::setns(plan.join_mounts, libc::CLONE_NEWNS) == -1 {
                         fail(plan);
                     }
-                } else if plan.mount_count > 0 {
+                } else if plan.mount_count > 0 || !plan.root.is_null() {
                     // Volumes: a mount namespace of its own, not propagating back to the host.
                     if libc::unshare(libc::CLONE_NEWNS) == -1 {
                         fail(plan);
@@ -440,18 +593,16 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                     if libc::mount(none, root, none, private, std::ptr::null()) == -1 {
                         fail(plan);
                     }
+                    if !plan.root.is_null() && build_root(&*plan.root) == -1 {
+                        fail(plan);
+                    }
                     for i in 0..plan.mount_count {
-                        let m = &*plan.mounts.add(i);
-                        let bind = libc::MS_BIND | libc::MS_REC;
-                        if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
+                        if place_mount(&*plan.mounts.add(i)) == -1 {
                             fail(plan);
                         }
-                        if m.read_only {
-                            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
-                            if libc::mount(none, m.target, none, ro, std::ptr::null()) == -1 {
-                                fail(plan);
-                            }
-                        }
+                    }
+                    if !plan.root.is_null() && enter_root(&*plan.root) == -1 {
+                        fail(plan);
                     }
                 }
                 for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
@@ -483,4 +634,132 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         fail(plan)
     }
+}
+
+/// In the child, in its new mount namespace: the layer's tmpfs, its directories and the
+/// overlay of `/` at `merged`, with a fresh /tmp unless the root is read-only. -1 on error
+/// (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn build_root(r: &RootSpec) -> libc::c_int {
+    // SAFETY: mount(2), mkdir(2) on the parent's prepared paths.
+    unsafe {
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            r.layer_dir,
+            c"tmpfs".as_ptr(),
+            0,
+            c"mode=0755".as_ptr().cast(),
+        ) == -1
+        {
+            return -1;
+        }
+        for d in [r.upper, r.work, r.merged] {
+            if libc::mkdir(d, 0o755) == -1 {
+                return -1;
+            }
+        }
+        let overlay = c"overlay".as_ptr();
+        if libc::mount(overlay, r.merged, overlay, 0, r.overlay_options.cast()) == -1 {
+            return -1;
+        }
+        if !r.read_only {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            let tmpfs = c"tmpfs".as_ptr();
+            if libc::mount(tmpfs, r.tmp, tmpfs, flags, c"mode=1777".as_ptr().cast()) == -1 {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// In the child: one bind mount, its mount point made first when it is inside a private
+/// root. -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    // SAFETY: mkdir(2), open(2), mount(2), mount_setattr(2) on the parent's prepared paths.
+    unsafe {
+        for j in 0..m.make_dir_count {
+            let d = *m.make_dirs.add(j);
+            if libc::mkdir(d, 0o755) == -1 && *libc::__errno_location() != libc::EEXIST {
+                return -1;
+            }
+        }
+        if m.make_file {
+            let fd = libc::open(
+                m.target,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            );
+            if fd == -1 {
+                return -1;
+            }
+            libc::close(fd);
+        }
+        let bind = libc::MS_BIND | libc::MS_REC;
+        if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
+            return -1;
+        }
+        if m.read_only {
+            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+            if libc::mount(none, m.target, none, ro, std::ptr::null()) == -1 {
+                return -1;
+            }
+        }
+        if m.recursive_read_only {
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_RDONLY,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            let size = std::mem::size_of::<MountAttr>();
+            let at = libc::AT_FDCWD;
+            let flags = libc::AT_RECURSIVE as libc::c_uint;
+            if libc::syscall(
+                libc::SYS_mount_setattr,
+                at,
+                m.target,
+                flags,
+                &attr as *const MountAttr,
+                size,
+            ) == -1
+            {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// In the child: the read-only switch, then `pivot_root(".", ".")` into the new root and the
+/// old one detached (runc's way, with no directory for the old root). -1 on error.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn enter_root(r: &RootSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    // SAFETY: mount(2), chdir(2), pivot_root(2), umount2(2) on prepared paths.
+    unsafe {
+        if r.read_only {
+            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+            if libc::mount(none, r.merged, none, ro, std::ptr::null()) == -1 {
+                return -1;
+            }
+        }
+        let dot = c".".as_ptr();
+        if libc::chdir(r.merged) == -1
+            || libc::syscall(libc::SYS_pivot_root, dot, dot) == -1
+            || libc::umount2(dot, libc::MNT_DETACH) == -1
+            || libc::chdir(c"/".as_ptr()) == -1
+        {
+            return -1;
+        }
+    }
+    0
 }

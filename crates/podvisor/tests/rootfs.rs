@@ -1,0 +1,160 @@
+//! Each container start gets a root of its own, as a runtime's container layer: the host's
+//! files beneath, a private writable layer on top that goes with the instance, an empty /tmp,
+//! mount points made inside it only, and `readOnlyRootFilesystem`; exec probes and hooks see
+//! what the container sees. Without root: the host's root with a warning, and a read-only
+//! root refused.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+
+use crate::harness::*;
+use crate::probes::stop;
+
+/// A pod of ours, without the `host-root: writable` of the lifecycle tests' helper.
+fn private_pod(policy: &str, rest: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: rootfs, namespace: ns}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{rest}")
+}
+
+fn root_listing() -> BTreeSet<String> {
+    std::fs::read_dir("/")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn writes_outside_volumes_go_with_the_instance_and_tmp_starts_empty() {
+    if !is_root() {
+        eprintln!("SKIPPED: a private root needs root");
+        return;
+    }
+    let tag = format!("podvisor-rootfs-{}", std::process::id());
+    let before = root_listing();
+    // Instance 1 writes /etc/TAG, /tmp/t and a mount point's sibling, then fails; instance 2
+    // must see none of it, and the emptyDir counter shows both ran.
+    let r = PodRun::new(&private_pod(
+        "OnFailure",
+        &format!(
+            "  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+  - name: app
+    command: [sh, -c, 'n=$(cat /{tag}/deep/n 2>/dev/null || echo 0); echo $((n+1)) > /{tag}/deep/n; echo tmp=$(ls -A /tmp | wc -l); if [ -e /etc/{tag} ]; then echo etc=seen; else echo etc=fresh; fi; echo x > /etc/{tag}; touch /tmp/t /{tag}/sibling; [ $n -ge 1 ] && exit 0; exit 1']
+    volumeMounts: [{{name: data, mountPath: /{tag}/deep}}]
+"
+        ),
+    ));
+    let out = r.cmd(&["--backoff-initial", "10ms"]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    for n in [1, 2] {
+        let log = r.log("app", n);
+        assert!(log.contains("stdout F tmp=0"), "instance {n}: {log}");
+        assert!(log.contains("stdout F etc=fresh"), "instance {n}: {log}");
+    }
+    // Exit 0 came from the second instance, which read the first one's count: the emptyDir
+    // outlived the restart that the rest did not.
+    // Nothing reached the host: no /etc/TAG, no mount point, the same listing of /.
+    assert!(!std::path::Path::new(&format!("/etc/{tag}")).exists());
+    assert!(!std::path::Path::new(&format!("/{tag}")).exists());
+    assert_eq!(root_listing(), before);
+}
+
+#[test]
+fn probes_and_hooks_see_the_containers_root() {
+    if !is_root() {
+        eprintln!("SKIPPED: a private root needs root");
+        return;
+    }
+    // The hook writes into the container's own /tmp; the container waits for it and then
+    // writes what the readiness probe reads: both in its namespace, none on the host.
+    let r = PodRun::new(&private_pod(
+        "Always",
+        "  containers:
+  - name: app
+    command: [sh, -c, 'while [ ! -e /tmp/hooked ]; do sleep 0.05; done; echo ok > /tmp/ready; exec sleep 600']
+    lifecycle: {postStart: {exec: {command: [touch, /tmp/hooked]}}}
+    readinessProbe: {exec: {command: [cat, /tmp/ready]}, periodSeconds: 1}
+",
+    ));
+    let mut p = r.cmd(&[]).start();
+    wait_until("the container is ready", || {
+        r.reasons("app").iter().any(|x| x == "Ready")
+    });
+    assert!(!std::path::Path::new("/tmp/hooked").exists());
+    assert!(!std::path::Path::new("/tmp/ready").exists());
+    stop(&mut p);
+}
+
+#[test]
+fn a_read_only_root_takes_no_writes_but_its_volumes_do() {
+    if !is_root() {
+        eprintln!("SKIPPED: a private root needs root");
+        return;
+    }
+    let r = PodRun::new(&private_pod(
+        "Never",
+        "  volumes: [{name: scratch, emptyDir: {}}]
+  containers:
+  - name: ro
+    command: [sh, -c, 'touch /etc/x 2>/dev/null && echo etc=written; touch /tmp/x 2>/dev/null && echo tmp=written; touch /scratch/x && echo volume=written']
+    securityContext: {readOnlyRootFilesystem: true}
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let log = r.log("ro", 1);
+    assert!(
+        !log.contains("etc=written") && !log.contains("tmp=written"),
+        "{log}"
+    );
+    assert!(log.contains("volume=written"), "{log}");
+}
+
+#[test]
+fn without_root_the_host_root_with_a_warning_and_a_read_only_root_refused() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to become nobody");
+        return;
+    }
+    let r = PodRun::new(&private_pod(
+        "Never",
+        "  containers:\n  - {name: app, command: ['true']}\n",
+    ));
+    std::fs::set_permissions(r.dir.file(""), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = || {
+        Run::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(podvisor())
+            .args(["run", "-q", "--state-dir"])
+            .arg(r.dir.file("state"))
+            .arg("--events")
+            .arg(r.dir.file("events.json"))
+            .arg(r.dir.file("pod.yaml"))
+            .output()
+    };
+    let out = as_nobody();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let warned: Vec<_> = r
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "HostRoot")
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", r.events());
+    assert_eq!(warned[0]["type"], "Warning");
+    std::fs::write(
+        r.dir.file("pod.yaml"),
+        private_pod(
+            "Never",
+            "  containers:\n  - {name: app, command: ['true'], securityContext: {readOnlyRootFilesystem: true}}\n",
+        ),
+    )
+    .unwrap();
+    let out = as_nobody();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("container \"app\": securityContext.readOnlyRootFilesystem needs a root filesystem of its own"),
+        "{out:?}"
+    );
+}
