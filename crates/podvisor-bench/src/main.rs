@@ -31,6 +31,9 @@
 //! floor); podvisor's CPU while 100 containers idle; and the time from `podvisor run` on a saved
 //! state dir to 100 containers running again, beside the same pod's fresh start.
 //!
+//! `podvisor-bench runtime`: what cgroups, the mount namespace and the private root add to a
+//! container start beside the same starts without them; idle CPU and peak RSS beside horust.
+//!
 //! `podvisor-bench docker`: `docker run --rm IMAGE true` with podvisor as ENTRYPOINT, with
 //! `--init` and with no init; the static PID 1 build's size and RSS beside tini-static.
 
@@ -39,6 +42,7 @@ mod docker;
 mod init;
 mod probes;
 mod run;
+mod runtime;
 mod state;
 
 use std::path::{Path, PathBuf};
@@ -61,9 +65,10 @@ fn main() {
         Some("api") => api::api_bench(&args[1..]),
         Some("state") => state::state_bench(&args[1..]),
         Some("docker") => docker::docker_bench(&args[1..]),
+        Some("runtime") => runtime::runtime_bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: podvisor-bench init|run|probes|api|state|docker [--podvisor PATH] [--testbin PATH] [--quick]"
+                "usage: podvisor-bench init|run|probes|api|state|docker|runtime [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
             );
             std::process::exit(2);
         }

@@ -20,3 +20,4 @@ mod resume;
 mod rootfs;
 mod run;
 mod validate;
+mod volumes;

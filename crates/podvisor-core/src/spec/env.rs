@@ -72,50 +72,62 @@ fn env_value(
         return manifest.secret_data(&r.name)?.remove(&r.key);
     }
     if let Some(f) = &from.field_ref {
-        let path = f.field_path.as_str();
-        let quoted = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_suffix("']"));
-        return Some(match path {
-            "metadata.name" => pod.name.to_string(),
-            "metadata.namespace" => pod.namespace.to_string(),
-            "metadata.uid" => pod.host.uid.clone(),
-            "spec.nodeName" => pod.host.hostname.clone(),
-            "spec.serviceAccountName" => pod.service_account.to_string(),
-            "status.podIP" | "status.podIPs" | "status.hostIP" | "status.hostIPs" => {
-                POD_IP.to_string()
-            }
-            "metadata.labels" => format_map(pod.labels),
-            "metadata.annotations" => format_map(pod.annotations),
-            _ => {
-                if let Some(k) = quoted("metadata.labels['") {
-                    pod.labels.get(k).cloned().unwrap_or_default()
-                } else if let Some(k) = quoted("metadata.annotations['") {
-                    pod.annotations.get(k).cloned().unwrap_or_default()
-                } else {
-                    return None;
-                }
-            }
-        });
+        return field_value(&f.field_path, pod);
     }
     if let Some(r) = &from.resource_field_ref {
-        let target = match r.container_name.as_deref() {
-            Some(name) if name != c.name => manifest
-                .workload
-                .spec
-                .containers
-                .iter()
-                .chain(manifest.workload.spec.init_containers.iter().flatten())
-                .find(|x| x.name == name)
-                .unwrap_or(c),
-            _ => c,
-        };
-        return Some(resource_value(
-            target,
-            &r.resource,
-            r.divisor.as_ref().map(|d| d.0.as_str()),
-            pod.host,
-        ));
+        return Some(resource_field(r, c, manifest, pod));
     }
     None
+}
+
+/// A `fieldRef`'s value (environment variables and downwardAPI volumes).
+pub(super) fn field_value(path: &str, pod: &PodFacts<'_>) -> Option<String> {
+    let quoted = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_suffix("']"));
+    Some(match path {
+        "metadata.name" => pod.name.to_string(),
+        "metadata.namespace" => pod.namespace.to_string(),
+        "metadata.uid" => pod.host.uid.clone(),
+        "spec.nodeName" => pod.host.hostname.clone(),
+        "spec.serviceAccountName" => pod.service_account.to_string(),
+        "status.podIP" | "status.podIPs" | "status.hostIP" | "status.hostIPs" => POD_IP.to_string(),
+        "metadata.labels" => format_map(pod.labels),
+        "metadata.annotations" => format_map(pod.annotations),
+        _ => {
+            if let Some(k) = quoted("metadata.labels['") {
+                pod.labels.get(k).cloned().unwrap_or_default()
+            } else if let Some(k) = quoted("metadata.annotations['") {
+                pod.annotations.get(k).cloned().unwrap_or_default()
+            } else {
+                return None;
+            }
+        }
+    })
+}
+
+/// A `resourceFieldRef`'s value, for container `c` unless it names another.
+pub(super) fn resource_field(
+    r: &k8s_openapi::api::core::v1::ResourceFieldSelector,
+    c: &Container,
+    manifest: &Manifest,
+    pod: &PodFacts<'_>,
+) -> String {
+    let target = match r.container_name.as_deref() {
+        Some(name) if name != c.name => manifest
+            .workload
+            .spec
+            .containers
+            .iter()
+            .chain(manifest.workload.spec.init_containers.iter().flatten())
+            .find(|x| x.name == name)
+            .unwrap_or(c),
+        _ => c,
+    };
+    resource_value(
+        target,
+        &r.resource,
+        r.divisor.as_ref().map(|d| d.0.as_str()),
+        pod.host,
+    )
 }
 
 /// `limits.cpu`, `requests.memory` … as the downward API reports them: divided by the divisor

@@ -8,8 +8,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction, LifecycleHandler, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::env::resolve_env;
 pub use super::env::{expand, parse_quantity};
+use super::env::{field_value, resolve_env, resource_field};
 use super::resources::{pod_effective, Resources};
 use super::Manifest;
 use crate::backoff::BackoffPolicy;
@@ -285,7 +285,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .volumes
         .iter()
         .flatten()
-        .filter_map(|v| volume_plan(v, manifest))
+        .filter_map(|v| volume_plan(v, manifest, &facts))
         .collect();
     let pod_resources = pod_effective(
         &containers
@@ -415,7 +415,11 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
 
 /// What podvisor provides for a volume: emptyDir, hostPath, configMap and secret; other kinds
 /// are left out (validation has said so).
-fn volume_plan(v: &k8s_openapi::api::core::v1::Volume, manifest: &Manifest) -> Option<VolumePlan> {
+fn volume_plan(
+    v: &k8s_openapi::api::core::v1::Volume,
+    manifest: &Manifest,
+    pod: &PodFacts<'_>,
+) -> Option<VolumePlan> {
     let name = v.name.clone();
     if v.empty_dir.is_some() {
         return Some(VolumePlan::EmptyDir { name });
@@ -481,7 +485,95 @@ fn volume_plan(v: &k8s_openapi::api::core::v1::Volume, manifest: &Manifest) -> O
             files: files(all, sec.items.as_ref(), sec.default_mode),
         });
     }
+    if let Some(d) = &v.downward_api {
+        let mode = d.default_mode.map_or(0o644, |m| m as u32 & 0o777);
+        return Some(VolumePlan::Files {
+            name,
+            files: downward_files(d.items.iter().flatten(), mode, manifest, pod),
+        });
+    }
+    if let Some(p) = &v.projected {
+        // Every source's files in one directory, later sources over earlier ones' paths.
+        let mode = p.default_mode.map_or(0o644, |m| m as u32 & 0o777);
+        let mut out: Vec<(String, Vec<u8>, u32)> = Vec::new();
+        for source in p.sources.iter().flatten() {
+            let mut add = |more: Vec<(String, Vec<u8>, u32)>| {
+                for f in more {
+                    out.retain(|o| o.0 != f.0);
+                    out.push(f);
+                }
+            };
+            if let Some(c) = &source.config_map {
+                let all = config_map_entries(manifest, &c.name);
+                add(files(all, c.items.as_ref(), Some(mode as i32)));
+            }
+            if let Some(sec) = &source.secret {
+                let all = manifest
+                    .secret_data(&sec.name)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes()))
+                    .collect();
+                add(files(all, sec.items.as_ref(), Some(mode as i32)));
+            }
+            if let Some(d) = &source.downward_api {
+                add(downward_files(
+                    d.items.iter().flatten(),
+                    mode,
+                    manifest,
+                    pod,
+                ));
+            }
+        }
+        return Some(VolumePlan::Files { name, files: out });
+    }
     None
+}
+
+/// A ConfigMap's keys, `data` then `binaryData`.
+fn config_map_entries(manifest: &Manifest, name: &str) -> Vec<(String, Vec<u8>)> {
+    let m = manifest.config_map(name);
+    let mut all: Vec<(String, Vec<u8>)> = m
+        .and_then(|m| m.data.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+        .collect();
+    all.extend(
+        m.and_then(|m| m.binary_data.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.0.clone())),
+    );
+    all
+}
+
+/// downwardAPI items as files: a `fieldRef` (labels and annotations as `key="value"` lines) or
+/// a `resourceFieldRef` of the container it names, each with its mode or `mode`.
+fn downward_files<'a>(
+    items: impl Iterator<Item = &'a k8s_openapi::api::core::v1::DownwardAPIVolumeFile>,
+    mode: u32,
+    manifest: &Manifest,
+    pod: &PodFacts<'_>,
+) -> Vec<(String, Vec<u8>, u32)> {
+    let spec = &manifest.workload.spec;
+    items
+        .filter_map(|it| {
+            let value = if let Some(f) = &it.field_ref {
+                field_value(&f.field_path, pod)?
+            } else {
+                let r = it.resource_field_ref.as_ref()?;
+                let c = spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .find(|c| Some(c.name.as_str()) == r.container_name.as_deref())?;
+                resource_field(r, c, manifest, pod)
+            };
+            let m = it.mode.map_or(mode, |m| m as u32 & 0o777);
+            Some((it.path.clone(), value.into_bytes(), m))
+        })
+        .collect()
 }
 
 fn exec_handler(command: Option<&[String]>, statics: &BTreeMap<&str, &str>) -> Handler {

@@ -83,6 +83,7 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     if spec.containers.is_empty() {
         p.push("containers", "Required value: at least one container");
     }
+    validate_downward_volumes(spec, p);
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     let volumes: BTreeSet<&str> = spec
         .volumes
@@ -243,6 +244,30 @@ fn validate_container(
             p.push(
                 &format!("{path}.volumeMounts[{i}].name"),
                 format!("Not found: {:?}: no volume of that name", m.name),
+            );
+        }
+        // validateLocalDescendingPath: relative, and no `..` element.
+        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            let at = format!("{path}.volumeMounts[{i}].subPath");
+            if sub.starts_with('/') {
+                p.push(
+                    &at,
+                    format!("Invalid value: {sub:?}: must be a relative path"),
+                );
+            } else if sub.split('/').any(|e| e == "..") {
+                p.push(
+                    &at,
+                    format!("Invalid value: {sub:?}: must not contain '..'"),
+                );
+            }
+        }
+        if !m.mount_path.starts_with('/') {
+            p.push(
+                &format!("{path}.volumeMounts[{i}].mountPath"),
+                format!(
+                    "Invalid value: {:?}: must be an absolute path",
+                    m.mount_path
+                ),
             );
         }
     }
@@ -591,3 +616,88 @@ fn validate_resources(c: &Container, path: &str, p: &mut Problems<'_>) {
 
 /// The smallest memory limit a kernel can enforce.
 const PAGE: u64 = 4096;
+
+/// downwardAPI items of `downwardAPI` and `projected` volumes, as `validateDownwardAPIVolumeFile`:
+/// a relative path without `..`, exactly one of fieldRef and resourceFieldRef, a fieldRef the
+/// volume can show, a resourceFieldRef naming a container of the pod.
+fn validate_downward_volumes(spec: &PodSpec, p: &mut Problems<'_>) {
+    use k8s_openapi::api::core::v1::DownwardAPIVolumeFile;
+    let names: BTreeSet<&str> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut check = |at: String, it: &DownwardAPIVolumeFile| {
+        if it.path.starts_with('/') || it.path.split('/').any(|s| s == "..") {
+            p.push(
+                &format!("{at}.path"),
+                format!(
+                    "Invalid value: {:?}: must be a relative path without '..'",
+                    it.path
+                ),
+            );
+        }
+        match (&it.field_ref, &it.resource_field_ref) {
+            (Some(f), None) => {
+                let path = f.field_path.as_str();
+                let ok = matches!(
+                    path,
+                    "metadata.name"
+                        | "metadata.namespace"
+                        | "metadata.uid"
+                        | "metadata.labels"
+                        | "metadata.annotations"
+                ) || (path.starts_with("metadata.labels['")
+                    || path.starts_with("metadata.annotations['"))
+                    && path.ends_with("']");
+                if !ok {
+                    p.push(&format!("{at}.fieldRef.fieldPath"), format!("Unsupported value: {path:?}: supported values: \"metadata.annotations\", \"metadata.labels\", \"metadata.name\", \"metadata.namespace\", \"metadata.uid\""));
+                }
+            }
+            (None, Some(r)) => match r.container_name.as_deref() {
+                None | Some("") => p.push(
+                    &format!("{at}.resourceFieldRef.containerName"),
+                    "Required value",
+                ),
+                Some(n) if !names.contains(n) => p.push(
+                    &format!("{at}.resourceFieldRef.containerName"),
+                    format!("Not found: {n:?}: no container of that name"),
+                ),
+                Some(_) => {}
+            },
+            _ => p.push(
+                &at,
+                "Invalid value: exactly one of fieldRef and resourceFieldRef must be set",
+            ),
+        }
+    };
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        for (j, it) in v
+            .downward_api
+            .iter()
+            .flat_map(|d| d.items.iter().flatten())
+            .enumerate()
+        {
+            check(format!("volumes[{i}].downwardAPI.items[{j}]"), it);
+        }
+        for (k, source) in v
+            .projected
+            .iter()
+            .flat_map(|pr| pr.sources.iter().flatten())
+            .enumerate()
+        {
+            for (j, it) in source
+                .downward_api
+                .iter()
+                .flat_map(|d| d.items.iter().flatten())
+                .enumerate()
+            {
+                check(
+                    format!("volumes[{i}].projected.sources[{k}].downwardAPI.items[{j}]"),
+                    it,
+                );
+            }
+        }
+    }
+}

@@ -138,23 +138,28 @@ pub struct SyntaxError {
 
 /// Reads every document of a YAML stream. Empty documents are skipped.
 pub fn parse_documents(text: &str) -> Result<Vec<Document>, SyntaxError> {
-    let docs: Vec<Spanned<Node>> = serde_saphyr::from_multiple(text).map_err(|e| {
-        let pos = e.location().map(|l| Pos {
-            line: l.line(),
-            column: l.column(),
-        });
-        // The error's own text repeats the location (and a snippet): we print our own.
-        let message = e.without_snippet().to_string();
-        let message = message.lines().next().unwrap_or("invalid YAML");
-        let message = match message.rfind(" at line ") {
-            Some(i) => &message[..i],
-            None => message,
-        };
-        SyntaxError {
-            pos,
-            message: message.to_string(),
-        }
-    })?;
+    // kubectl reads manifests as YAML 1.1 (go-yaml v2 through sigs.k8s.io/yaml), where a
+    // number with a leading 0 is octal: `defaultMode: 0400` is 256, as users write modes.
+    let mut options = serde_saphyr::Options::default();
+    options.legacy_octal_numbers = true;
+    let docs: Vec<Spanned<Node>> = serde_saphyr::from_multiple_with_options(text, options)
+        .map_err(|e| {
+            let pos = e.location().map(|l| Pos {
+                line: l.line(),
+                column: l.column(),
+            });
+            // The error's own text repeats the location (and a snippet): we print our own.
+            let message = e.without_snippet().to_string();
+            let message = message.lines().next().unwrap_or("invalid YAML");
+            let message = match message.rfind(" at line ") {
+                Some(i) => &message[..i],
+                None => message,
+            };
+            SyntaxError {
+                pos,
+                message: message.to_string(),
+            }
+        })?;
     Ok(docs
         .into_iter()
         .filter(|d| !matches!(d.value, Node::Null))
@@ -237,5 +242,21 @@ mod tests {
         let e = parse_documents("a: 1\na: 2\n").unwrap_err();
         assert!(e.message.starts_with("duplicate mapping key"), "{e:?}");
         assert_eq!(e.pos, Some(Pos { line: 2, column: 1 }));
+    }
+}
+
+#[cfg(test)]
+mod octal_tests {
+    use super::*;
+
+    #[test]
+    fn modes_with_a_leading_zero_are_octal_as_kubectl_reads_them() {
+        let docs = parse_documents("a: 0400\nb: 0644\nc: 420\nd: 0o755\ne: '0400'\n").unwrap();
+        let v = &docs[0].value;
+        assert_eq!(v["a"], 256);
+        assert_eq!(v["b"], 420);
+        assert_eq!(v["c"], 420);
+        assert_eq!(v["d"], 493);
+        assert_eq!(v["e"], "0400");
     }
 }

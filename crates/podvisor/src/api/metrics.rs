@@ -29,6 +29,8 @@ pub struct Counters {
     start_delay: Histogram,
     /// How long each write of the saved record took (fsyncs included).
     state_writes: Histogram,
+    /// How long podvisor took to start each container instance, to its exec.
+    starts: Histogram,
 }
 
 /// Bucket counts (each bound's, cumulative), sum and count of one histogram.
@@ -81,6 +83,7 @@ impl Default for Counters {
             probe_errors: BTreeMap::new(),
             start_delay: Histogram::new(&DELAY_BUCKETS),
             state_writes: Histogram::new(&WRITE_BUCKETS),
+            starts: Histogram::new(&START_BUCKETS),
         }
     }
 }
@@ -88,6 +91,12 @@ impl Default for Counters {
 /// Histogram bounds of state writes, in seconds: a write is two fsyncs.
 const WRITE_BUCKETS: [f64; 12] = [
     0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0,
+];
+
+/// Histogram bounds of container starts, in seconds.
+const START_BUCKETS: [f64; 16] = [
+    0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05,
+    0.1, 0.5, 1.0,
 ];
 
 /// Histogram bounds of probe start delays, in seconds.
@@ -105,6 +114,12 @@ impl Counters {
             .probe_errors
             .entry((container.to_string(), kind.as_str()))
             .or_default() += 1;
+    }
+
+    /// Starting a container instance (its cgroup, namespace, root, mounts, clone and exec)
+    /// took `took`.
+    pub fn container_start(&mut self, took: Duration) {
+        self.starts.observe(took);
     }
 
     /// A write of the saved record took `took`.
@@ -206,6 +221,12 @@ pub fn render(
         &mut o,
         "podvisor_state_write_seconds",
         "How long each write of the saved state took (write, fsync, rename, fsync of the directory).",
+        &pod_labels,
+    );
+    counters.starts.render(
+        &mut o,
+        "podvisor_container_start_seconds",
+        "How long podvisor took to start a container instance: its cgroup, mount namespace, root and volumes, clone and exec.",
         &pod_labels,
     );
     o.push_str("# HELP podvisor_container_restarts_total Restarts of a container (its restartCount).\n# TYPE podvisor_container_restarts_total counter\n");

@@ -556,7 +556,12 @@ impl Supervisor {
             let now = self.clock.now();
             for effect in self.pod.step(now, input) {
                 match effect {
-                    Effect::Spawn(id, stage) => queue.push_back(self.spawn(id, stage)?),
+                    Effect::Spawn(id, stage) => {
+                        let began = std::time::Instant::now();
+                        let input = self.spawn(id, stage)?;
+                        self.counters.container_start(began.elapsed());
+                        queue.push_back(input);
+                    }
                     Effect::LogTail(id) => {
                         let event = self.log_tail(id)?;
                         let line = self.events.emit(SystemTime::now(), &event);

@@ -118,11 +118,27 @@ impl Volumes {
                 _ => self.dir.join(&m.volume),
             };
             if let Some(sub) = &m.sub_path {
+                let root = source.clone();
                 source = source.join(sub);
                 if matches!(plan, VolumePlan::EmptyDir { .. }) {
                     std::fs::create_dir_all(&source).map_err(|e| format!("subPath {sub}: {e}"))?;
                 }
+                // A symlink inside the volume must not lead out of it (the kubelet's
+                // subpath check, pkg/volume/util/subpath).
+                let inside = match (root.canonicalize(), source.canonicalize()) {
+                    (Ok(r), Ok(s)) => s.starts_with(&r),
+                    _ => true,
+                };
+                if !inside {
+                    return Err(format!(
+                        "subPath {sub:?} of volume {:?} leads outside the volume",
+                        m.volume
+                    ));
+                }
             }
+            // configMap, secret, downwardAPI and projected volumes are always read-only,
+            // whatever the mount says (the kubelet since 1.10).
+            let read_only = m.read_only || matches!(plan, VolumePlan::Files { .. });
             let target = PathBuf::from(&m.path);
             if !private && !target.exists() {
                 self.create_mount_point(&target, source.is_dir())
@@ -131,7 +147,7 @@ impl Volumes {
             out.push(BindMount {
                 source,
                 target,
-                read_only: m.read_only,
+                read_only,
             });
         }
         Ok(out)

@@ -1,0 +1,122 @@
+//! Volumes as the kubelet makes them: configMap, secret, downwardAPI and projected volumes are
+//! read-only whatever the mount says; downwardAPI and projected files have the values and modes
+//! asked for; a subPath cannot leave its volume.
+
+use crate::harness::*;
+
+const POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: vols
+  namespace: ns
+  labels: {tier: web}
+spec:
+  restartPolicy: Never
+  volumes:
+  - {name: cm, configMap: {name: cfg}}
+  - {name: sec, secret: {secretName: creds, defaultMode: 0400}}
+  - name: down
+    downwardAPI:
+      items:
+      - {path: labels, fieldRef: {fieldPath: metadata.labels}}
+      - {path: name, fieldRef: {fieldPath: metadata.name}, mode: 0600}
+      - {path: mem, resourceFieldRef: {containerName: app, resource: limits.memory, divisor: 1Mi}}
+  - name: all
+    projected:
+      defaultMode: 0440
+      sources:
+      - configMap: {name: cfg, items: [{key: a, path: conf/a}]}
+      - downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}
+  containers:
+  - name: app
+    command: [sh, -c, 'for f in /cm/a /sec/token /down/labels /down/name /down/mem /all/conf/a /all/ns; do echo \"$f $(stat -L -c %a $f) $(cat $f | tr \"\\n\" \" \")\"; done; touch /cm/x 2>/dev/null && echo cm=writable; touch /down/x 2>/dev/null && echo down=writable; echo done']
+    resources: {limits: {memory: 64Mi}}
+    volumeMounts:
+    - {name: cm, mountPath: /cm, readOnly: false}
+    - {name: sec, mountPath: /sec}
+    - {name: down, mountPath: /down}
+    - {name: all, mountPath: /all}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {a: one}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds}
+stringData: {token: s3cret}
+";
+
+#[test]
+fn api_volumes_are_read_only_with_their_values_and_modes() {
+    if !is_root() {
+        eprintln!("SKIPPED: volumes need root");
+        return;
+    }
+    let r = PodRun::new(POD);
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let log = r.log("app", 1);
+    let lines: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap_or(""))
+        .collect();
+    for want in [
+        "/cm/a 644 one",
+        "/sec/token 400 s3cret",
+        "/down/labels 644 tier=\"web\"",
+        "/down/name 600 vols",
+        "/down/mem 644 64",
+        "/all/conf/a 440 one",
+        "/all/ns 440 ns",
+    ] {
+        assert!(lines.contains(&want), "{want:?} in {lines:#?}");
+    }
+    assert!(!log.contains("writable"), "{log}");
+    assert!(log.contains("done"));
+}
+
+#[test]
+fn a_sub_path_cannot_leave_its_volume() {
+    let r = PodRun::new(&pod(
+        "Never",
+        "  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - name: a\n    command: ['true']\n    volumeMounts: [{name: v, mountPath: /x, subPath: ../../etc}, {name: v, mountPath: rel}]\n",
+    ));
+    let out = Run::new(podvisor())
+        .arg("validate")
+        .arg(r.dir.file("pod.yaml"))
+        .output();
+    assert_eq!(out.code(), 2);
+    assert!(
+        out.stderr.contains("spec.containers[0].volumeMounts[0].subPath: Invalid value: \"../../etc\": must not contain '..'"),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"rel\": must be an absolute path"),
+        "{out:?}"
+    );
+    if !is_root() {
+        return;
+    }
+    // A symlink in the volume that points out of it: the container does not start.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  initContainers:\n  - {name: link, command: [ln, -s, /etc, /v/out], volumeMounts: [{name: v, mountPath: /v}]}\n  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - name: a\n    command: ['true']\n    volumeMounts: [{name: v, mountPath: /x, subPath: out}]\n",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    let failed: Vec<_> = r
+        .events()
+        .into_iter()
+        .filter(|e| e["object"] == "a" && e["type"] == "Warning")
+        .map(|e| e["message"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        failed
+            .iter()
+            .any(|m| m.contains("subPath \"out\" of volume \"v\" leads outside the volume")),
+        "{failed:?}"
+    );
+}
