@@ -356,7 +356,8 @@ fn dumb_init_on_a_terminal_side_by_side() {
         );
         let cwd = shell_in(
             &dir.file(""),
-            &format!("{init} sh -c 'readlink /proc/$PPID/cwd'"),
+            // dumb-init moves after starting the child: wait for it (at most 5 s).
+            &format!("{init} sh -c 'for i in $(seq 100); do d=$(readlink /proc/$PPID/cwd); [ \"$d\" = / ] && break; sleep 0.05; done; echo $d'"),
         );
         seen.push((
             debug,

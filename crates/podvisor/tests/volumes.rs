@@ -120,3 +120,82 @@ fn a_sub_path_cannot_leave_its_volume() {
         "{failed:?}"
     );
 }
+
+#[test]
+fn a_host_path_of_the_wrong_type_holds_the_pod_until_it_is_right() {
+    let r = PodRun::new("");
+    let missing = r.dir.file("later");
+    let sock_dir = r.dir.file("");
+    std::fs::write(
+        r.dir.file("pod.yaml"),
+        pod(
+            "Always",
+            &format!(
+                "  volumes:\n  - {{name: d, hostPath: {{path: {}, type: Directory}}}}\n  - {{name: made, hostPath: {{path: {}/made-file, type: FileOrCreate}}}}\n  containers:\n  - {{name: app, command: [sleep, '600']}}\n",
+                missing.display(),
+                sock_dir.display()
+            ),
+        ),
+    )
+    .unwrap();
+    let mut p = r.cmd(&[]).start();
+    wait_until("a FailedMount", || {
+        r.reasons("pod").iter().any(|x| x == "FailedMount")
+    });
+    let event = r
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "FailedMount")
+        .unwrap();
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(
+        event["message"],
+        format!(
+            "MountVolume.SetUp failed for volume \"d\" : hostPath type check failed: {} is not a directory",
+            missing.display()
+        )
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&client(&r, &["status", "-o", "json"]).stdout).unwrap();
+    assert_eq!(status["status"]["phase"], "Pending");
+    assert!(r.reasons("app").is_empty(), "nothing started");
+    // Retried with backoff: once the directory is there, the pod starts.
+    std::fs::create_dir(&missing).unwrap();
+    wait_until("the app starts", || {
+        r.reasons("app").iter().any(|x| x == "Started")
+    });
+    assert!(r.dir.file("made-file").is_file(), "FileOrCreate made it");
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0));
+    // A stop while waiting for the mount ends the run at once.
+    std::fs::remove_dir(&missing).unwrap();
+    let mut p = r.cmd(&[]).start();
+    wait_until("a second FailedMount", || {
+        r.reasons("pod")
+            .iter()
+            .filter(|x| *x == "FailedMount")
+            .count()
+            >= 2
+    });
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0));
+    // An unknown type is bad input.
+    std::fs::write(
+        r.dir.file("pod.yaml"),
+        pod(
+            "Always",
+            "  volumes: [{name: d, hostPath: {path: /x, type: Dir}}]\n  containers: [{name: a, command: ['true']}]\n",
+        ),
+    )
+    .unwrap();
+    let out = Run::new(podvisor())
+        .arg("validate")
+        .arg(r.dir.file("pod.yaml"))
+        .output();
+    assert_eq!(out.code(), 2);
+    assert!(
+        out.stderr
+            .contains("spec.volumes[0].hostPath.type: Unsupported value: \"Dir\""),
+        "{out:?}"
+    );
+}

@@ -30,6 +30,38 @@ pub struct HostFacts {
     pub memory: u64,
 }
 
+/// A `hostPath` volume's `type` (pkg/volume/hostpath): what the path must be before the pod
+/// starts, or what to make there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPathType {
+    /// `""`: no check.
+    Unset,
+    DirectoryOrCreate,
+    Directory,
+    FileOrCreate,
+    File,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl HostPathType {
+    /// The API's spelling; `None` for one it does not have.
+    pub fn parse(s: &str) -> Option<HostPathType> {
+        Some(match s {
+            "" => HostPathType::Unset,
+            "DirectoryOrCreate" => HostPathType::DirectoryOrCreate,
+            "Directory" => HostPathType::Directory,
+            "FileOrCreate" => HostPathType::FileOrCreate,
+            "File" => HostPathType::File,
+            "Socket" => HostPathType::Socket,
+            "CharDevice" => HostPathType::CharDevice,
+            "BlockDevice" => HostPathType::BlockDevice,
+            _ => return None,
+        })
+    }
+}
+
 /// The pod annotation that gives containers the host's root read-write (`writable`).
 pub const HOST_ROOT: &str = "podvisor.io/host-root";
 
@@ -70,11 +102,11 @@ pub struct MountPlan {
 pub enum VolumePlan {
     /// A directory of the pod's own, empty at pod start (and at a whole-pod restart).
     EmptyDir { name: String },
-    /// A path of the host, created as a directory for `DirectoryOrCreate` (or no type).
+    /// A path of the host, checked (or made) by its `type` before the pod starts.
     HostPath {
         name: String,
         path: String,
-        create: bool,
+        kind: HostPathType,
     },
     /// Files made from a ConfigMap's or Secret's keys: (relative path, content, mode).
     Files {
@@ -425,14 +457,10 @@ fn volume_plan(
         return Some(VolumePlan::EmptyDir { name });
     }
     if let Some(h) = &v.host_path {
-        let create = matches!(
-            h.type_.as_deref(),
-            None | Some("") | Some("DirectoryOrCreate")
-        );
         return Some(VolumePlan::HostPath {
             name,
             path: h.path.clone(),
-            create,
+            kind: HostPathType::parse(h.type_.as_deref().unwrap_or(""))?,
         });
     }
     // Keys as files (or the listed `items` at their paths), with the default mode 0644.

@@ -84,6 +84,15 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
         p.push("containers", "Required value: at least one container");
     }
     validate_downward_volumes(spec, p);
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let kind = v.host_path.as_ref().and_then(|h| h.type_.as_deref());
+        if let Some(t) = kind.filter(|t| super::plan::HostPathType::parse(t).is_none()) {
+            p.push(
+                &format!("volumes[{i}].hostPath.type"),
+                format!("Unsupported value: {t:?}: supported values: \"\", \"BlockDevice\", \"CharDevice\", \"Directory\", \"DirectoryOrCreate\", \"File\", \"FileOrCreate\", \"Socket\""),
+            );
+        }
+    }
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     let volumes: BTreeSet<&str> = spec
         .volumes

@@ -200,6 +200,7 @@ pub fn run(
         instance_cgroups: HashMap::new(),
         root_layer,
         cwd: std::env::current_dir().ok(),
+        mount_gate: None,
         mount_ns: HashMap::new(),
         metrics,
         counters: Counters::default(),
@@ -230,6 +231,18 @@ pub fn run(
     sup.save()?;
     Ok(sup.run()?)
 }
+
+/// A pod waiting for its volumes.
+#[derive(Debug)]
+struct MountGate {
+    retry_at: Instant,
+    delay: std::time::Duration,
+}
+
+/// The volume manager's retry of a failed mount: 500 ms doubling to about 2 minutes
+/// (`exponentialbackoff` in pkg/util/goroutinemap).
+const MOUNT_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
+const MOUNT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(122);
 
 /// What a container's private root is made from.
 #[derive(Debug)]
@@ -315,6 +328,8 @@ struct Supervisor {
     root_layer: Option<RootLayer>,
     /// The directory podvisor was started in: containers without `workingDir` start there.
     cwd: Option<PathBuf>,
+    /// The pod waits for its volumes (a hostPath type check failed): when to try again.
+    mount_gate: Option<MountGate>,
     /// Mount namespaces of running instances that have volumes.
     mount_ns: HashMap<InstanceId, std::fs::File>,
     metrics: Option<Server>,
@@ -346,11 +361,12 @@ struct Supervisor {
 
 impl Supervisor {
     fn run(&mut self) -> io::Result<Outcome> {
-        self.feed(Input::Admit)?;
+        self.try_admit()?;
         let mut ready = Vec::new();
         while self.finished.is_none() {
             let core = self.pod.next_deadline();
-            let deadline = [core, self.tasks.next_deadline(), self.scan_due]
+            let mount_retry = self.mount_gate.as_ref().map(|g| g.retry_at);
+            let deadline = [core, self.tasks.next_deadline(), self.scan_due, mount_retry]
                 .into_iter()
                 .flatten()
                 .min();
@@ -407,6 +423,9 @@ impl Supervisor {
                 }
             }
             let now = self.clock.now();
+            if self.mount_gate.as_ref().is_some_and(|g| now >= g.retry_at) {
+                self.try_admit()?;
+            }
             if self.scan_due.is_some_and(|d| now >= d) {
                 self.scan_children()?;
             }
@@ -465,7 +484,39 @@ impl Supervisor {
         }
     }
 
+    /// Admits the pod once its volumes can be set up, as the kubelet waits for its mounts
+    /// (`WaitForAttachAndMount`): until then no container starts, the pod is Pending with
+    /// a `FailedMount` Warning at each try, retried with the volume manager's backoff.
+    fn try_admit(&mut self) -> io::Result<()> {
+        match self.volumes.set_up_host_paths() {
+            Ok(()) => {
+                self.mount_gate = None;
+                self.feed(Input::Admit)
+            }
+            Err(message) => {
+                let delay = self
+                    .mount_gate
+                    .as_ref()
+                    .map_or(MOUNT_RETRY_FIRST, |g| (g.delay * 2).min(MOUNT_RETRY_MAX));
+                self.mount_gate = Some(MountGate {
+                    retry_at: self.clock.now() + delay,
+                    delay,
+                });
+                let event = persist::pod_note(EventType::Warning, "FailedMount", message);
+                let line = self.events.emit(SystemTime::now(), &event);
+                self.api.event(line, &self.epoll);
+                Ok(())
+            }
+        }
+    }
+
     fn stop_requested(&mut self) -> io::Result<()> {
+        if self.mount_gate.is_some() {
+            // Nothing has started: the run ends here, the pod still Pending.
+            self.stopped = true;
+            self.finished = Some(self.pod.phase());
+            return Ok(());
+        }
         if self.stopped {
             // A second request does not wait for the grace period.
             for &pgid in self.groups.values() {

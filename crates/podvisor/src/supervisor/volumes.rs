@@ -5,10 +5,10 @@
 //! is created for the run and removed afterwards (if still empty).
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use podvisor_core::spec::plan::{ContainerExec, VolumePlan};
+use podvisor_core::spec::plan::{ContainerExec, HostPathType, VolumePlan};
 
 use crate::process::sys::{self, BindMount};
 
@@ -61,12 +61,8 @@ impl Volumes {
     fn make(&self, p: &VolumePlan) -> io::Result<()> {
         match p {
             VolumePlan::EmptyDir { name } => std::fs::create_dir_all(self.dir.join(name)),
-            VolumePlan::HostPath { path, create, .. } => {
-                if *create {
-                    std::fs::create_dir_all(path)?;
-                }
-                Ok(())
-            }
+            // Checked (and made) by `set_up_host_paths`, before the pod is admitted.
+            VolumePlan::HostPath { .. } => Ok(()),
             VolumePlan::Files { name, files } => {
                 let root = self.dir.join(name);
                 std::fs::create_dir_all(&root)?;
@@ -81,6 +77,57 @@ impl Volumes {
                 Ok(())
             }
         }
+    }
+
+    /// The kubelet's `MountVolume.SetUp` for hostPath volumes: each path made or checked by its
+    /// type. `Err` is the kubelet's FailedMount message.
+    pub fn set_up_host_paths(&self) -> Result<(), String> {
+        use std::os::unix::fs::FileTypeExt;
+        for p in &self.plans {
+            let VolumePlan::HostPath { name, path, kind } = p else {
+                continue;
+            };
+            let meta = std::fs::metadata(path);
+            let is = |f: &dyn Fn(&std::fs::FileType) -> bool| {
+                meta.as_ref().is_ok_and(|m| f(&m.file_type()))
+            };
+            let problem = match kind {
+                HostPathType::Unset => None,
+                HostPathType::DirectoryOrCreate => {
+                    // Made with its parents if missing; then it must be a directory.
+                    let _ = std::fs::create_dir_all(path);
+                    let dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
+                    (!dir).then_some("is not a directory")
+                }
+                HostPathType::Directory => (!is(&|t| t.is_dir())).then_some("is not a directory"),
+                HostPathType::FileOrCreate => {
+                    if meta.is_err() {
+                        let made = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .mode(0o644)
+                            .open(path);
+                        made.is_err().then_some("is not a file")
+                    } else {
+                        (!is(&|t| t.is_file())).then_some("is not a file")
+                    }
+                }
+                HostPathType::File => (!is(&|t| t.is_file())).then_some("is not a file"),
+                HostPathType::Socket => (!is(&|t| t.is_socket())).then_some("is not a socket file"),
+                HostPathType::CharDevice => {
+                    (!is(&|t| t.is_char_device())).then_some("is not a character device")
+                }
+                HostPathType::BlockDevice => {
+                    (!is(&|t| t.is_block_device())).then_some("is not a block device")
+                }
+            };
+            if let Some(what) = problem {
+                return Err(format!(
+                    "MountVolume.SetUp failed for volume {name:?} : hostPath type check failed: {path} {what}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Empties every emptyDir (a whole-pod restart).
