@@ -567,7 +567,7 @@ impl Drop for PodRun {
                 i += 1;
             }
             for d in dirs.iter().rev() {
-                let deadline = Instant::now() + Duration::from_secs(5);
+                let deadline = Instant::now() + Duration::from_secs(15);
                 loop {
                     let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
                     for pid in procs.lines() {

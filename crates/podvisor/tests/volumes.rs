@@ -199,3 +199,58 @@ fn a_host_path_of_the_wrong_type_holds_the_pod_until_it_is_right() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_memory_empty_dir_is_a_tmpfs_charged_to_the_writer_and_its_size_limit_evicts() {
+    if !is_root() {
+        eprintln!("SKIPPED: a tmpfs needs root");
+        return;
+    }
+    // Written past its sizeLimit: the pod is evicted, Failed (exit 1), with the kubelet's words.
+    let r = PodRun::new(&pod(
+        "Always",
+        "  volumes: [{name: cache, emptyDir: {medium: Memory, sizeLimit: 1Mi}}]
+  containers:
+  - name: app
+    command: [sh, -c, 'stat -f -c %T /cache; head -c 3000000 /dev/zero > /cache/blob; exec sleep 600']
+    resources: {limits: {memory: 64Mi}}
+    volumeMounts: [{name: cache, mountPath: /cache}]
+",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    let evicted: Vec<_> = r
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "Evicted")
+        .collect();
+    assert_eq!(evicted.len(), 1, "{:?}", r.events());
+    assert_eq!(
+        evicted[0]["message"],
+        "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Mi\". "
+    );
+    assert!(r.log("app", 1).contains("stdout F tmpfs"));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(r.dir.file("").to_str().unwrap()),
+        "the host saw a mount"
+    );
+    // No sizeLimit: what the container writes there counts against its memory limit.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  volumes: [{name: cache, emptyDir: {medium: Memory}}]
+  containers:
+  - name: app
+    command: [sh, -c, 'head -c 40000000 /dev/zero > /cache/blob; echo wrote']
+    resources: {limits: {memory: 16Mi}}
+    volumeMounts: [{name: cache, mountPath: /cache}]
+",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        r.reasons("app").iter().any(|x| x == "OOMKilled"),
+        "{:?}",
+        r.events()
+    );
+}

@@ -65,6 +65,10 @@ pub enum Input {
     Tick,
     /// Stop the pod gracefully (SIGTERM to podvisor, `podvisor stop`).
     Stop,
+    /// The eviction manager evicts the pod (an emptyDir past its `sizeLimit`), with this
+    /// message: Failed with reason `Evicted`, every container killed with a grace of 0 (the
+    /// 2 s floor still applies; no preStop), as the kubelet's `evictPod(pod, 0, …)`.
+    Evict(String),
     /// `podvisor restart CONTAINER`: stop that container gracefully (if it runs) and start it
     /// again at once, whatever its policy; its restartCount grows, its backoff is untouched.
     /// Ignored for a regular init container (only a pod restart runs those again).

@@ -320,6 +320,18 @@ impl Pod {
                     return fx;
                 }
             }
+            Input::Evict(message) => {
+                if !matches!(self.phase, Phase::Succeeded | Phase::Failed) {
+                    fx.push(self.pod_event(EventType::Warning, "Evicted", message.clone()));
+                    self.phase = Phase::Failed;
+                    self.failure = Some(("Evicted".to_string(), message));
+                    let requested = self.stopping.is_some_and(|s| s.requested);
+                    self.begin_stop(now, requested);
+                    if let Some(s) = &mut self.stopping {
+                        s.grace = Duration::ZERO;
+                    }
+                }
+            }
             Input::Stop => match &mut self.stopping {
                 None => self.begin_stop(now, true),
                 // A stop during a whole-pod restart ends it there.

@@ -47,6 +47,8 @@ pub(super) struct Stopping {
     pub(super) requested: bool,
     /// A whole-pod restart: once everything is down, start again.
     pub(super) restart: bool,
+    /// The grace of every container's kill: the pod's, or an override (an eviction's 0).
+    pub(super) grace: Duration,
 }
 
 impl Pod {
@@ -55,6 +57,7 @@ impl Pod {
             began: now,
             requested,
             restart: false,
+            grace: self.plan.grace,
         });
         // A container waiting to restart will not: its last exit becomes its state again.
         for c in &mut self.containers {
@@ -171,7 +174,7 @@ impl Pod {
             if self.containers[i].live() && self.containers[i].kill.is_none() {
                 let name = &self.containers[i].name;
                 let message = format!("Stopping container {name}");
-                self.begin_kill(i, stopping.began, self.plan.grace, message, true, fx);
+                self.begin_kill(i, stopping.began, stopping.grace, message, true, fx);
             }
         }
         self.drive_kills(now, fx);

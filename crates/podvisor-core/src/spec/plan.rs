@@ -101,7 +101,14 @@ pub struct MountPlan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumePlan {
     /// A directory of the pod's own, empty at pod start (and at a whole-pod restart).
-    EmptyDir { name: String },
+    EmptyDir {
+        name: String,
+        /// `medium: Memory`: a tmpfs (its pages count against the memory of the cgroup
+        /// that writes them).
+        memory: bool,
+        /// `sizeLimit` in bytes, as written: past it the pod is evicted.
+        size_limit: Option<(u64, String)>,
+    },
     /// A path of the host, checked (or made) by its `type` before the pod starts.
     HostPath {
         name: String,
@@ -118,7 +125,7 @@ pub enum VolumePlan {
 impl VolumePlan {
     pub fn name(&self) -> &str {
         match self {
-            VolumePlan::EmptyDir { name }
+            VolumePlan::EmptyDir { name, .. }
             | VolumePlan::HostPath { name, .. }
             | VolumePlan::Files { name, .. } => name,
         }
@@ -453,8 +460,16 @@ fn volume_plan(
     pod: &PodFacts<'_>,
 ) -> Option<VolumePlan> {
     let name = v.name.clone();
-    if v.empty_dir.is_some() {
-        return Some(VolumePlan::EmptyDir { name });
+    if let Some(e) = &v.empty_dir {
+        let size_limit = e.size_limit.as_ref().and_then(|q| {
+            let bytes = super::resources::Quantity::parse(&q.0).ok()?.value();
+            (bytes > 0).then(|| (bytes, q.0.clone()))
+        });
+        return Some(VolumePlan::EmptyDir {
+            name,
+            memory: e.medium.as_deref() == Some("Memory"),
+            size_limit,
+        });
     }
     if let Some(h) = &v.host_path {
         return Some(VolumePlan::HostPath {

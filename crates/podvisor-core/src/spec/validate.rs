@@ -85,6 +85,23 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     }
     validate_downward_volumes(spec, p);
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let Some(e) = &v.empty_dir else { continue };
+        if let Some(m) = e.medium.as_deref().filter(|m| !matches!(*m, "" | "Memory")) {
+            p.push(
+                &format!("volumes[{i}].emptyDir.medium"),
+                format!("Unsupported value: {m:?}: supported values: \"\", \"Memory\""),
+            );
+        }
+        if let Some(q) = &e.size_limit {
+            if let Err(why) = super::resources::Quantity::parse(&q.0) {
+                p.push(
+                    &format!("volumes[{i}].emptyDir.sizeLimit"),
+                    format!("Invalid value: {:?}: {why}", q.0),
+                );
+            }
+        }
+    }
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let kind = v.host_path.as_ref().and_then(|h| h.type_.as_deref());
         if let Some(t) = kind.filter(|t| super::plan::HostPathType::parse(t).is_none()) {
             p.push(

@@ -28,7 +28,7 @@ use podvisor_core::lifecycle::{
     Effect, EventType, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal,
 };
 use podvisor_core::probe::ProbeKind;
-use podvisor_core::spec::plan::RunPlan;
+use podvisor_core::spec::plan::{RunPlan, VolumePlan};
 
 use crate::api::metrics::Counters;
 use crate::api::status::PodInfo;
@@ -164,6 +164,15 @@ pub fn run(
     let cgroups = PodCgroups::set_up(&plan, &state_dir, settings.pod_max_pids)?;
     info.annotations
         .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
+    // A `medium: Memory` emptyDir is a tmpfs in podvisor's own mount namespace: its
+    // containers see it, the host never does, and it cannot outlive the run.
+    let memory = plan
+        .volumes
+        .iter()
+        .any(|v| matches!(v, VolumePlan::EmptyDir { memory: true, .. }));
+    if memory && sys::getuid() == 0 {
+        sys::private_mount_namespace()?;
+    }
     // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
     let volumes = Volumes::prepare(&state_dir, &plan.volumes, taken.resumed)?;
     let metrics = match settings.metrics {
@@ -201,6 +210,7 @@ pub fn run(
         root_layer,
         cwd: std::env::current_dir().ok(),
         mount_gate: None,
+        size_check_at: None,
         mount_ns: HashMap::new(),
         metrics,
         counters: Counters::default(),
@@ -243,6 +253,10 @@ struct MountGate {
 /// (`exponentialbackoff` in pkg/util/goroutinemap).
 const MOUNT_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
 const MOUNT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(122);
+
+/// How often emptyDir volumes with a `sizeLimit` are measured (the kubelet's eviction manager
+/// looks every 10 s; a walk of a volume is cheap, and a user waits less).
+const SIZE_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a container's private root is made from.
 #[derive(Debug)]
@@ -330,6 +344,8 @@ struct Supervisor {
     cwd: Option<PathBuf>,
     /// The pod waits for its volumes (a hostPath type check failed): when to try again.
     mount_gate: Option<MountGate>,
+    /// When emptyDir volumes are next measured against their `sizeLimit`.
+    size_check_at: Option<Instant>,
     /// Mount namespaces of running instances that have volumes.
     mount_ns: HashMap<InstanceId, std::fs::File>,
     metrics: Option<Server>,
@@ -366,10 +382,16 @@ impl Supervisor {
         while self.finished.is_none() {
             let core = self.pod.next_deadline();
             let mount_retry = self.mount_gate.as_ref().map(|g| g.retry_at);
-            let deadline = [core, self.tasks.next_deadline(), self.scan_due, mount_retry]
-                .into_iter()
-                .flatten()
-                .min();
+            let deadline = [
+                core,
+                self.tasks.next_deadline(),
+                self.scan_due,
+                mount_retry,
+                self.size_check_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             // Wake on a millisecond grid of the clock (not relative to now): deadlines within
             // the same millisecond (hundreds of probes a second) share one wake-up.
             let timeout = deadline.map(|d| coalesce(d) - self.clock.now());
@@ -425,6 +447,9 @@ impl Supervisor {
             let now = self.clock.now();
             if self.mount_gate.as_ref().is_some_and(|g| now >= g.retry_at) {
                 self.try_admit()?;
+            }
+            if self.size_check_at.is_some_and(|d| now >= d) {
+                self.check_sizes()?;
             }
             if self.scan_due.is_some_and(|d| now >= d) {
                 self.scan_children()?;
@@ -491,6 +516,9 @@ impl Supervisor {
         match self.volumes.set_up_host_paths() {
             Ok(()) => {
                 self.mount_gate = None;
+                if self.volumes.has_size_limits() {
+                    self.size_check_at = Some(self.clock.now() + SIZE_CHECK_PERIOD);
+                }
                 self.feed(Input::Admit)
             }
             Err(message) => {
@@ -505,6 +533,20 @@ impl Supervisor {
                 let event = persist::pod_note(EventType::Warning, "FailedMount", message);
                 let line = self.events.emit(SystemTime::now(), &event);
                 self.api.event(line, &self.epoll);
+                Ok(())
+            }
+        }
+    }
+
+    /// The eviction manager's emptyDir check: a volume past its `sizeLimit` evicts the pod.
+    fn check_sizes(&mut self) -> io::Result<()> {
+        match self.volumes.over_size_limit() {
+            Some(message) => {
+                self.size_check_at = None;
+                self.feed(Input::Evict(message))
+            }
+            None => {
+                self.size_check_at = Some(self.clock.now() + SIZE_CHECK_PERIOD);
                 Ok(())
             }
         }

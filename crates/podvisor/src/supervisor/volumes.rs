@@ -33,7 +33,7 @@ impl Volumes {
             keep_empty_dirs
                 && plans
                     .iter()
-                    .any(|p| matches!(p, VolumePlan::EmptyDir { name: n } if std::ffi::OsStr::new(n) == name))
+                    .any(|p| matches!(p, VolumePlan::EmptyDir { name: n, memory: false, .. } if std::ffi::OsStr::new(n) == name))
         };
         match std::fs::read_dir(&dir) {
             Ok(entries) => {
@@ -60,7 +60,15 @@ impl Volumes {
 
     fn make(&self, p: &VolumePlan) -> io::Result<()> {
         match p {
-            VolumePlan::EmptyDir { name } => std::fs::create_dir_all(self.dir.join(name)),
+            VolumePlan::EmptyDir { name, memory, .. } => {
+                let dir = self.dir.join(name);
+                std::fs::create_dir_all(&dir)?;
+                // A tmpfs in podvisor's own mount namespace (see `run`), so never the host's.
+                if *memory && sys::getuid() == 0 {
+                    sys::mount_tmpfs(&dir)?;
+                }
+                Ok(())
+            }
             // Checked (and made) by `set_up_host_paths`, before the pod is admitted.
             VolumePlan::HostPath { .. } => Ok(()),
             VolumePlan::Files { name, files } => {
@@ -130,13 +138,49 @@ impl Volumes {
         Ok(())
     }
 
+    /// The first emptyDir past its `sizeLimit`: the eviction manager's message for it
+    /// (`emptyDirLimitEviction`, pkg/kubelet/eviction). Usage is what its files occupy.
+    pub fn over_size_limit(&self) -> Option<String> {
+        self.plans.iter().find_map(|p| {
+            let VolumePlan::EmptyDir {
+                name,
+                size_limit: Some((limit, text)),
+                ..
+            } = p
+            else {
+                return None;
+            };
+            (disk_usage(&self.dir.join(name)) > *limit)
+                .then(|| format!("Usage of EmptyDir volume {name:?} exceeds the limit {text:?}. "))
+        })
+    }
+
+    /// Whether any emptyDir has a `sizeLimit` to watch.
+    pub fn has_size_limits(&self) -> bool {
+        self.plans.iter().any(|p| {
+            matches!(
+                p,
+                VolumePlan::EmptyDir {
+                    size_limit: Some(_),
+                    ..
+                }
+            )
+        })
+    }
+
     /// Empties every emptyDir (a whole-pod restart).
     pub fn wipe(&mut self) -> io::Result<()> {
         for p in &self.plans {
-            if let VolumePlan::EmptyDir { name } = p {
+            if let VolumePlan::EmptyDir { name, .. } = p {
+                // Its contents, not the directory, which may be a tmpfs's mount point.
                 let d = self.dir.join(name);
-                let _ = std::fs::remove_dir_all(&d);
-                std::fs::create_dir_all(&d)?;
+                for e in std::fs::read_dir(&d)?.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        std::fs::remove_dir_all(e.path())?;
+                    } else {
+                        std::fs::remove_file(e.path())?;
+                    }
+                }
             }
         }
         Ok(())
@@ -224,8 +268,24 @@ impl Volumes {
         Ok(())
     }
 
-    /// Removes the mount points podvisor made (those still empty).
+    /// Removes the mount points podvisor made (those still empty), and frees what `Memory`
+    /// emptyDirs hold: their pages are charged to the containers' cgroups, which go next.
     pub fn clean_up(&mut self) {
+        for p in &self.plans {
+            if let VolumePlan::EmptyDir {
+                name, memory: true, ..
+            } = p
+            {
+                for e in std::fs::read_dir(self.dir.join(name))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    let _ = std::fs::remove_dir_all(e.path())
+                        .or_else(|_| std::fs::remove_file(e.path()));
+                }
+            }
+        }
         for p in self.created.drain(..).rev() {
             if p.is_dir() {
                 let _ = std::fs::remove_dir(&p);
@@ -285,4 +345,22 @@ fn unescape(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Bytes the files under `dir` occupy (`du`: allocated blocks; a hard link counts at each of
+/// its names), not following symlinks.
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            total += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
 }

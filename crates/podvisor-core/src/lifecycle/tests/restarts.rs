@@ -451,3 +451,39 @@ fn an_oom_kill_is_oomkilled_137_and_restarts_by_policy_with_backoff() {
         }
     ));
 }
+
+#[test]
+fn an_eviction_kills_with_no_grace_and_no_pre_stop_and_fails_the_pod() {
+    let mut p = plan(RestartPolicy::Always, &[("app", Kind::Main)]);
+    p.containers[0].pre_stop = true;
+    p.grace = Duration::from_secs(30);
+    let mut pod = Pod::new(p);
+    pod.step(Instant::ZERO, Input::Admit);
+    let first = InstanceId {
+        container: 0,
+        instance: 1,
+    };
+    pod.step(Instant::ZERO, Input::Started(first));
+    let message = "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Mi\". ".to_string();
+    let fx = pod.step(Instant::from_millis(1_000), Input::Evict(message.clone()));
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Event(ev) if ev.reason == "Evicted" && ev.message == message && ev.kind == EventType::Warning)),
+        "{fx:?}"
+    );
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::RunHook(..))),
+        "no preStop: {fx:?}"
+    );
+    assert!(fx.contains(&Effect::Signal(first, Signal::Term)), "{fx:?}");
+    // SIGKILL after the 2 s floor, not the pod's 30 s.
+    assert_eq!(pod.next_deadline(), Some(Instant::from_millis(3_000)));
+    let fx = pod.step(Instant::from_millis(3_000), Input::Tick);
+    assert!(fx.contains(&Effect::Signal(first, Signal::Kill)), "{fx:?}");
+    let fx = pod.step(
+        Instant::from_millis(3_010),
+        Input::Exited(first, ExitStatus::Signal(9).into()),
+    );
+    assert!(fx.contains(&Effect::Finished(Phase::Failed)), "{fx:?}");
+    assert_eq!(pod.failure(), Some(("Evicted", message.as_str())));
+    assert_eq!(pod.containers()[0].restart_count, 0, "not restarted");
+}

@@ -337,6 +337,45 @@ pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Gives this process a mount namespace of its own whose mounts do not propagate back to the
+/// host (root only; the process must be single-threaded): what podvisor mounts for its pod is
+/// seen by the containers it starts, never by the host, and goes when the last of them ends.
+pub fn private_mount_namespace() -> io::Result<()> {
+    // SAFETY: unshare(2) and mount(2) on this process, with static C strings.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let none = std::ptr::null();
+        let flags = libc::MS_REC | libc::MS_PRIVATE;
+        if libc::mount(none, c"/".as_ptr(), none, flags, std::ptr::null()) == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Mounts a fresh tmpfs (mode 0777, as the kubelet's emptyDir) on `target`.
+pub fn mount_tmpfs(target: &std::path::Path) -> io::Result<()> {
+    let target = c_string(target.as_os_str().as_encoded_bytes())?;
+    let tmpfs = c"tmpfs".as_ptr();
+    let flags = libc::MS_NOSUID | libc::MS_NODEV;
+    // SAFETY: mount(2) with C strings that live across the call.
+    if unsafe {
+        libc::mount(
+            tmpfs,
+            target.as_ptr(),
+            tmpfs,
+            flags,
+            c"mode=0777".as_ptr().cast(),
+        )
+    } == -1
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn getuid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }
