@@ -157,4 +157,19 @@ fn without_root_the_host_root_with_a_warning_and_a_read_only_root_refused() {
             .contains("container \"app\": securityContext.readOnlyRootFilesystem needs a root filesystem of its own"),
         "{out:?}"
     );
+    std::fs::write(
+        r.dir.file("pod.yaml"),
+        private_pod(
+            "Never",
+            "  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - {name: app, command: ['true'], volumeMounts: [{name: v, mountPath: /v}]}\n",
+        ),
+    )
+    .unwrap();
+    let out = as_nobody();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("container \"app\": volumeMounts needs a mount namespace of its own, which podvisor cannot make here: that needs root"),
+        "{out:?}"
+    );
 }

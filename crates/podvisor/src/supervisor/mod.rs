@@ -269,9 +269,23 @@ struct RootLayer {
 }
 
 /// Private roots as root; without root none, and a container that asks for a read-only root
-/// is refused rather than given the host's writable one.
+/// or for volume mounts is refused rather than run without them.
 fn root_layer(plan: &RunPlan, state_dir: &std::path::Path) -> Result<Option<RootLayer>, RunError> {
     if sys::getuid() != 0 {
+        let mounts = plan
+            .exec
+            .iter()
+            .zip(&plan.pod.containers)
+            .find(|(x, _)| !x.mounts.is_empty());
+        if let Some((_, c)) = mounts {
+            return Err(Unenforceable {
+                container: c.name.clone(),
+                field: "volumeMounts",
+                needs: "a mount namespace of its own",
+                why: "that needs root".into(),
+            }
+            .into());
+        }
         let asks = plan
             .exec
             .iter()
