@@ -344,37 +344,37 @@ impl InstanceCgroup {
             self.dir(c)
                 .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
         };
-        match self.version {
-            Version::V1 => {
-                let cpu_ns = read(Controller::CpuAcct, "cpuacct.usage")
-                    .and_then(|t| t.trim().parse::<u64>().ok())
-                    .unwrap_or(0);
-                let usage = read(Controller::Memory, "memory.usage_in_bytes")
-                    .and_then(|t| t.trim().parse::<u64>().ok())
-                    .unwrap_or(0);
-                let inactive = read(Controller::Memory, "memory.stat")
-                    .and_then(|t| keyed(&t, "total_inactive_file"))
-                    .unwrap_or(0);
-                Usage {
-                    cpu_seconds: cpu_ns as f64 / 1e9,
-                    working_set: usage.saturating_sub(inactive),
-                }
-            }
-            Version::V2 => {
-                let cpu_us = read(Controller::Unified, "cpu.stat")
-                    .and_then(|t| keyed(&t, "usage_usec"))
-                    .unwrap_or(0);
-                let usage = read(Controller::Unified, "memory.current")
-                    .and_then(|t| t.trim().parse::<u64>().ok())
-                    .unwrap_or(0);
-                let inactive = read(Controller::Unified, "memory.stat")
-                    .and_then(|t| keyed(&t, "inactive_file"))
-                    .unwrap_or(0);
-                Usage {
-                    cpu_seconds: cpu_us as f64 / 1e6,
-                    working_set: usage.saturating_sub(inactive),
-                }
-            }
+        // (hierarchy, file, key in it or the whole file) of CPU time, its unit per second,
+        // memory usage, and the inactive-file key of memory.stat, for each version.
+        let (cpu, per_second, usage, inactive) = match self.version {
+            Version::V1 => (
+                (Controller::CpuAcct, "cpuacct.usage", None),
+                1e9,
+                (Controller::Memory, "memory.usage_in_bytes", None),
+                (
+                    Controller::Memory,
+                    "memory.stat",
+                    Some("total_inactive_file"),
+                ),
+            ),
+            Version::V2 => (
+                (Controller::Unified, "cpu.stat", Some("usage_usec")),
+                1e6,
+                (Controller::Unified, "memory.current", None),
+                (Controller::Unified, "memory.stat", Some("inactive_file")),
+            ),
+        };
+        let number = |(c, file, key): (Controller, &str, Option<&str>)| -> u64 {
+            read(c, file)
+                .and_then(|t| match key {
+                    Some(k) => keyed(&t, k),
+                    None => t.trim().parse().ok(),
+                })
+                .unwrap_or(0)
+        };
+        Usage {
+            cpu_seconds: number(cpu) as f64 / per_second,
+            working_set: number(usage).saturating_sub(number(inactive)),
         }
     }
 

@@ -496,33 +496,14 @@ fn volume_plan(
         }
     };
     if let Some(c) = &v.config_map {
-        let m = manifest.config_map(&c.name);
-        let mut all: Vec<(String, Vec<u8>)> = m
-            .and_then(|m| m.data.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
-            .collect();
-        all.extend(
-            m.and_then(|m| m.binary_data.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.0.clone())),
-        );
+        let all = config_map_entries(manifest, &c.name);
         return Some(VolumePlan::Files {
             name,
             files: files(all, c.items.as_ref(), c.default_mode),
         });
     }
     if let Some(sec) = &v.secret {
-        let all = sec
-            .secret_name
-            .as_deref()
-            .and_then(|n| manifest.secret_data(n))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect();
+        let all = secret_entries(manifest, sec.secret_name.as_deref().unwrap_or(""));
         return Some(VolumePlan::Files {
             name,
             files: files(all, sec.items.as_ref(), sec.default_mode),
@@ -551,12 +532,7 @@ fn volume_plan(
                 add(files(all, c.items.as_ref(), Some(mode as i32)));
             }
             if let Some(sec) = &source.secret {
-                let all = manifest
-                    .secret_data(&sec.name)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes()))
-                    .collect();
+                let all = secret_entries(manifest, &sec.name);
                 add(files(all, sec.items.as_ref(), Some(mode as i32)));
             }
             if let Some(d) = &source.downward_api {
@@ -571,6 +547,16 @@ fn volume_plan(
         return Some(VolumePlan::Files { name, files: out });
     }
     None
+}
+
+/// A Secret's keys, decoded.
+fn secret_entries(manifest: &Manifest, name: &str) -> Vec<(String, Vec<u8>)> {
+    manifest
+        .secret_data(name)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect()
 }
 
 /// A ConfigMap's keys, `data` then `binaryData`.
