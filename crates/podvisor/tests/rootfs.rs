@@ -111,65 +111,87 @@ fn a_read_only_root_takes_no_writes_but_its_volumes_do() {
     assert!(log.contains("volume=written"), "{log}");
 }
 
+/// Whether `nobody` may make user namespaces here (rootless containers).
+fn user_namespaces_for_nobody() -> bool {
+    Run::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(["unshare", "-U", "-r", "true"])
+        .output()
+        .code()
+        == 0
+}
+
 #[test]
-fn without_root_the_host_root_with_a_warning_and_a_read_only_root_refused() {
+fn without_root_a_user_namespace_gives_the_same_root_of_its_own() {
     if !is_root() {
         eprintln!("SKIPPED: needs root to become nobody");
         return;
     }
+    if !user_namespaces_for_nobody() {
+        eprintln!("SKIPPED: this kernel gives nobody no user namespace");
+        return;
+    }
+    let tag = format!("podvisor-rootless-{}", std::process::id());
     let r = PodRun::new(&private_pod(
-        "Never",
-        "  containers:\n  - {name: app, command: ['true']}\n",
+        "Always",
+        &format!(
+            "  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+  - name: app
+    command: [sh, -c, 'echo uid=$(id -u) tmp=$(ls -A /tmp | wc -l); echo x > /etc/{tag} && echo etc=written; echo v > /{tag}/f && echo volume=written; touch /tmp/ready; exec sleep 600']
+    volumeMounts: [{{name: data, mountPath: /{tag}}}]
+    readinessProbe: {{exec: {{command: [cat, /tmp/ready, /etc/{tag}]}}, periodSeconds: 1}}
+  - name: ro
+    command: [sh, -c, 'touch /etc/x 2>/dev/null && echo etc=written; touch /tmp/x 2>/dev/null && echo tmp=written; echo done; exec sleep 600']
+    securityContext: {{readOnlyRootFilesystem: true}}
+"
+        ),
     ));
     std::fs::set_permissions(r.dir.file(""), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let as_nobody = || {
-        Run::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-            .arg(podvisor())
-            .args(["run", "-q", "--state-dir"])
-            .arg(r.dir.file("state"))
-            .arg("--events")
-            .arg(r.dir.file("events.json"))
-            .arg(r.dir.file("pod.yaml"))
-            .output()
-    };
-    let out = as_nobody();
-    assert_eq!(out.code(), 0, "{out:?}");
-    let warned: Vec<_> = r
-        .events()
-        .into_iter()
-        .filter(|e| e["reason"] == "HostRoot")
-        .collect();
-    assert_eq!(warned.len(), 1, "{:?}", r.events());
-    assert_eq!(warned[0]["type"], "Warning");
-    std::fs::write(
-        r.dir.file("pod.yaml"),
-        private_pod(
-            "Never",
-            "  containers:\n  - {name: app, command: ['true'], securityContext: {readOnlyRootFilesystem: true}}\n",
-        ),
-    )
-    .unwrap();
-    let out = as_nobody();
-    assert_eq!(out.code(), 2, "{out:?}");
+    let mut p = Run::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(podvisor())
+        .args(["run", "-q", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .arg("--events")
+        .arg(r.dir.file("events.json"))
+        .arg(r.dir.file("pod.yaml"))
+        .start();
+    // The exec probe reads the container's own /tmp and /etc: it joined its namespaces.
+    wait_until("the app is ready", || {
+        r.reasons("app").iter().any(|x| x == "Ready")
+    });
+    let ro_log = r.dir.file("state").join("logs/ro/1.log");
+    wait_until("ro has run", || {
+        std::fs::read_to_string(&ro_log).is_ok_and(|t| t.contains("done"))
+    });
+    let log = r.log("app", 1);
+    assert!(log.contains("stdout F uid=0 tmp=0"), "{log}");
     assert!(
-        out.stderr
-            .contains("container \"app\": securityContext.readOnlyRootFilesystem needs a root filesystem of its own"),
-        "{out:?}"
+        log.contains("etc=written") && log.contains("volume=written"),
+        "{log}"
     );
-    std::fs::write(
-        r.dir.file("pod.yaml"),
-        private_pod(
-            "Never",
-            "  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - {name: app, command: ['true'], volumeMounts: [{name: v, mountPath: /v}]}\n",
-        ),
-    )
-    .unwrap();
-    let out = as_nobody();
-    assert_eq!(out.code(), 2, "{out:?}");
+    let ro = r.log("ro", 1);
     assert!(
-        out.stderr
-            .contains("container \"app\": volumeMounts needs a mount namespace of its own, which podvisor cannot make here: that needs root"),
-        "{out:?}"
+        !ro.contains("etc=written") && !ro.contains("tmp=written"),
+        "{ro}"
     );
+    assert!(!r.reasons("pod").iter().any(|x| x == "HostRoot"));
+    let describe = Run::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(podvisor())
+        .args(["describe", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .output();
+    assert!(
+        describe
+            .stdout
+            .contains("Root:         private layer per start, rootless (user namespace)"),
+        "{describe:?}"
+    );
+    // Nothing reached the host.
+    assert!(!std::path::Path::new(&format!("/etc/{tag}")).exists());
+    assert!(!std::path::Path::new(&format!("/{tag}")).exists());
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0));
 }

@@ -386,6 +386,9 @@ fn describe_text(pod: &Value, events: &str) -> String {
     if let Some(cgroups) = pod["metadata"]["annotations"]["podvisor.io/cgroups"].as_str() {
         let _ = writeln!(o, "Cgroups:      {cgroups}");
     }
+    if let Some(root) = pod["metadata"]["annotations"]["podvisor.io/root"].as_str() {
+        let _ = writeln!(o, "Root:         {root}");
+    }
     let spec_of = |name: &str| -> Value {
         pod["spec"]["initContainers"]
             .as_array()

@@ -50,9 +50,13 @@ impl Owner {
 pub struct ExecContext<'a> {
     pub env: &'a [OsString],
     pub working_dir: Option<PathBuf>,
+    /// See `ContainerIo::working_dir_optional`.
+    pub working_dir_optional: bool,
     pub inherited: &'a Inherited,
     /// The container's mount namespace, when it has volumes: commands run inside it.
     pub mounts: Option<std::os::fd::RawFd>,
+    /// The container's user namespace (rootless): joined before its mount namespace.
+    pub user_ns: Option<std::os::fd::RawFd>,
     /// The container's cgroups (`cgroup.procs`, open): commands run inside them.
     pub cgroups: Vec<std::os::fd::RawFd>,
 }
@@ -406,14 +410,16 @@ impl ExecTask {
             stdout: write.as_raw_fd(),
             stderr: write.as_raw_fd(),
             working_dir: ctx.working_dir.clone(),
+            working_dir_optional: ctx.working_dir_optional,
             env: ctx.env.to_vec(),
             mounts: Vec::new(),
             join_mounts: ctx.mounts,
+            join_user: ctx.user_ns,
             cgroups: ctx.cgroups.clone(),
             root: None,
         };
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
-        let pid = sys::spawn(&argv, ChildSetup::Container(io), ctx.inherited);
+        let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), ctx.inherited);
         drop(write);
         match pid {
             Ok(pid) => Ok(ExecTask {

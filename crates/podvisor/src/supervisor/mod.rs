@@ -35,7 +35,9 @@ use crate::api::status::PodInfo;
 use crate::api::Server;
 use crate::cgroup::{InstanceCgroup, PodCgroups, Unenforceable};
 use crate::probe::{Done, Owner, Tasks};
-use crate::process::sys::{self, Epoll, Exit, Inherited, Reaped, SigSet, SignalFd, EV_READ};
+use crate::process::sys::{
+    self, Epoll, Exit, Inherited, Reaped, Rootless, SigSet, SignalFd, EV_READ,
+};
 use crate::state::processes::boot_id;
 use crate::state::{StateError, StateFile};
 use events::EventSink;
@@ -161,6 +163,14 @@ pub fn run(
             "not running as root: containers write to the host's root filesystem (no private writable layer, /tmp shared)".into(),
         ));
     }
+    let root_note = match &root_layer {
+        Some(l) if l.rootless.is_some() => "private layer per start, rootless (user namespace)",
+        Some(_) if plan.host_root_writable => "host's, writable (podvisor.io/host-root)",
+        Some(_) => "private layer per start",
+        None => "host's (not root)",
+    };
+    info.annotations
+        .insert("podvisor.io/root".into(), root_note.into());
     let cgroups = PodCgroups::set_up(&plan, &state_dir, settings.pod_max_pids)?;
     info.annotations
         .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
@@ -212,6 +222,7 @@ pub fn run(
         mount_gate: None,
         size_check_at: None,
         mount_ns: HashMap::new(),
+        user_ns: HashMap::new(),
         metrics,
         counters: Counters::default(),
         inherited: Inherited {
@@ -266,11 +277,30 @@ struct RootLayer {
     dir: PathBuf,
     /// The host's mounts under `/` carried into every private root.
     carry: Vec<(PathBuf, bool)>,
+    /// Without root, in user namespaces: how the root is made.
+    rootless: Option<Rootless>,
 }
 
-/// Private roots as root; without root none, and a container that asks for a read-only root
-/// or for volume mounts is refused rather than run without them.
+/// Private roots as root, and without root where user namespaces work (rootless, as rootless
+/// runtimes); otherwise none, and a container that asks for a read-only root or for volume
+/// mounts is refused rather than run without them.
 fn root_layer(plan: &RunPlan, state_dir: &std::path::Path) -> Result<Option<RootLayer>, RunError> {
+    if sys::getuid() != 0 && sys::user_namespaces_work() {
+        let dir = state_dir.join("rootfs");
+        let upper_dir = state_dir.join("rootfs-upper");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(&upper_dir)?;
+        return Ok(Some(RootLayer {
+            dir,
+            carry: Vec::new(),
+            rootless: Some(Rootless {
+                uid: sys::getuid(),
+                gid: sys::getgid(),
+                entries: volumes::rootless_entries(),
+                upper_dir,
+            }),
+        }));
+    }
     if sys::getuid() != 0 {
         let mounts = plan
             .exec
@@ -307,6 +337,7 @@ fn root_layer(plan: &RunPlan, state_dir: &std::path::Path) -> Result<Option<Root
     Ok(Some(RootLayer {
         dir,
         carry: volumes::host_submounts(),
+        rootless: None,
     }))
 }
 
@@ -360,6 +391,8 @@ struct Supervisor {
     mount_gate: Option<MountGate>,
     /// When emptyDir volumes are next measured against their `sizeLimit`.
     size_check_at: Option<Instant>,
+    /// User namespaces of running rootless instances.
+    user_ns: HashMap<InstanceId, std::fs::File>,
     /// Mount namespaces of running instances that have volumes.
     mount_ns: HashMap<InstanceId, std::fs::File>,
     metrics: Option<Server>,
@@ -632,6 +665,7 @@ impl Supervisor {
         self.tasks.cancel_instance(id);
         self.probe_tries.retain(|(i, _), _| *i != id);
         self.mount_ns.remove(&id);
+        self.user_ns.remove(&id);
         self.processes.remove(&id);
         if let Some(pgid) = self.groups.remove(&id) {
             // What the container left in its group goes with it.

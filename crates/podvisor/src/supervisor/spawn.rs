@@ -28,8 +28,10 @@ impl Supervisor {
         let ctx = ExecContext {
             env: &self.envs[i],
             working_dir: self.working_dir(i),
+            working_dir_optional: self.plan.exec[i].working_dir.is_none(),
             inherited: &self.inherited,
             mounts: self.mount_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
+            user_ns: self.user_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
             cgroups: self
                 .instance_cgroups
                 .get(&owner.instance())
@@ -109,8 +111,10 @@ impl Supervisor {
                 layer_dir: layer.dir.clone(),
                 carry: layer.carry.clone(),
                 read_only: exec.read_only_root,
+                rootless: layer.rootless.clone(),
             })
         });
+        let rootless = root.as_ref().is_some_and(|r| r.rootless.is_some());
         let mounts = match self.volumes.mounts_for(exec, root.is_some()) {
             Ok(m) => m,
             Err(why) => return Ok(Input::StartFailed(id, why)),
@@ -126,15 +130,17 @@ impl Supervisor {
             stdout: out_write.as_raw_fd(),
             stderr: err_write.as_raw_fd(),
             working_dir: self.working_dir(id.container),
+            working_dir_optional: exec.working_dir.is_none(),
             env: self.envs[id.container].clone(),
             join_mounts: None,
+            join_user: None,
             mounts,
             cgroups: cgroup.as_ref().map(|cg| cg.join_fds()).unwrap_or_default(),
             root,
         };
         let has_mounts = !io.mounts.is_empty() || io.root.is_some();
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
-        let result = sys::spawn(&argv, ChildSetup::Container(io), &self.inherited);
+        let result = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited);
         // Our copies of the write ends must go, or the pipes never reach end-of-file.
         drop((out_write, err_write));
         match result {
@@ -148,9 +154,15 @@ impl Supervisor {
                 self.add_log(LogStream::new(id, err_read, "stderr", file))?;
                 self.pids.insert(pid, PidOwner::Container(id));
                 if has_mounts {
-                    // Its probes and hooks run in its mount namespace, as `exec` in a container.
+                    // Its probes and hooks run in its mount namespace, as `exec` in a container
+                    // (rootless: in its user namespace first).
                     if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/mnt")) {
                         self.mount_ns.insert(id, ns);
+                    }
+                    if rootless {
+                        if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/user")) {
+                            self.user_ns.insert(id, ns);
+                        }
                     }
                 }
                 self.instance_pids.insert((id.container, id.instance), pid);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use podvisor_core::spec::plan::{ContainerExec, HostPathType, VolumePlan};
 
-use crate::process::sys::{self, BindMount};
+use crate::process::sys::{self, BindMount, TopEntry};
 
 #[derive(Debug)]
 pub struct Volumes {
@@ -187,7 +187,8 @@ impl Volumes {
     }
 
     /// The bind mounts of a container; `Err` is why it cannot start. In a private root
-    /// (`private`) their mount points are made inside it by the child, never on the host.
+    /// (`private`, also rootless) their mount points are made inside it by the child, never
+    /// on the host.
     pub fn mounts_for(
         &mut self,
         exec: &ContainerExec,
@@ -196,7 +197,7 @@ impl Volumes {
         if exec.mounts.is_empty() {
             return Ok(Vec::new());
         }
-        if sys::getuid() != 0 {
+        if sys::getuid() != 0 && !private {
             return Err("volumeMounts need root: podvisor binds each volume at its mountPath in a mount namespace of the container's own".into());
         }
         let mut out = Vec::new();
@@ -363,4 +364,48 @@ fn disk_usage(dir: &Path) -> u64 {
         }
     }
     total
+}
+
+/// The host's top-level entries as a rootless root shows them: a directory with nothing
+/// mounted at or below it is an overlay; one with mounts is bound with them (read-only but
+/// /proc, /sys and /dev); symlinks are copied; what this user cannot read is an empty
+/// directory; /tmp is left out (a fresh tmpfs).
+pub fn rootless_entries() -> Vec<TopEntry> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let points: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(|p| PathBuf::from(unescape(p))))
+        .collect();
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/") else {
+        return out;
+    };
+    let mut entries: Vec<_> = entries.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        if path == Path::new("/tmp") {
+            continue;
+        }
+        let Ok(kind) = e.file_type() else { continue };
+        if kind.is_symlink() {
+            if let Ok(target) = std::fs::read_link(&path) {
+                out.push(TopEntry::Symlink { path, target });
+            }
+            continue;
+        }
+        let mounted = points.iter().any(|p| p.starts_with(&path));
+        let live = matches!(path.to_str(), Some("/proc" | "/sys" | "/dev"));
+        if mounted || !kind.is_dir() {
+            out.push(TopEntry::Bind {
+                read_only: !live,
+                path,
+            });
+        } else if std::fs::read_dir(&path).is_err() {
+            out.push(TopEntry::Empty(path));
+        } else {
+            out.push(TopEntry::Overlay(path));
+        }
+    }
+    out
 }

@@ -376,6 +376,35 @@ pub fn mount_tmpfs(target: &std::path::Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether this process may make user namespaces (rootless containers): a child is made in
+/// one and waited for.
+pub fn user_namespaces_work() -> bool {
+    extern "C" fn child(_: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: _exit ends the child at once, touching nothing shared.
+        unsafe { libc::_exit(0) }
+    }
+    let mut stack: Vec<u8> = Vec::with_capacity(16 * 1024);
+    // SAFETY: the stack grows down from its 16-byte aligned top, inside the allocation.
+    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
+    let top = (top as usize & !15) as *mut libc::c_void;
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    // SAFETY: the child only calls _exit on its own stack; with CLONE_VFORK we wait for that.
+    let pid = unsafe { libc::clone(child, top, flags, std::ptr::null_mut()) };
+    if pid == -1 {
+        return false;
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child, which nobody else knows of.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    drop(stack);
+    true
+}
+
+pub fn getgid() -> u32 {
+    // SAFETY: getgid cannot fail.
+    unsafe { libc::getgid() }
+}
+
 pub fn getuid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }

@@ -18,7 +18,7 @@ pub enum ChildSetup {
     /// A container of `podvisor run`: a new session (so its whole process group can be
     /// signalled), stdin from /dev/null, stdout and stderr to the given descriptors, its own
     /// working directory and environment.
-    Container(ContainerIo),
+    Container(Box<ContainerIo>),
 }
 
 /// Descriptors and environment of a container's process.
@@ -27,12 +27,17 @@ pub struct ContainerIo {
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub working_dir: Option<std::path::PathBuf>,
+    /// `working_dir` is podvisor's own directory, not the container's `workingDir`: where it
+    /// does not exist (inside a private root) the process starts in `/`.
+    pub working_dir_optional: bool,
     /// The whole environment, `NAME=value`.
     pub env: Vec<OsString>,
     /// Volumes: bind mounts in a private mount namespace of the process (root only).
     pub mounts: Vec<BindMount>,
     /// Join this mount namespace instead (an exec probe or hook in its container).
     pub join_mounts: Option<RawFd>,
+    /// ... after joining this user namespace (a rootless container's).
+    pub join_user: Option<RawFd>,
     /// `cgroup.procs` files (open for writing) of the cgroups to join before exec.
     pub cgroups: Vec<RawFd>,
     /// A root of its own: the host's files under a private writable layer (root only).
@@ -54,6 +59,41 @@ pub struct PrivateRoot {
     pub carry: Vec<(std::path::PathBuf, bool)>,
     /// `readOnlyRootFilesystem`: the layer is read-only too, and /tmp is not made.
     pub read_only: bool,
+    /// Without root: the container gets a user namespace of its own in which it is root
+    /// (its uid and gid mapped to ours), and its root is built from the host's top level one
+    /// entry at a time (an overlay cannot have `/` beneath it there: its submounts are
+    /// locked), as rootless runtimes do.
+    pub rootless: Option<Rootless>,
+}
+
+/// What a rootless root is built from.
+#[derive(Debug, Clone)]
+pub struct Rootless {
+    pub uid: u32,
+    pub gid: u32,
+    /// The host's top-level entries (`/etc`, `/usr`, …) and how each appears.
+    pub entries: Vec<TopEntry>,
+    /// An empty directory of the host for the overlays' upper layers (a second tmpfs).
+    pub upper_dir: std::path::PathBuf,
+}
+
+/// One entry of the host's `/` in a rootless root.
+#[derive(Debug, Clone)]
+pub enum TopEntry {
+    /// A directory with nothing mounted in it: an overlay, writes go to the layer.
+    Overlay(std::path::PathBuf),
+    /// A mount point or a directory with mounts below: bound with them, read-only unless live
+    /// (/proc, /sys, /dev).
+    Bind {
+        path: std::path::PathBuf,
+        read_only: bool,
+    },
+    Symlink {
+        path: std::path::PathBuf,
+        target: std::path::PathBuf,
+    },
+    /// A directory this user cannot read (`/lost+found`, `/root`): an empty one.
+    Empty(std::path::PathBuf),
 }
 
 /// `source` bound at `target`, read-only or not.
@@ -78,6 +118,19 @@ struct MountSpec {
     recursive_read_only: bool,
 }
 
+/// One step of building a rootless root, as the child reads it.
+struct RootlessStep {
+    /// 0: overlay (mkdir upper, work and target, mount with `source` as its options); 1:
+    /// recursive bind of the directory `source` at `target` (read-only when `flag`); 2:
+    /// symlink `source` at `target`; 3: as 1, for a file; 4: an empty directory.
+    kind: u8,
+    source: *const libc::c_char,
+    target: *const libc::c_char,
+    upper: *const libc::c_char,
+    work: *const libc::c_char,
+    flag: bool,
+}
+
 /// The private root as the child reads it.
 struct RootSpec {
     layer_dir: *const libc::c_char,
@@ -87,6 +140,12 @@ struct RootSpec {
     overlay_options: *const libc::c_char,
     tmp: *const libc::c_char,
     read_only: bool,
+    /// Rootless: the maps to write, the upper layers' tmpfs and the steps (null: as root).
+    uid_map: *const libc::c_char,
+    gid_map: *const libc::c_char,
+    upper_dir: *const libc::c_char,
+    steps: *const RootlessStep,
+    step_count: usize,
 }
 
 /// `struct mount_attr` of mount_setattr(2).
@@ -107,6 +166,10 @@ struct MountStrings {
     mounts: Vec<(CString, CString, bool, Vec<CString>, bool, bool)>,
     root: Option<[CString; 6]>,
     root_read_only: bool,
+    /// Rootless: uid map, gid map, upper dir; and per step (kind, source, target, upper,
+    /// work, flag).
+    rootless: Option<[CString; 3]>,
+    steps: Vec<(u8, CString, CString, CString, CString, bool)>,
 }
 
 impl MountStrings {
@@ -126,7 +189,13 @@ impl MountStrings {
             }
             return Ok(out);
         };
-        let merged = root.layer_dir.join("merged");
+        // As root the overlay is mounted at `merged` inside the layer's tmpfs; rootless the
+        // tmpfs itself is the new root.
+        let merged = if root.rootless.is_some() {
+            root.layer_dir.clone()
+        } else {
+            root.layer_dir.join("merged")
+        };
         let inside = |p: &std::path::Path| merged.join(p.strip_prefix("/").unwrap_or(p));
         out.root = Some([
             c(&root.layer_dir)?,
@@ -144,7 +213,51 @@ impl MountStrings {
             c(&merged.join("tmp"))?,
         ]);
         out.root_read_only = root.read_only;
-        for (path, read_only) in &root.carry {
+        if let Some(r) = &root.rootless {
+            out.rootless = Some([
+                c_string(format!("0 {} 1", r.uid).as_bytes())?,
+                c_string(format!("0 {} 1", r.gid).as_bytes())?,
+                c(&r.upper_dir)?,
+            ]);
+            let empty = || c_string(b"");
+            for (i, e) in r.entries.iter().enumerate() {
+                out.steps.push(match e {
+                    TopEntry::Overlay(path) => {
+                        let upper = r.upper_dir.join(format!("{i}.u"));
+                        let work = r.upper_dir.join(format!("{i}.w"));
+                        let options = format!(
+                            "userxattr,lowerdir={},upperdir={},workdir={}",
+                            path.display(),
+                            upper.display(),
+                            work.display()
+                        );
+                        let options = c_string(options.as_bytes())?;
+                        let (upper, work) = (c(&upper)?, c(&work)?);
+                        (0, options, c(&inside(path))?, upper, work, root.read_only)
+                    }
+                    TopEntry::Bind { path, read_only } => {
+                        let kind = if path.is_dir() { 1 } else { 3 };
+                        (
+                            kind,
+                            c(path)?,
+                            c(&inside(path))?,
+                            empty()?,
+                            empty()?,
+                            *read_only,
+                        )
+                    }
+                    TopEntry::Symlink { path, target } => {
+                        (2, c(target)?, c(&inside(path))?, empty()?, empty()?, false)
+                    }
+                    TopEntry::Empty(path) => {
+                        (4, empty()?, c(&inside(path))?, empty()?, empty()?, false)
+                    }
+                });
+            }
+        }
+        // Rootless, the host's mounts come in with the top-level entries.
+        let carry = root.carry.iter().filter(|_| root.rootless.is_none());
+        for (path, read_only) in carry {
             out.mounts.push((
                 c(path)?,
                 c(&inside(path))?,
@@ -213,6 +326,7 @@ struct LowFds {
     stdout: RawFd,
     stderr: RawFd,
     mounts: RawFd,
+    user: RawFd,
 }
 
 static LOW_FDS: Mutex<Option<LowFds>> = Mutex::new(None);
@@ -239,6 +353,7 @@ pub fn reserve_low_fds() -> io::Result<()> {
         stdout: open()?,
         stderr: open()?,
         mounts: open()?,
+        user: open()?,
     });
     Ok(())
 }
@@ -291,10 +406,12 @@ pub fn spawn_with_terminal(
     let mut env_strings: Vec<CString> = Vec::new();
     let mut env_ptrs: Vec<*const libc::c_char> = Vec::new();
     let mut cwd: Option<CString> = None;
+    let mut cwd_optional = false;
     let mut stdin: RawFd = -1;
     let mut io_fds = None;
     let mut mount_strings = MountStrings::default();
     let mut join_mounts: RawFd = -1;
+    let mut join_user: RawFd = -1;
     let mut cgroups: Vec<RawFd> = Vec::new();
     let mode = match &setup {
         ChildSetup::ProcessGroup => Mode::ProcessGroup,
@@ -307,6 +424,7 @@ pub fn spawn_with_terminal(
                 .collect::<io::Result<_>>()?;
             env_ptrs = env_strings.iter().map(|e| e.as_ptr()).collect();
             env_ptrs.push(std::ptr::null());
+            cwd_optional = io.working_dir_optional;
             cwd = io
                 .working_dir
                 .as_ref()
@@ -317,6 +435,7 @@ pub fn spawn_with_terminal(
             io_fds = Some((io.stdout, io.stderr));
             mount_strings = MountStrings::new(io)?;
             join_mounts = io.join_mounts.unwrap_or(-1);
+            join_user = io.join_user.unwrap_or(-1);
             cgroups = io.cgroups.clone();
             Mode::Container
         }
@@ -340,6 +459,19 @@ pub fn spawn_with_terminal(
             recursive_read_only: *rro,
         })
         .collect();
+    let steps: Vec<RootlessStep> = mount_strings
+        .steps
+        .iter()
+        .map(|(kind, source, target, upper, work, flag)| RootlessStep {
+            kind: *kind,
+            source: source.as_ptr(),
+            target: target.as_ptr(),
+            upper: upper.as_ptr(),
+            work: work.as_ptr(),
+            flag: *flag,
+        })
+        .collect();
+    let rootless = mount_strings.rootless.as_ref();
     let root_spec = mount_strings.root.as_ref().map(|r| RootSpec {
         layer_dir: r[0].as_ptr(),
         upper: r[1].as_ptr(),
@@ -348,12 +480,19 @@ pub fn spawn_with_terminal(
         overlay_options: r[4].as_ptr(),
         tmp: r[5].as_ptr(),
         read_only: mount_strings.root_read_only,
+        uid_map: rootless.map_or(std::ptr::null(), |x| x[0].as_ptr()),
+        gid_map: rootless.map_or(std::ptr::null(), |x| x[1].as_ptr()),
+        upper_dir: rootless.map_or(std::ptr::null(), |x| x[2].as_ptr()),
+        steps: steps.as_ptr(),
+        step_count: steps.len(),
     });
+    let new_user = rootless.is_some();
     let mut plan = ChildPlan {
         cgroups: cgroups.as_ptr(),
         cgroup_count: cgroups.len(),
         mounts: mounts.as_ptr(),
         mount_count: mounts.len(),
+        join_user,
         root: root_spec
             .as_ref()
             .map_or(std::ptr::null(), |r| r as *const RootSpec),
@@ -371,6 +510,7 @@ pub fn spawn_with_terminal(
             env_ptrs.as_ptr()
         },
         cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        cwd_optional,
         stdin,
         stdout: io_fds.map_or(-1, |f| f.0),
         stderr: io_fds.map_or(-1, |f| f.1),
@@ -399,6 +539,10 @@ pub fn spawn_with_terminal(
                 used.push(low.mounts);
                 dup_onto(plan.join_mounts, low.mounts)?;
             }
+            if plan.join_user >= 0 {
+                used.push(low.user);
+                dup_onto(plan.join_user, low.user)?;
+            }
             Ok::<(), io::Error>(())
         };
         if let Err(e) = placed() {
@@ -415,7 +559,15 @@ pub fn spawn_with_terminal(
         if plan.join_mounts >= 0 {
             plan.join_mounts = low.mounts;
         }
-        let highest = low.stdin.max(low.stdout).max(low.stderr).max(low.mounts);
+        if plan.join_user >= 0 {
+            plan.join_user = low.user;
+        }
+        let highest = low
+            .stdin
+            .max(low.stdout)
+            .max(low.stderr)
+            .max(low.mounts)
+            .max(low.user);
         plan.unshare_above = highest + 1;
     }
     // The child's stack: execvp's PATH search and script fallback use a few KiB of it. Left
@@ -426,6 +578,11 @@ pub fn spawn_with_terminal(
     let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
     let top = (top as usize & !15) as *mut libc::c_void;
     let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    // A rootless container is born in a user namespace of its own: a child that shares our
+    // memory cannot unshare one (unshare(2) refuses CLONE_NEWUSER then).
+    if new_user {
+        flags |= libc::CLONE_NEWUSER;
+    }
     if plan.unshare_above > 0 {
         flags |= libc::CLONE_FILES;
     }
@@ -468,6 +625,7 @@ pub fn spawn_with_terminal(
         cwd,
         mounts,
         root_spec,
+        steps,
         dir_ptrs,
         mount_strings,
         cgroups,
@@ -494,6 +652,8 @@ struct ChildPlan {
     root: *const RootSpec,
     /// A mount namespace to join (-1: none).
     join_mounts: RawFd,
+    /// A user namespace to join first (-1: none).
+    join_user: RawFd,
     argv: *const *const libc::c_char,
     mode: Mode,
     on_terminal: bool,
@@ -503,6 +663,8 @@ struct ChildPlan {
     /// The environment to exec with; null: inherit ours.
     envp: *const *const libc::c_char,
     cwd: *const libc::c_char,
+    /// A `cwd` that may not exist: then `/`.
+    cwd_optional: bool,
     stdin: RawFd,
     stdout: RawFd,
     stderr: RawFd,
@@ -578,6 +740,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
                     fail(plan);
                 }
+                if plan.join_user >= 0 && libc::setns(plan.join_user, libc::CLONE_NEWUSER) == -1 {
+                    fail(plan);
+                }
+                let rootless = !plan.root.is_null() && !(*plan.root).uid_map.is_null();
+                if rootless && map_ids(&*plan.root) == -1 {
+                    fail(plan);
+                }
                 if plan.join_mounts >= 0 {
                     if libc::setns(plan.join_mounts, libc::CLONE_NEWNS) == -1 {
                         fail(plan);
@@ -610,7 +779,10 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                         fail(plan);
                     }
                 }
-                if !plan.cwd.is_null() && libc::chdir(plan.cwd) == -1 {
+                if !plan.cwd.is_null()
+                    && libc::chdir(plan.cwd) == -1
+                    && (!plan.cwd_optional || libc::chdir(c"/".as_ptr()) == -1)
+                {
                     fail(plan);
                 }
             }
@@ -643,6 +815,10 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
 unsafe fn build_root(r: &RootSpec) -> libc::c_int {
+    if !r.uid_map.is_null() {
+        // SAFETY: as below, on the parent's prepared paths.
+        return unsafe { build_rootless_root(r) };
+    }
     // SAFETY: mount(2), mkdir(2) on the parent's prepared paths.
     unsafe {
         if libc::mount(
@@ -711,27 +887,8 @@ unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
                 return -1;
             }
         }
-        if m.recursive_read_only {
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            let size = std::mem::size_of::<MountAttr>();
-            let at = libc::AT_FDCWD;
-            let flags = libc::AT_RECURSIVE as libc::c_uint;
-            if libc::syscall(
-                libc::SYS_mount_setattr,
-                at,
-                m.target,
-                flags,
-                &attr as *const MountAttr,
-                size,
-            ) == -1
-            {
-                return -1;
-            }
+        if m.recursive_read_only && read_only_below(m.target) == -1 {
+            return -1;
         }
     }
     0
@@ -762,4 +919,123 @@ unsafe fn enter_root(r: &RootSpec) -> libc::c_int {
         }
     }
     0
+}
+
+/// In a rootless child, first thing in its new user namespace: it is root there, as our uid
+/// and gid (setgroups denied first, as an unprivileged gid map requires). -1 on error.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn map_ids(r: &RootSpec) -> libc::c_int {
+    // SAFETY: open(2), write(2), close(2) on /proc/self files with prepared strings.
+    unsafe {
+        for (file, text) in [
+            (c"/proc/self/setgroups".as_ptr(), c"deny".as_ptr()),
+            (c"/proc/self/uid_map".as_ptr(), r.uid_map),
+            (c"/proc/self/gid_map".as_ptr(), r.gid_map),
+        ] {
+            let fd = libc::open(file, libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd == -1 {
+                return -1;
+            }
+            let len = libc::strlen(text);
+            let n = libc::write(fd, text.cast(), len);
+            libc::close(fd);
+            if n != len as isize {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// In a rootless child, in its new mount namespace: a tmpfs as the new root, the upper layers
+/// on a second one, and the host's top level entry by entry; a fresh /tmp unless read-only.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    let tmpfs = c"tmpfs".as_ptr();
+    let overlay = c"overlay".as_ptr();
+    let mode = c"mode=0755".as_ptr().cast();
+    // SAFETY: mount(2), mkdir(2), symlink(2), open(2) and mount_setattr(2) on prepared paths.
+    unsafe {
+        if libc::mount(tmpfs, r.layer_dir, tmpfs, 0, mode) == -1
+            || libc::mount(tmpfs, r.upper_dir, tmpfs, 0, mode) == -1
+        {
+            return -1;
+        }
+        for i in 0..r.step_count {
+            let st = &*r.steps.add(i);
+            let ok = match st.kind {
+                0 => {
+                    let flags = if st.flag { libc::MS_RDONLY } else { 0 };
+                    libc::mkdir(st.upper, 0o755) == 0
+                        && libc::mkdir(st.work, 0o755) == 0
+                        && libc::mkdir(st.target, 0o755) == 0
+                        && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == 0
+                }
+                1 | 3 => {
+                    let made = if st.kind == 1 {
+                        libc::mkdir(st.target, 0o755) == 0
+                    } else {
+                        let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
+                        let fd = libc::open(st.target, flags, 0o644);
+                        fd != -1 && libc::close(fd) == 0
+                    };
+                    let bind = libc::MS_BIND | libc::MS_REC;
+                    made && libc::mount(st.source, st.target, none, bind, std::ptr::null()) == 0
+                        && (!st.flag || read_only_below(st.target) == 0)
+                }
+                2 => libc::symlink(st.source, st.target) == 0,
+                _ => libc::mkdir(st.target, 0o755) == 0,
+            };
+            if !ok {
+                return -1;
+            }
+        }
+        if !r.read_only {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            let tmp_mode = c"mode=1777".as_ptr().cast();
+            if libc::mkdir(r.tmp, 0o1777) == -1
+                || libc::mount(tmpfs, r.tmp, tmpfs, flags, tmp_mode) == -1
+            {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// `target` and everything mounted below it read-only (mount_setattr(2), AT_RECURSIVE).
+///
+/// # Safety
+/// `target` is a C string the suspended parent keeps alive.
+unsafe fn read_only_below(target: *const libc::c_char) -> libc::c_int {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let size = std::mem::size_of::<MountAttr>();
+    let flags = libc::AT_RECURSIVE as libc::c_uint;
+    let attr = &attr as *const MountAttr;
+    // SAFETY: mount_setattr(2) with a live attr and path.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target,
+            flags,
+            attr,
+            size,
+        )
+    };
+    if r == -1 {
+        -1
+    } else {
+        0
+    }
 }
