@@ -5,9 +5,11 @@
 //! The start figure is podvisor's own `podvisor_container_start_seconds` histogram (from the
 //! decision to start an instance to its exec, which the vfork-style spawn waits for), scraped
 //! after 100 containers have started. Three ways, rounds interleaved:
-//! - bare: as `nobody`, so no cgroup and no private root (what a host process costs);
+//! - bare: as `nobody` with `podvisor.io/host-root: writable`, so no cgroup and no private
+//!   root (what a host process costs);
 //! - cgroups: as root with `podvisor.io/host-root: writable` (cgroups and limits only);
-//! - full: as root, each start with its cgroups, mount namespace, overlay root and fresh /tmp.
+//! - full: as root, each start with its cgroups, mount namespace, overlay root and fresh /tmp;
+//! - rootless: as `nobody`, each start in a user namespace with a root of its own.
 
 use super::*;
 
@@ -18,6 +20,7 @@ enum Mode {
     Bare,
     Cgroups,
     Full,
+    Rootless,
 }
 
 impl Mode {
@@ -26,7 +29,13 @@ impl Mode {
             Mode::Bare => "bare (no cgroup, host root)",
             Mode::Cgroups => "cgroups and limits only",
             Mode::Full => "cgroups + namespace + private root",
+            Mode::Rootless => "rootless: user namespace + root",
         }
+    }
+
+    /// Run as `nobody` rather than root.
+    fn unprivileged(self) -> bool {
+        matches!(self, Mode::Bare | Mode::Rootless)
     }
 }
 
@@ -56,6 +65,7 @@ pub fn runtime_bench(args: &[String]) {
         (Mode::Bare, Vec::new()),
         (Mode::Cgroups, Vec::new()),
         (Mode::Full, Vec::new()),
+        (Mode::Rootless, Vec::new()),
     ];
     for round in 0..rounds {
         for (mode, figures) in results.iter_mut() {
@@ -144,12 +154,12 @@ fn free_port() -> u16 {
 
 fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
     let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n");
-    if mode == Mode::Cgroups {
+    if matches!(mode, Mode::Cgroups | Mode::Bare) {
         yaml.push_str("  annotations: {podvisor.io/host-root: writable}\n");
     }
     yaml.push_str("spec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     for i in 0..CONTAINERS {
-        let limits = if mode == Mode::Bare {
+        let limits = if mode.unprivileged() {
             ""
         } else {
             ", resources: {limits: {memory: 64Mi, cpu: 100m}}"
@@ -161,7 +171,7 @@ fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
     std::fs::write(dir.join("pod.yaml"), yaml).unwrap();
     let events = dir.join("events.json");
     let port = free_port();
-    let mut cmd = if mode == Mode::Bare {
+    let mut cmd = if mode.unprivileged() {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
             .arg(podvisor);

@@ -19,6 +19,7 @@ pub const RESET_AFTER: Duration = Duration::from_secs(600);
 
 /// The backoff bounds: `--backoff-initial` and `--backoff-max` of `podvisor run`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct BackoffPolicy {
     pub initial: Duration,
     pub max: Duration,

@@ -13,6 +13,7 @@ use crate::clock::Instant;
 
 /// `spec.podRestart` of a Supervision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct PodRestartPolicy {
     pub after_container_restarts: u32,
     pub within: Duration,

@@ -53,6 +53,7 @@ pub enum Outcome {
 
 /// A probe's timing with the API defaults applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct ProbeTiming {
     pub initial_delay: Duration,
     pub period: Duration,

@@ -6,6 +6,7 @@
 
 /// `restartPolicy` of a pod or a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub enum RestartPolicy {
     #[default]
     Always,
@@ -15,6 +16,7 @@ pub enum RestartPolicy {
 
 /// How a rule matches an exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub enum ExitCodes {
     In(Vec<i32>),
     NotIn(Vec<i32>),
@@ -31,12 +33,14 @@ impl ExitCodes {
 
 /// One of a container's `restartPolicyRules`. `Restart` is the only action Kubernetes defines.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct RestartRule {
     pub exit_codes: ExitCodes,
 }
 
 /// The restart-relevant part of a container's spec.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct ContainerRestart {
     /// The container's own policy; for an init container `Always` makes it a sidecar.
     pub policy: Option<RestartPolicy>,

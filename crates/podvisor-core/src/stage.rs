@@ -87,6 +87,7 @@ impl StagePolicyError {
 
 /// When a container's starts change stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct StagePolicy {
     pub debug_after: u32,
     pub disable_after: u32,
@@ -183,6 +184,7 @@ impl StagePolicy {
 
 /// The variables of staged instrumentation, in the order written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct StagedEnv {
     /// Applied in Nominal and Debug.
     pub env: Vec<(String, String)>,

@@ -10,6 +10,7 @@ use crate::stage::StagePolicy;
 
 /// What kind of container, which decides its place in the start and stop order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub enum Kind {
     /// A regular init container: runs to completion, one at a time, before anything after it.
     Init,
@@ -20,6 +21,7 @@ pub enum Kind {
 
 /// One probe of a container: its timing and the probe-level `terminationGracePeriodSeconds`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct ProbePlan {
     pub timing: ProbeTiming,
     pub grace: Option<Duration>,
@@ -27,6 +29,7 @@ pub struct ProbePlan {
 
 /// The probes a container has.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct Probes {
     pub startup: Option<ProbePlan>,
     pub liveness: Option<ProbePlan>,
@@ -52,6 +55,7 @@ pub enum Hook {
 
 /// One container as the state machine needs it (the spec layer builds these).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct ContainerPlan {
     pub name: String,
     pub kind: Kind,
@@ -84,6 +88,7 @@ impl ContainerPlan {
 /// The pod as the state machine needs it. Containers: init containers (and sidecars) in spec
 /// order, then the main containers in spec order.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct PodPlan {
     pub name: String,
     pub restart_policy: RestartPolicy,
@@ -104,6 +109,7 @@ pub struct PodPlan {
 /// Staged instrumentation as the state machine needs it: when stages change, and how long a
 /// Disabled container must run to blame the add-on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct Staging {
     pub policy: StagePolicy,
     pub verdict_after: Duration,

@@ -33,6 +33,7 @@ pub struct HostFacts {
 /// A `hostPath` volume's `type` (pkg/volume/hostpath): what the path must be before the pod
 /// starts, or what to make there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub enum HostPathType {
     /// `""`: no check.
     Unset,
@@ -70,6 +71,7 @@ pub const POD_IP: &str = "127.0.0.1";
 
 /// How to run one container, its probes and its hooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct ContainerExec {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
@@ -89,6 +91,7 @@ pub struct ContainerExec {
 
 /// One `volumeMounts` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct MountPlan {
     pub volume: String,
     /// Where the container sees it (absolute).
@@ -99,6 +102,7 @@ pub struct MountPlan {
 
 /// A pod volume as podvisor provides it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub enum VolumePlan {
     /// A directory of the pod's own, empty at pod start (and at a whole-pod restart).
     EmptyDir {
@@ -144,6 +148,7 @@ impl ContainerExec {
 
 /// A probe or hook action, resolved: named ports looked up, `$(VAR)` expanded, host defaulted.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub enum Handler {
     Exec {
         command: Vec<String>,
@@ -172,6 +177,7 @@ pub enum Handler {
 
 /// Everything `podvisor run` needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct RunPlan {
     pub namespace: String,
     pub pod: PodPlan,

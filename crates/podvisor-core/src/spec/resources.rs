@@ -10,6 +10,7 @@ use crate::lifecycle::Kind;
 /// What one container asks for, requests already defaulted from limits. CPU in millicores,
 /// memory in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct Resources {
     pub cpu_request: Option<u64>,
     pub cpu_limit: Option<u64>,

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use crate::supervisor::events::rfc3339_millis;
 
 /// What the status needs beyond the core: the manifest's metadata and spec, and times.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PodInfo {
     pub name: String,
     pub namespace: String,

@@ -50,6 +50,9 @@ pub struct RunArgs {
     /// No event lines on stderr
     #[arg(short, long)]
     quiet: bool,
+    /// (internal) the planned pod, handed over by the image that read the manifest
+    #[arg(long, value_name = "FD", hide = true)]
+    plan_fd: Option<i32>,
     /// The pod manifest: a Pod, or the pod template of a Deployment, StatefulSet, DaemonSet or
     /// Job (- for stdin)
     file: String,
@@ -76,11 +79,66 @@ pub fn state_base() -> PathBuf {
     }
 }
 
+/// What the image that read the manifest hands to the one that supervises the pod.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Handoff {
+    plan: podvisor_core::spec::plan::RunPlan,
+    info: PodInfo,
+}
+
 pub fn main(a: RunArgs) -> i32 {
-    let manifest = match load(&a.file) {
-        Ok(m) => m,
-        Err(code) => return code,
+    let (run_plan, info) = match a.plan_fd {
+        Some(fd) => match take_handoff(fd) {
+            Ok(h) => (h.plan, h.info),
+            Err(e) => {
+                super::write_err(&format!("error: --plan-fd {fd}: {e}\n"));
+                return 2;
+            }
+        },
+        None => match read_manifest(&a) {
+            Ok(planned) => {
+                hand_over(&planned);
+                planned
+            }
+            Err(code) => return code,
+        },
     };
+    supervise(a, run_plan, info)
+}
+
+/// Reads the planned pod that `hand_over` left in descriptor `fd`.
+fn take_handoff(fd: i32) -> Result<Handoff, String> {
+    if fd < 3 {
+        return Err("not a descriptor podvisor hands over".into());
+    }
+    let text = sys::take_fd_text(fd).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// Runs the rest in a fresh image of podvisor (same pid, `execv` of /proc/self/exe with the
+/// plan in a memfd): the code and memory that reading YAML and the Kubernetes types took are
+/// gone, and the process that supervises the pod for hours holds only what it uses. Where that
+/// cannot be done (no /proc), the run goes on in this image.
+fn hand_over((plan, info): &(podvisor_core::spec::plan::RunPlan, PodInfo)) {
+    let Ok(text) = serde_json::to_string(&Handoff {
+        plan: plan.clone(),
+        info: info.clone(),
+    }) else {
+        return;
+    };
+    let Ok(memfd) = sys::memfd_with("podvisor-plan", text.as_bytes()) else {
+        return;
+    };
+    use std::os::fd::AsRawFd;
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    args.push("--plan-fd".into());
+    args.push(memfd.as_raw_fd().to_string().into());
+    let _failed = sys::reexec(std::path::Path::new("/proc/self/exe"), &args);
+}
+
+/// Reads, checks and plans the manifest: bad input is reported here (exit 2).
+fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, PodInfo), i32> {
+    let manifest = load(&a.file)?;
     let (cpus, memory) = sys::cpus_and_memory();
     let host = HostFacts {
         hostname: sys::hostname(),
@@ -118,6 +176,11 @@ pub fn main(a: RunArgs) -> i32 {
             .collect(),
         created: std::time::SystemTime::now(),
     };
+    Ok((run_plan, info))
+}
+
+/// Supervises the planned pod until it ends: its exit code.
+fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: PodInfo) -> i32 {
     let state_dir = a
         .state_dir
         .unwrap_or_else(|| default_state_dir(&run_plan.namespace, &run_plan.pod.name));
