@@ -267,3 +267,145 @@ fn a_limit_that_cannot_be_enforced_is_refused() {
     ));
     assert_eq!(out.code(), 0, "{out:?}");
 }
+
+/// Cgroups delegated to `nobody` under this process's own, one per hierarchy; removed (with
+/// whatever runs in them) on drop, also when the test fails.
+struct Delegated(Vec<PathBuf>);
+
+impl Delegated {
+    fn new(tag: &str) -> Delegated {
+        let mut dirs = Vec::new();
+        for c in ["memory", "cpu", "cpuacct", "pids"] {
+            let own = cgroup_dir(std::process::id() as i32, c).unwrap();
+            let d = own.join(tag);
+            std::fs::create_dir(&d).unwrap();
+            dirs.push(d);
+        }
+        let d = Delegated(dirs);
+        for dir in &d.0 {
+            let out = Run::new("chown")
+                .args(["-R", "nobody:nogroup"])
+                .arg(dir)
+                .output();
+            assert_eq!(out.code(), 0, "{out:?}");
+        }
+        d
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let mut all = vec![dir.clone()];
+            let mut i = 0;
+            while i < all.len() {
+                for e in std::fs::read_dir(&all[i]).into_iter().flatten().flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        all.push(e.path());
+                    }
+                }
+                i += 1;
+            }
+            for d in all.iter().rev() {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while std::fs::remove_dir(d).is_err() && d.exists() && Instant::now() < deadline {
+                    let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                    for pid in procs.lines() {
+                        let _ = std::process::Command::new("kill")
+                            .args(["-KILL", pid])
+                            .status();
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_delegated_cgroup_gives_an_ordinary_user_limits() {
+    if !cgroups_here() {
+        return;
+    }
+    let tag = format!("podvisor-delegated-{}", std::process::id());
+    let delegated = Delegated::new(&tag);
+    let r = PodRun::new(&pod(
+        "Never",
+        &format!(
+            "  containers:\n  - name: hog\n    command: [{}, alloc, '400']\n    resources: {{limits: {{memory: 64Mi}}}}\n",
+            testbin().display()
+        ),
+    ));
+    std::fs::set_permissions(r.dir.file(""), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // As nobody, moved into the delegated cgroups first (as a login manager or a systemd
+    // delegation would have it run).
+    let join: String = delegated
+        .0
+        .iter()
+        .map(|d| format!("echo $$ > {}/cgroup.procs && ", d.display()))
+        .collect();
+    let script = format!(
+        "{join}exec {} run -q --state-dir {} --events {} {}",
+        podvisor().display(),
+        r.dir.file("state").display(),
+        r.dir.file("events.json").display(),
+        r.dir.file("pod.yaml").display()
+    );
+    let out = Run::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    let killed: Vec<_> = r
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "OOMKilled")
+        .collect();
+    assert_eq!(killed.len(), 1, "{:?}", r.events());
+    assert_eq!(killed[0]["exitCode"], 137);
+    // The pod's cgroups were made inside the delegated ones, and are gone.
+    for d in &delegated.0 {
+        let left: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}
+
+#[test]
+fn the_pods_pids_limit_stops_a_fork_bomb() {
+    if !cgroups_here() {
+        return;
+    }
+    // Thirty background processes: fine without a limit, refused by the kernel under
+    // --pod-max-pids 10 (dash gives up at the first fork that fails).
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - name: forks\n    command: [sh, -c, 'p=; for i in $(seq 30); do sleep 5 & p=\"$p $!\"; done; echo started=$(echo $p | wc -w); kill $p; echo done']\n",
+    ));
+    let out = r.cmd(&["--pod-max-pids", "10"]).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    let log = r.log("forks", 1);
+    assert!(
+        log.contains("Cannot fork") && !log.contains("done"),
+        "{log}"
+    );
+    let r = PodRun::new(&std::fs::read_to_string(r.dir.file("pod.yaml")).unwrap());
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(r.log("forks", 1).contains("started=30"));
+    let bad = Run::new(podvisor())
+        .args(["run", "--pod-max-pids", "0"])
+        .arg(r.dir.file("pod.yaml"))
+        .output();
+    assert_eq!(bad.code(), 2, "{bad:?}");
+}

@@ -369,10 +369,24 @@ fn bad_input_exits_2() {
 fn the_web_example_serves_and_stops() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pods/web.yaml");
     let r = PodRun::new(&std::fs::read_to_string(example).unwrap());
+    let listing = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir("/")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing();
     let mut p = r.cmd(&[]).start();
     wait_until("the app started", || {
         r.reasons("app").contains(&"Started".to_string())
     });
+    // Its /content mount point is made inside the containers' roots, never on the host.
+    if is_root() {
+        assert_eq!(listing(), before, "while it runs");
+    }
     // The init container ran first and the sidecar runs beside the app.
     assert_eq!(r.reasons("prepare"), ["Created", "Started", "Completed"]);
     assert!(r.reasons("log-shipper").contains(&"Started".to_string()));
@@ -405,6 +419,7 @@ fn the_web_example_serves_and_stops() {
         .map(|e| e["object"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(exits, ["app", "log-shipper"]);
+    assert_eq!(listing(), before, "after the run");
 }
 
 #[test]
