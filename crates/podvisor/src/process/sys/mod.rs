@@ -12,10 +12,13 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
+mod child;
 mod fd;
+mod rootfs;
 mod spawn;
 
 pub use fd::*;
+pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 
 /// Highest signal number on Linux (`SIGRTMAX`).

@@ -1,0 +1,468 @@
+//! The child between clone and exec, and what it reads: plans prepared by the parent before
+//! the clone (no allocation, no lock after it), then plain syscalls only — sessions, cgroups,
+//! namespaces, mounts, the new root, descriptors, signals — and exec.
+
+use std::os::fd::RawFd;
+
+use super::SigAction;
+
+/// A bind mount as the child reads it.
+pub(super) struct MountSpec {
+    pub(super) source: *const libc::c_char,
+    pub(super) target: *const libc::c_char,
+    pub(super) read_only: bool,
+    /// Directories to make first (in order; one that exists is fine), then, with
+    /// `make_file`, the target itself as an empty file: a mount point inside a private root.
+    pub(super) make_dirs: *const *const libc::c_char,
+    pub(super) make_dir_count: usize,
+    pub(super) make_file: bool,
+    /// Recursive bind; read-only applies to everything below it too (a carried host mount).
+    pub(super) recursive_read_only: bool,
+}
+
+/// One step of building a rootless root, as the child reads it.
+pub(super) struct RootlessStep {
+    /// 0: overlay (mkdir upper, work and target, mount with `source` as its options); 1:
+    /// recursive bind of the directory `source` at `target` (read-only when `flag`); 2:
+    /// symlink `source` at `target`; 3: as 1, for a file; 4: an empty directory.
+    pub(super) kind: u8,
+    pub(super) source: *const libc::c_char,
+    pub(super) target: *const libc::c_char,
+    pub(super) upper: *const libc::c_char,
+    pub(super) work: *const libc::c_char,
+    pub(super) flag: bool,
+}
+
+/// The private root as the child reads it.
+pub(super) struct RootSpec {
+    pub(super) layer_dir: *const libc::c_char,
+    pub(super) upper: *const libc::c_char,
+    pub(super) work: *const libc::c_char,
+    pub(super) merged: *const libc::c_char,
+    pub(super) overlay_options: *const libc::c_char,
+    pub(super) tmp: *const libc::c_char,
+    pub(super) read_only: bool,
+    /// Rootless: the maps to write, the upper layers' tmpfs and the steps (null: as root).
+    pub(super) uid_map: *const libc::c_char,
+    pub(super) gid_map: *const libc::c_char,
+    pub(super) upper_dir: *const libc::c_char,
+    pub(super) steps: *const RootlessStep,
+    pub(super) step_count: usize,
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+pub(super) struct MountAttr {
+    pub(super) attr_set: u64,
+    pub(super) attr_clr: u64,
+    pub(super) propagation: u64,
+    pub(super) userns_fd: u64,
+}
+
+pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    ProcessGroup,
+    TerminalSession,
+    Container,
+}
+
+/// What the vfork-style child needs, prepared by the parent before the clone.
+pub(super) struct ChildPlan {
+    /// Open `cgroup.procs` files to write "0" into (join), first thing.
+    pub(super) cgroups: *const RawFd,
+    pub(super) cgroup_count: usize,
+    pub(super) mounts: *const MountSpec,
+    pub(super) mount_count: usize,
+    /// A private root to build and pivot into (null: the host's).
+    pub(super) root: *const RootSpec,
+    /// A mount namespace to join (-1: none).
+    pub(super) join_mounts: RawFd,
+    /// A user namespace to join first (-1: none).
+    pub(super) join_user: RawFd,
+    pub(super) argv: *const *const libc::c_char,
+    pub(super) mode: Mode,
+    pub(super) on_terminal: bool,
+    pub(super) mask: libc::sigset_t,
+    pub(super) actions: *const SigAction,
+    pub(super) action_count: usize,
+    /// The environment to exec with; null: inherit ours.
+    pub(super) envp: *const *const libc::c_char,
+    pub(super) cwd: *const libc::c_char,
+    /// A `cwd` that may not exist: then `/`.
+    pub(super) cwd_optional: bool,
+    pub(super) stdin: RawFd,
+    pub(super) stdout: RawFd,
+    pub(super) stderr: RawFd,
+    /// When > 0, the child shares our descriptor table and first unshares it, keeping only
+    /// the descriptors below this one.
+    pub(super) unshare_above: RawFd,
+    /// Set by the child when a step fails: the errno of that step.
+    pub(super) errno: libc::c_int,
+    /// Set by the child when it could not take the terminal (TerminalSession): not fatal.
+    pub(super) tty_errno: libc::c_int,
+}
+
+/// The child between clone and exec. It shares podvisor's memory, so it only reads `plan`,
+/// writes `plan.errno` and `plan.tty_errno`, and leaves by exec or `_exit`.
+pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildPlan` the suspended parent handed to clone.
+    let plan = unsafe { &mut *(arg as *mut ChildPlan) };
+    let fail = |plan: &mut ChildPlan| -> ! {
+        // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
+        unsafe {
+            plan.errno = *libc::__errno_location();
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: plain syscalls on our own process; pointers come from the parent's live data.
+    unsafe {
+        match plan.mode {
+            Mode::TerminalSession => {
+                // dumb-init: a new session, which adopts stdin's terminal if there is one that
+                // is free; failing that is normal, as for dumb-init.
+                if libc::setsid() == -1 {
+                    fail(plan);
+                }
+                if libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) == -1 {
+                    plan.tty_errno = *libc::__errno_location();
+                }
+            }
+            Mode::ProcessGroup => {
+                // tini: a new process group that takes the terminal's foreground, so that
+                // Ctrl-C reaches the child. Legal from a background group: SIGTTOU is blocked.
+                if libc::setpgid(0, 0) == -1 {
+                    fail(plan);
+                }
+                if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
+                    let errno = *libc::__errno_location();
+                    if errno != libc::ENOTTY && errno != libc::ENXIO {
+                        fail(plan);
+                    }
+                }
+            }
+            Mode::Container => {
+                // Into the instance's cgroups before anything else, while the descriptors
+                // (above the kept low ones) are still ours: nothing the program allocates
+                // or starts escapes its limits. "0" is the writer itself (cgroups(7)).
+                for i in 0..plan.cgroup_count {
+                    let fd = *plan.cgroups.add(i);
+                    if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                        fail(plan);
+                    }
+                }
+                if plan.unshare_above > 0 {
+                    let first = plan.unshare_above as libc::c_uint;
+                    let unshare = libc::CLOSE_RANGE_UNSHARE;
+                    if libc::syscall(libc::SYS_close_range, first, u32::MAX, unshare) == -1 {
+                        fail(plan);
+                    }
+                }
+                if libc::setsid() == -1 {
+                    fail(plan);
+                }
+                // If podvisor itself is killed outright, the container's main process goes too
+                // (its group is killed with it by podvisor only while podvisor lives).
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+                    fail(plan);
+                }
+                if plan.join_user >= 0 && libc::setns(plan.join_user, libc::CLONE_NEWUSER) == -1 {
+                    fail(plan);
+                }
+                let rootless = !plan.root.is_null() && !(*plan.root).uid_map.is_null();
+                if rootless && map_ids(&*plan.root) == -1 {
+                    fail(plan);
+                }
+                if plan.join_mounts >= 0 {
+                    if libc::setns(plan.join_mounts, libc::CLONE_NEWNS) == -1 {
+                        fail(plan);
+                    }
+                } else if plan.mount_count > 0 || !plan.root.is_null() {
+                    // Volumes: a mount namespace of its own, not propagating back to the host.
+                    if libc::unshare(libc::CLONE_NEWNS) == -1 {
+                        fail(plan);
+                    }
+                    let root = c"/".as_ptr();
+                    let none = std::ptr::null();
+                    let private = libc::MS_REC | libc::MS_PRIVATE;
+                    if libc::mount(none, root, none, private, std::ptr::null()) == -1 {
+                        fail(plan);
+                    }
+                    if !plan.root.is_null() && build_root(&*plan.root) == -1 {
+                        fail(plan);
+                    }
+                    for i in 0..plan.mount_count {
+                        if place_mount(&*plan.mounts.add(i)) == -1 {
+                            fail(plan);
+                        }
+                    }
+                    if !plan.root.is_null() && enter_root(&*plan.root) == -1 {
+                        fail(plan);
+                    }
+                }
+                for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
+                    if libc::dup2(from, to) == -1 {
+                        fail(plan);
+                    }
+                }
+                if !plan.cwd.is_null()
+                    && libc::chdir(plan.cwd) == -1
+                    && (!plan.cwd_optional || libc::chdir(c"/".as_ptr()) == -1)
+                {
+                    fail(plan);
+                }
+            }
+        }
+        for i in 0..plan.action_count {
+            let saved = &*plan.actions.add(i);
+            if libc::sigaction(saved.signal, &saved.action, std::ptr::null_mut()) == -1 {
+                fail(plan);
+            }
+        }
+        // Last, so that no signal is delivered before exec.
+        let ret = libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
+        if ret != 0 {
+            *libc::__errno_location() = ret;
+            fail(plan);
+        }
+        if plan.envp.is_null() {
+            libc::execvp(*plan.argv, plan.argv);
+        } else {
+            libc::execvpe(*plan.argv, plan.argv, plan.envp);
+        }
+        fail(plan)
+    }
+}
+
+/// In the child, in its new mount namespace: the layer's tmpfs, its directories and the
+/// overlay of `/` at `merged`, with a fresh /tmp unless the root is read-only. -1 on error
+/// (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
+    if !r.uid_map.is_null() {
+        // SAFETY: as below, on the parent's prepared paths.
+        return unsafe { build_rootless_root(r) };
+    }
+    // SAFETY: mount(2), mkdir(2) on the parent's prepared paths.
+    unsafe {
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            r.layer_dir,
+            c"tmpfs".as_ptr(),
+            0,
+            c"mode=0755".as_ptr().cast(),
+        ) == -1
+        {
+            return -1;
+        }
+        for d in [r.upper, r.work, r.merged] {
+            if libc::mkdir(d, 0o755) == -1 {
+                return -1;
+            }
+        }
+        let overlay = c"overlay".as_ptr();
+        if libc::mount(overlay, r.merged, overlay, 0, r.overlay_options.cast()) == -1 {
+            return -1;
+        }
+        if !r.read_only {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            let tmpfs = c"tmpfs".as_ptr();
+            if libc::mount(tmpfs, r.tmp, tmpfs, flags, c"mode=1777".as_ptr().cast()) == -1 {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// In the child: one bind mount, its mount point made first when it is inside a private
+/// root. -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    // SAFETY: mkdir(2), open(2), mount(2), mount_setattr(2) on the parent's prepared paths.
+    unsafe {
+        for j in 0..m.make_dir_count {
+            let d = *m.make_dirs.add(j);
+            if libc::mkdir(d, 0o755) == -1 && *libc::__errno_location() != libc::EEXIST {
+                return -1;
+            }
+        }
+        if m.make_file {
+            let fd = libc::open(
+                m.target,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            );
+            if fd == -1 {
+                return -1;
+            }
+            libc::close(fd);
+        }
+        let bind = libc::MS_BIND | libc::MS_REC;
+        if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
+            return -1;
+        }
+        if m.read_only {
+            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+            if libc::mount(none, m.target, none, ro, std::ptr::null()) == -1 {
+                return -1;
+            }
+        }
+        if m.recursive_read_only && read_only_below(m.target) == -1 {
+            return -1;
+        }
+    }
+    0
+}
+
+/// In the child: the read-only switch, then `pivot_root(".", ".")` into the new root and the
+/// old one detached (runc's way, with no directory for the old root). -1 on error.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn enter_root(r: &RootSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    // SAFETY: mount(2), chdir(2), pivot_root(2), umount2(2) on prepared paths.
+    unsafe {
+        if r.read_only {
+            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+            if libc::mount(none, r.merged, none, ro, std::ptr::null()) == -1 {
+                return -1;
+            }
+        }
+        let dot = c".".as_ptr();
+        if libc::chdir(r.merged) == -1
+            || libc::syscall(libc::SYS_pivot_root, dot, dot) == -1
+            || libc::umount2(dot, libc::MNT_DETACH) == -1
+            || libc::chdir(c"/".as_ptr()) == -1
+        {
+            return -1;
+        }
+    }
+    0
+}
+
+/// In a rootless child, first thing in its new user namespace: it is root there, as our uid
+/// and gid (setgroups denied first, as an unprivileged gid map requires). -1 on error.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn map_ids(r: &RootSpec) -> libc::c_int {
+    // SAFETY: open(2), write(2), close(2) on /proc/self files with prepared strings.
+    unsafe {
+        for (file, text) in [
+            (c"/proc/self/setgroups".as_ptr(), c"deny".as_ptr()),
+            (c"/proc/self/uid_map".as_ptr(), r.uid_map),
+            (c"/proc/self/gid_map".as_ptr(), r.gid_map),
+        ] {
+            let fd = libc::open(file, libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd == -1 {
+                return -1;
+            }
+            let len = libc::strlen(text);
+            let n = libc::write(fd, text.cast(), len);
+            libc::close(fd);
+            if n != len as isize {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// In a rootless child, in its new mount namespace: a tmpfs as the new root, the upper layers
+/// on a second one, and the host's top level entry by entry; a fresh /tmp unless read-only.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    let tmpfs = c"tmpfs".as_ptr();
+    let overlay = c"overlay".as_ptr();
+    let mode = c"mode=0755".as_ptr().cast();
+    // SAFETY: mount(2), mkdir(2), symlink(2), open(2) and mount_setattr(2) on prepared paths.
+    unsafe {
+        if libc::mount(tmpfs, r.layer_dir, tmpfs, 0, mode) == -1
+            || libc::mount(tmpfs, r.upper_dir, tmpfs, 0, mode) == -1
+        {
+            return -1;
+        }
+        for i in 0..r.step_count {
+            let st = &*r.steps.add(i);
+            let ok = match st.kind {
+                0 => {
+                    let flags = if st.flag { libc::MS_RDONLY } else { 0 };
+                    libc::mkdir(st.upper, 0o755) == 0
+                        && libc::mkdir(st.work, 0o755) == 0
+                        && libc::mkdir(st.target, 0o755) == 0
+                        && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == 0
+                }
+                1 | 3 => {
+                    let made = if st.kind == 1 {
+                        libc::mkdir(st.target, 0o755) == 0
+                    } else {
+                        let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
+                        let fd = libc::open(st.target, flags, 0o644);
+                        fd != -1 && libc::close(fd) == 0
+                    };
+                    let bind = libc::MS_BIND | libc::MS_REC;
+                    made && libc::mount(st.source, st.target, none, bind, std::ptr::null()) == 0
+                        && (!st.flag || read_only_below(st.target) == 0)
+                }
+                2 => libc::symlink(st.source, st.target) == 0,
+                _ => libc::mkdir(st.target, 0o755) == 0,
+            };
+            if !ok {
+                return -1;
+            }
+        }
+        if !r.read_only {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            let tmp_mode = c"mode=1777".as_ptr().cast();
+            if libc::mkdir(r.tmp, 0o1777) == -1
+                || libc::mount(tmpfs, r.tmp, tmpfs, flags, tmp_mode) == -1
+            {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// `target` and everything mounted below it read-only (mount_setattr(2), AT_RECURSIVE).
+///
+/// # Safety
+/// `target` is a C string the suspended parent keeps alive.
+pub(super) unsafe fn read_only_below(target: *const libc::c_char) -> libc::c_int {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let size = std::mem::size_of::<MountAttr>();
+    let flags = libc::AT_RECURSIVE as libc::c_uint;
+    let attr = &attr as *const MountAttr;
+    // SAFETY: mount_setattr(2) with a live attr and path.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target,
+            flags,
+            attr,
+            size,
+        )
+    };
+    if r == -1 {
+        -1
+    } else {
+        0
+    }
+}

@@ -1,0 +1,204 @@
+//! A container's root and mounts as the parent prepares them: the public description
+//! (`PrivateRoot`, `Rootless`, `TopEntry`, `BindMount`) and the C strings the child reads
+//! (`MountStrings`), made before the clone and kept alive until the child has exec'd.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+
+use super::c_string;
+use super::spawn::ContainerIo;
+
+/// A container's own root: an overlay of the host's `/` (read-only beneath) and an upper
+/// layer on a tmpfs that lives as long as the container's mount namespace, so what the
+/// container writes outside its volumes is gone when it ends, as with a runtime's
+/// container layer. `/tmp` is a fresh tmpfs (empty at each start).
+#[derive(Debug, Clone)]
+pub struct PrivateRoot {
+    /// An empty directory of the host: the layer's tmpfs is mounted on it inside the
+    /// container's namespace only.
+    pub layer_dir: std::path::PathBuf,
+    /// The host's mounts beneath `/` to carry into the new root (with what is mounted below
+    /// them), and whether each is read-only there.
+    pub carry: Vec<(std::path::PathBuf, bool)>,
+    /// `readOnlyRootFilesystem`: the layer is read-only too, and /tmp is not made.
+    pub read_only: bool,
+    /// Without root: the container gets a user namespace of its own in which it is root
+    /// (its uid and gid mapped to ours), and its root is built from the host's top level one
+    /// entry at a time (an overlay cannot have `/` beneath it there: its submounts are
+    /// locked), as rootless runtimes do.
+    pub rootless: Option<Rootless>,
+}
+
+/// What a rootless root is built from.
+#[derive(Debug, Clone)]
+pub struct Rootless {
+    pub uid: u32,
+    pub gid: u32,
+    /// The host's top-level entries (`/etc`, `/usr`, …) and how each appears.
+    pub entries: Vec<TopEntry>,
+    /// An empty directory of the host for the overlays' upper layers (a second tmpfs).
+    pub upper_dir: std::path::PathBuf,
+}
+
+/// One entry of the host's `/` in a rootless root.
+#[derive(Debug, Clone)]
+pub enum TopEntry {
+    /// A directory with nothing mounted in it: an overlay, writes go to the layer.
+    Overlay(std::path::PathBuf),
+    /// A mount point or a directory with mounts below: bound with them, read-only unless live
+    /// (/proc, /sys, /dev).
+    Bind {
+        path: std::path::PathBuf,
+        read_only: bool,
+    },
+    Symlink {
+        path: std::path::PathBuf,
+        target: std::path::PathBuf,
+    },
+    /// A directory this user cannot read (`/lost+found`, `/root`): an empty one.
+    Empty(std::path::PathBuf),
+}
+
+/// `source` bound at `target`, read-only or not.
+#[derive(Debug, Clone)]
+pub struct BindMount {
+    pub source: std::path::PathBuf,
+    pub target: std::path::PathBuf,
+    pub read_only: bool,
+}
+
+/// What the parent prepares for a container's mounts, kept alive until the child has exec'd.
+#[derive(Default)]
+pub(super) struct MountStrings {
+    /// (source, target, read_only, dirs to make, make the target as a file, recursive ro)
+    pub(super) mounts: Vec<(CString, CString, bool, Vec<CString>, bool, bool)>,
+    pub(super) root: Option<[CString; 6]>,
+    pub(super) root_read_only: bool,
+    /// Rootless: uid map, gid map, upper dir; and per step (kind, source, target, upper,
+    /// work, flag).
+    pub(super) rootless: Option<[CString; 3]>,
+    pub(super) steps: Vec<(u8, CString, CString, CString, CString, bool)>,
+}
+
+impl MountStrings {
+    pub(super) fn new(io: &ContainerIo) -> io::Result<MountStrings> {
+        let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
+        let mut out = MountStrings::default();
+        let Some(root) = &io.root else {
+            for m in &io.mounts {
+                out.mounts.push((
+                    c(&m.source)?,
+                    c(&m.target)?,
+                    m.read_only,
+                    Vec::new(),
+                    false,
+                    false,
+                ));
+            }
+            return Ok(out);
+        };
+        // As root the overlay is mounted at `merged` inside the layer's tmpfs; rootless the
+        // tmpfs itself is the new root.
+        let merged = if root.rootless.is_some() {
+            root.layer_dir.clone()
+        } else {
+            root.layer_dir.join("merged")
+        };
+        let inside = |p: &std::path::Path| merged.join(p.strip_prefix("/").unwrap_or(p));
+        out.root = Some([
+            c(&root.layer_dir)?,
+            c(&root.layer_dir.join("upper"))?,
+            c(&root.layer_dir.join("work"))?,
+            c(&merged)?,
+            c_string(
+                format!(
+                    "lowerdir=/,upperdir={},workdir={}",
+                    root.layer_dir.join("upper").display(),
+                    root.layer_dir.join("work").display()
+                )
+                .as_bytes(),
+            )?,
+            c(&merged.join("tmp"))?,
+        ]);
+        out.root_read_only = root.read_only;
+        if let Some(r) = &root.rootless {
+            out.rootless = Some([
+                c_string(format!("0 {} 1", r.uid).as_bytes())?,
+                c_string(format!("0 {} 1", r.gid).as_bytes())?,
+                c(&r.upper_dir)?,
+            ]);
+            let empty = || c_string(b"");
+            for (i, e) in r.entries.iter().enumerate() {
+                out.steps.push(match e {
+                    TopEntry::Overlay(path) => {
+                        let upper = r.upper_dir.join(format!("{i}.u"));
+                        let work = r.upper_dir.join(format!("{i}.w"));
+                        let options = format!(
+                            "userxattr,lowerdir={},upperdir={},workdir={}",
+                            path.display(),
+                            upper.display(),
+                            work.display()
+                        );
+                        let options = c_string(options.as_bytes())?;
+                        let (upper, work) = (c(&upper)?, c(&work)?);
+                        (0, options, c(&inside(path))?, upper, work, root.read_only)
+                    }
+                    TopEntry::Bind { path, read_only } => {
+                        let kind = if path.is_dir() { 1 } else { 3 };
+                        (
+                            kind,
+                            c(path)?,
+                            c(&inside(path))?,
+                            empty()?,
+                            empty()?,
+                            *read_only,
+                        )
+                    }
+                    TopEntry::Symlink { path, target } => {
+                        (2, c(target)?, c(&inside(path))?, empty()?, empty()?, false)
+                    }
+                    TopEntry::Empty(path) => {
+                        (4, empty()?, c(&inside(path))?, empty()?, empty()?, false)
+                    }
+                });
+            }
+        }
+        // Rootless, the host's mounts come in with the top-level entries.
+        let carry = root.carry.iter().filter(|_| root.rootless.is_none());
+        for (path, read_only) in carry {
+            out.mounts.push((
+                c(path)?,
+                c(&inside(path))?,
+                false,
+                Vec::new(),
+                false,
+                *read_only,
+            ));
+        }
+        for m in &io.mounts {
+            let target = inside(&m.target);
+            // Each missing directory down to the mount point, made in the layer.
+            let mut dirs = Vec::new();
+            let mut p = m.target.parent();
+            while let Some(d) = p.filter(|d| *d != std::path::Path::new("/")) {
+                dirs.push(c(&inside(d))?);
+                p = d.parent();
+            }
+            dirs.reverse();
+            let is_file = !m.source.is_dir();
+            if !is_file {
+                dirs.push(c(&target)?);
+            }
+            out.mounts.push((
+                c(&m.source)?,
+                c(&target)?,
+                m.read_only,
+                dirs,
+                is_file,
+                false,
+            ));
+        }
+        Ok(out)
+    }
+}

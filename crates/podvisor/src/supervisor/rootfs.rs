@@ -1,0 +1,152 @@
+//! The pod's filesystem before and around its containers: the root each container start gets
+//! (`RootLayer`, as root or rootless), the wait for volumes whose hostPath check fails
+//! (`MountGate`, as the kubelet's `MountVolume.SetUp` retries), and the eviction manager's
+//! emptyDir `sizeLimit` check.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use podvisor_core::clock::{Clock, Instant};
+use podvisor_core::lifecycle::{EventType, Input};
+use podvisor_core::spec::plan::RunPlan;
+
+use super::{persist, volumes, RunError, Supervisor};
+use crate::cgroup::Unenforceable;
+use crate::process::sys::{self, Rootless};
+
+/// A pod waiting for its volumes.
+#[derive(Debug)]
+pub(super) struct MountGate {
+    pub(super) retry_at: Instant,
+    pub(super) delay: std::time::Duration,
+}
+
+/// The volume manager's retry of a failed mount: 500 ms doubling to about 2 minutes
+/// (`exponentialbackoff` in pkg/util/goroutinemap).
+pub(super) const MOUNT_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
+pub(super) const MOUNT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(122);
+
+/// How often emptyDir volumes with a `sizeLimit` are measured (the kubelet's eviction manager
+/// looks every 10 s; a walk of a volume is cheap, and a user waits less).
+pub(super) const SIZE_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a container's private root is made from.
+#[derive(Debug)]
+pub(super) struct RootLayer {
+    /// An empty directory of the state dir, on which each container mounts its layer's
+    /// tmpfs inside its own mount namespace.
+    pub(super) dir: PathBuf,
+    /// The host's mounts under `/` carried into every private root.
+    pub(super) carry: Vec<(PathBuf, bool)>,
+    /// Without root, in user namespaces: how the root is made.
+    pub(super) rootless: Option<Rootless>,
+}
+
+/// Private roots as root, and without root where user namespaces work (rootless, as rootless
+/// runtimes); otherwise none, and a container that asks for a read-only root or for volume
+/// mounts is refused rather than run without them.
+pub(super) fn root_layer(
+    plan: &RunPlan,
+    state_dir: &std::path::Path,
+) -> Result<Option<RootLayer>, RunError> {
+    if sys::getuid() != 0 && sys::user_namespaces_work() {
+        let dir = state_dir.join("rootfs");
+        let upper_dir = state_dir.join("rootfs-upper");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(&upper_dir)?;
+        return Ok(Some(RootLayer {
+            dir,
+            carry: Vec::new(),
+            rootless: Some(Rootless {
+                uid: sys::getuid(),
+                gid: sys::getgid(),
+                entries: volumes::rootless_entries(),
+                upper_dir,
+            }),
+        }));
+    }
+    if sys::getuid() != 0 {
+        let mounts = plan
+            .exec
+            .iter()
+            .zip(&plan.pod.containers)
+            .find(|(x, _)| !x.mounts.is_empty());
+        if let Some((_, c)) = mounts {
+            return Err(Unenforceable {
+                container: c.name.clone(),
+                field: "volumeMounts",
+                needs: "a mount namespace of its own",
+                why: "that needs root".into(),
+            }
+            .into());
+        }
+        let asks = plan
+            .exec
+            .iter()
+            .zip(&plan.pod.containers)
+            .find(|(x, _)| x.read_only_root);
+        if let Some((_, c)) = asks {
+            return Err(Unenforceable {
+                container: c.name.clone(),
+                field: "securityContext.readOnlyRootFilesystem",
+                needs: "a root filesystem of its own",
+                why: "that needs root".into(),
+            }
+            .into());
+        }
+        return Ok(None);
+    }
+    let dir = state_dir.join("rootfs");
+    std::fs::create_dir_all(&dir)?;
+    Ok(Some(RootLayer {
+        dir,
+        carry: volumes::host_submounts(),
+        rootless: None,
+    }))
+}
+
+impl Supervisor {
+    /// Admits the pod once its volumes can be set up, as the kubelet waits for its mounts
+    /// (`WaitForAttachAndMount`): until then no container starts, the pod is Pending with
+    /// a `FailedMount` Warning at each try, retried with the volume manager's backoff.
+    pub(super) fn try_admit(&mut self) -> io::Result<()> {
+        match self.volumes.set_up_host_paths() {
+            Ok(()) => {
+                self.mount_gate = None;
+                if self.volumes.has_size_limits() {
+                    self.size_check_at = Some(self.clock.now() + SIZE_CHECK_PERIOD);
+                }
+                self.feed(Input::Admit)
+            }
+            Err(message) => {
+                let delay = self
+                    .mount_gate
+                    .as_ref()
+                    .map_or(MOUNT_RETRY_FIRST, |g| (g.delay * 2).min(MOUNT_RETRY_MAX));
+                self.mount_gate = Some(MountGate {
+                    retry_at: self.clock.now() + delay,
+                    delay,
+                });
+                let event = persist::pod_note(EventType::Warning, "FailedMount", message);
+                let line = self.events.emit(SystemTime::now(), &event);
+                self.api.event(line, &self.epoll);
+                Ok(())
+            }
+        }
+    }
+
+    /// The eviction manager's emptyDir check: a volume past its `sizeLimit` evicts the pod.
+    pub(super) fn check_sizes(&mut self) -> io::Result<()> {
+        match self.volumes.over_size_limit() {
+            Some(message) => {
+                self.size_check_at = None;
+                self.feed(Input::Evict(message))
+            }
+            None => {
+                self.size_check_at = Some(self.clock.now() + SIZE_CHECK_PERIOD);
+                Ok(())
+            }
+        }
+    }
+}
