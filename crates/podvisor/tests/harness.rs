@@ -185,8 +185,13 @@ impl Run {
 
     /// Runs to completion (within `PATIENCE`) and returns the result.
     pub fn output(self) -> Output {
+        self.output_within(PATIENCE)
+    }
+
+    /// Runs to completion within `limit` (a build, which compiles) and returns the result.
+    pub fn output_within(self, limit: Duration) -> Output {
         let mut p = self.start();
-        let status = p.wait();
+        let status = p.wait_within(limit);
         p.drain();
         let out = Output {
             status,
@@ -307,14 +312,19 @@ impl Proc {
 
     /// Waits (within `PATIENCE`) for the process to exit.
     pub fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + PATIENCE;
+        self.wait_within(PATIENCE)
+    }
+
+    /// Waits within `limit` for the process to exit.
+    pub fn wait_within(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
             assert!(
                 Instant::now() < deadline,
-                "process did not exit within {PATIENCE:?}; stdout {:?} stderr {:?}",
+                "process did not exit within {limit:?}; stdout {:?} stderr {:?}",
                 self.stdout,
                 self.stderr
             );

@@ -438,7 +438,7 @@ pub fn take_fd_text(fd: i32) -> io::Result<String> {
     Ok(text)
 }
 
-/// Replaces this process's program with `path` run with `args` (argv[0] first), keeping
+/// Replaces this process's program with `path` run with `args` (`argv[0]` first), keeping
 /// the pid, the environment, the signal mask and dispositions (std's `exec` resets the mask
 /// and SIGPIPE, which podvisor must hand on to its containers as it got them). Returns only
 /// on failure.
