@@ -288,7 +288,27 @@ fn a_command_that_cannot_run_is_a_start_error() {
         failed["message"]
             .as_str()
             .unwrap()
-            .contains("/no/such/program"),
+            .contains("exec: \"/no/such/program\": executable file not found"),
+        "{failed}"
+    );
+    // A step before the exec says which, not "executable file not found".
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: app, command: ['true'], workingDir: /no/such/dir}\n",
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    let failed = r
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "Failed")
+        .expect("a Failed event");
+    assert_eq!(failed["exitCode"], 128);
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "cannot chdir to its working directory /no/such/dir: No such file or directory"
+        ) && !message.contains("executable"),
         "{failed}"
     );
 }

@@ -176,16 +176,19 @@ impl Supervisor {
                 if let (Some(cg), Some(pod)) = (cgroup, self.cgroups.pod.as_mut()) {
                     pod.release(cg);
                 }
-                let what = match e.raw_os_error() {
-                    Some(libc::ENOENT) => "executable file not found",
-                    Some(libc::EACCES) => "permission denied",
-                    _ => "cannot start it",
+                // The exec failed (an errno alone), or a step before it (it says which).
+                let msg = match e.raw_os_error() {
+                    Some(errno) => {
+                        let what = match errno {
+                            libc::ENOENT => "executable file not found",
+                            libc::EACCES => "permission denied",
+                            _ => "cannot start it",
+                        };
+                        let program = exec.argv.first().cloned().unwrap_or_default();
+                        format!("exec: {program:?}: {what}: {e}")
+                    }
+                    None => format!("cannot {e}"),
                 };
-                let msg = format!(
-                    "exec: {:?}: {what}: {}",
-                    exec.argv.first().cloned().unwrap_or_default(),
-                    e
-                );
                 Ok(Input::StartFailed(id, msg))
             }
         }

@@ -100,6 +100,10 @@ pub(super) struct ChildPlan {
     pub(super) unshare_above: RawFd,
     /// Set by the child when a step fails: the errno of that step.
     pub(super) errno: libc::c_int,
+    /// Set by the child with `errno`: the step that failed (a static string; null: exec) and
+    /// the path it was about, if any (one of the plan's strings).
+    pub(super) failed_step: *const libc::c_char,
+    pub(super) failed_path: *const libc::c_char,
     /// Set by the child when it could not take the terminal (TerminalSession): not fatal.
     pub(super) tty_errno: libc::c_int,
 }
@@ -109,13 +113,17 @@ pub(super) struct ChildPlan {
 pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `ChildPlan` the suspended parent handed to clone.
     let plan = unsafe { &mut *(arg as *mut ChildPlan) };
-    let fail = |plan: &mut ChildPlan| -> ! {
-        // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
-        unsafe {
-            plan.errno = *libc::__errno_location();
-            libc::_exit(127)
-        }
-    };
+    let fail =
+        |plan: &mut ChildPlan, step: &'static std::ffi::CStr, path: *const libc::c_char| -> ! {
+            // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
+            unsafe {
+                plan.errno = *libc::__errno_location();
+                plan.failed_step = step.as_ptr();
+                plan.failed_path = path;
+                libc::_exit(127)
+            }
+        };
+    let none = std::ptr::null();
     // SAFETY: plain syscalls on our own process; pointers come from the parent's live data.
     unsafe {
         match plan.mode {
@@ -123,7 +131,7 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 // dumb-init: a new session, which adopts stdin's terminal if there is one that
                 // is free; failing that is normal, as for dumb-init.
                 if libc::setsid() == -1 {
-                    fail(plan);
+                    fail(plan, c"setsid", none);
                 }
                 if libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) == -1 {
                     plan.tty_errno = *libc::__errno_location();
@@ -133,12 +141,12 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 // tini: a new process group that takes the terminal's foreground, so that
                 // Ctrl-C reaches the child. Legal from a background group: SIGTTOU is blocked.
                 if libc::setpgid(0, 0) == -1 {
-                    fail(plan);
+                    fail(plan, c"setpgid", none);
                 }
                 if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
                     let errno = *libc::__errno_location();
                     if errno != libc::ENOTTY && errno != libc::ENXIO {
-                        fail(plan);
+                        fail(plan, c"tcsetpgrp", none);
                     }
                 }
             }
@@ -149,89 +157,92 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 for i in 0..plan.cgroup_count {
                     let fd = *plan.cgroups.add(i);
                     if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
-                        fail(plan);
+                        fail(plan, c"join its cgroup", none);
                     }
                 }
                 if plan.unshare_above > 0 {
                     let first = plan.unshare_above as libc::c_uint;
                     let unshare = libc::CLOSE_RANGE_UNSHARE;
                     if libc::syscall(libc::SYS_close_range, first, u32::MAX, unshare) == -1 {
-                        fail(plan);
+                        fail(plan, c"close_range", none);
                     }
                 }
                 if libc::setsid() == -1 {
-                    fail(plan);
+                    fail(plan, c"setsid", none);
                 }
                 // If podvisor itself is killed outright, the container's main process goes too
                 // (its group is killed with it by podvisor only while podvisor lives).
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
-                    fail(plan);
+                    fail(plan, c"prctl", none);
                 }
                 if plan.join_user >= 0 && libc::setns(plan.join_user, libc::CLONE_NEWUSER) == -1 {
-                    fail(plan);
+                    fail(plan, c"join its user namespace", none);
                 }
                 let rootless = !plan.root.is_null() && !(*plan.root).uid_map.is_null();
                 if rootless && map_ids(&*plan.root) == -1 {
-                    fail(plan);
+                    fail(plan, c"map its uid and gid", none);
                 }
                 if plan.join_mounts >= 0 {
                     if libc::setns(plan.join_mounts, libc::CLONE_NEWNS) == -1 {
-                        fail(plan);
+                        fail(plan, c"join its mount namespace", none);
                     }
                 } else if plan.mount_count > 0 || !plan.root.is_null() {
                     // Volumes: a mount namespace of its own, not propagating back to the host.
                     if libc::unshare(libc::CLONE_NEWNS) == -1 {
-                        fail(plan);
+                        fail(plan, c"make its mount namespace", none);
                     }
                     let root = c"/".as_ptr();
                     let none = std::ptr::null();
                     let private = libc::MS_REC | libc::MS_PRIVATE;
                     if libc::mount(none, root, none, private, std::ptr::null()) == -1 {
-                        fail(plan);
+                        fail(plan, c"make its mounts private", none);
                     }
                     if !plan.root.is_null() && build_root(&*plan.root) == -1 {
-                        fail(plan);
+                        fail(plan, c"build its root", none);
                     }
                     for i in 0..plan.mount_count {
-                        if place_mount(&*plan.mounts.add(i)) == -1 {
-                            fail(plan);
+                        let m = &*plan.mounts.add(i);
+                        if place_mount(m) == -1 {
+                            fail(plan, c"mount a volume at", m.target);
                         }
                     }
                     if !plan.root.is_null() && enter_root(&*plan.root) == -1 {
-                        fail(plan);
+                        fail(plan, c"enter its root", none);
                     }
                 }
                 for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
                     if libc::dup2(from, to) == -1 {
-                        fail(plan);
+                        fail(plan, c"dup2", none);
                     }
                 }
                 if !plan.cwd.is_null()
                     && libc::chdir(plan.cwd) == -1
                     && (!plan.cwd_optional || libc::chdir(c"/".as_ptr()) == -1)
                 {
-                    fail(plan);
+                    fail(plan, c"chdir to its working directory", plan.cwd);
                 }
             }
         }
         for i in 0..plan.action_count {
             let saved = &*plan.actions.add(i);
             if libc::sigaction(saved.signal, &saved.action, std::ptr::null_mut()) == -1 {
-                fail(plan);
+                fail(plan, c"sigaction", none);
             }
         }
         // Last, so that no signal is delivered before exec.
         let ret = libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
         if ret != 0 {
             *libc::__errno_location() = ret;
-            fail(plan);
+            fail(plan, c"sigprocmask", none);
         }
         if plan.envp.is_null() {
             libc::execvp(*plan.argv, plan.argv);
         } else {
             libc::execvpe(*plan.argv, plan.argv, plan.envp);
         }
-        fail(plan)
+        // The exec itself: no step, the errno alone (tini and dumb-init map it to 126/127).
+        plan.errno = *libc::__errno_location();
+        libc::_exit(127)
     }
 }
 

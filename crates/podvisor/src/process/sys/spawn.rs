@@ -270,6 +270,8 @@ pub fn spawn_with_terminal(
         stderr: io_fds.map_or(-1, |f| f.1),
         unshare_above: 0,
         errno: 0,
+        failed_step: std::ptr::null(),
+        failed_path: std::ptr::null(),
         tty_errno: 0,
     };
     // Container processes go through the reserved low descriptors, when there are some.
@@ -371,7 +373,22 @@ pub fn spawn_with_terminal(
         let mut status = 0;
         // SAFETY: waiting for our own, already exited child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        return Err(io::Error::from_raw_os_error(plan.errno));
+        let os = io::Error::from_raw_os_error(plan.errno);
+        if plan.failed_step.is_null() || mode != Mode::Container {
+            return Err(os);
+        }
+        // A step before the exec: say which, for a container (and the path it was about;
+        // both still alive: static, or ours until the end of this function).
+        // SAFETY: `failed_step` is a static C string the child pointed at.
+        let step = unsafe { std::ffi::CStr::from_ptr(plan.failed_step) }.to_string_lossy();
+        let path = if plan.failed_path.is_null() {
+            String::new()
+        } else {
+            // SAFETY: one of the plan's C strings, alive until the drop below.
+            let p = unsafe { std::ffi::CStr::from_ptr(plan.failed_path) };
+            format!(" {}", p.to_string_lossy())
+        };
+        return Err(io::Error::new(os.kind(), format!("{step}{path}: {os}")));
     }
     drop((
         stack,
