@@ -272,44 +272,33 @@ data: {greeting: hello}
 
 #[test]
 fn a_command_that_cannot_run_is_a_start_error() {
-    let r = PodRun::new(&pod(
-        "Never",
-        "  containers:\n  - {name: app, command: [/no/such/program]}\n",
-    ));
-    let out = r.cmd(&[]).output();
-    assert_eq!(out.code(), 1, "{out:?}");
-    let failed = r
-        .events()
-        .into_iter()
-        .find(|e| e["reason"] == "Failed")
-        .expect("a Failed event");
-    assert_eq!(failed["exitCode"], 128);
+    // The pod fails (exit 1) with a StartError (128) whose message says why.
+    let start_error = |containers: &str| -> String {
+        let r = PodRun::new(&pod("Never", containers));
+        let out = r.cmd(&[]).output();
+        assert_eq!(out.code(), 1, "{out:?}");
+        let failed = r
+            .events()
+            .into_iter()
+            .find(|e| e["reason"] == "Failed")
+            .expect("a Failed event");
+        assert_eq!(failed["exitCode"], 128);
+        failed["message"].as_str().unwrap().to_string()
+    };
+    let message = start_error("  containers:\n  - {name: app, command: [/no/such/program]}\n");
     assert!(
-        failed["message"]
-            .as_str()
-            .unwrap()
-            .contains("exec: \"/no/such/program\": executable file not found"),
-        "{failed}"
+        message.contains("exec: \"/no/such/program\": executable file not found"),
+        "{message}"
     );
     // A step before the exec says which, not "executable file not found".
-    let r = PodRun::new(&pod(
-        "Never",
+    let message = start_error(
         "  containers:\n  - {name: app, command: ['true'], workingDir: /no/such/dir}\n",
-    ));
-    let out = r.cmd(&[]).output();
-    assert_eq!(out.code(), 1, "{out:?}");
-    let failed = r
-        .events()
-        .into_iter()
-        .find(|e| e["reason"] == "Failed")
-        .expect("a Failed event");
-    assert_eq!(failed["exitCode"], 128);
-    let message = failed["message"].as_str().unwrap();
+    );
     assert!(
         message.contains(
             "cannot chdir to its working directory /no/such/dir: No such file or directory"
         ) && !message.contains("executable"),
-        "{failed}"
+        "{message}"
     );
 }
 
