@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use podvisor_core::spec::resources::{cpu_quota, cpu_shares, cpu_weight, Resources, CPU_PERIOD_US};
 
+use crate::mountinfo::{self, Mount};
 use crate::process::sys;
 use crate::state::{StateError, StateFile};
 
@@ -99,11 +100,9 @@ impl Layout {
     /// The host's cgroups as this process sees them; `NotMounted` when there are none that
     /// podvisor can use.
     pub fn detect() -> Result<Layout, CgroupError> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(io_err(Path::new("/proc/self/mountinfo"), "read"))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")
             .map_err(io_err(Path::new("/proc/self/cgroup"), "read"))?;
-        layout_from(&mountinfo, &own).ok_or(CgroupError::NotMounted)
+        layout_from(&mountinfo::read(), &own).ok_or(CgroupError::NotMounted)
     }
 
     fn dirs(&self, name: &Path) -> Vec<(Controller, PathBuf)> {
@@ -115,17 +114,7 @@ impl Layout {
 }
 
 /// The layout from /proc/self/mountinfo and /proc/self/cgroup.
-fn layout_from(mountinfo: &str, own: &str) -> Option<Layout> {
-    // (mount point, mount root, fs type, super options)
-    let mounts: Vec<(&str, &str, &str, &str)> = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let f: Vec<&str> = left.split(' ').collect();
-            let r: Vec<&str> = right.split(' ').collect();
-            Some((*f.get(4)?, *f.get(3)?, *r.first()?, *r.get(2)?))
-        })
-        .collect();
+fn layout_from(mounts: &[Mount], own: &str) -> Option<Layout> {
     let own_path = |pred: &dyn Fn(&str) -> bool| -> Option<&str> {
         own.lines().find_map(|l| {
             let mut it = l.splitn(3, ':');
@@ -133,21 +122,20 @@ fn layout_from(mountinfo: &str, own: &str) -> Option<Layout> {
             pred(controllers).then_some(path)
         })
     };
-    let under = |point: &str, root: &str, path: &str| -> PathBuf {
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(path)
-            .trim_start_matches('/');
-        Path::new(point).join(rel)
+    // Our cgroup's directory: the mount point plus our path below the mount's root.
+    let under = |m: &Mount, path: &str| -> PathBuf {
+        let path = Path::new(path);
+        let rel = path.strip_prefix(&m.root).unwrap_or(path);
+        m.point.join(rel.strip_prefix("/").unwrap_or(rel))
     };
     let unified = mounts
         .iter()
-        .find(|(point, _, fs, _)| *fs == "cgroup2" && *point == "/sys/fs/cgroup");
-    if let Some((point, root, _, _)) = unified {
+        .find(|m| m.fs_type == "cgroup2" && m.point == Path::new("/sys/fs/cgroup"));
+    if let Some(m) = unified {
         let path = own_path(&|c| c.is_empty())?;
         return Some(Layout {
             version: Version::V2,
-            roots: vec![(Controller::Unified, under(point, root, path))],
+            roots: vec![(Controller::Unified, under(m, path))],
         });
     }
     let mut roots = Vec::new();
@@ -159,16 +147,16 @@ fn layout_from(mountinfo: &str, own: &str) -> Option<Layout> {
     ] {
         let name = c.v1_name();
         let has = |opts: &str| opts.split(',').any(|o| o == name);
-        let Some((point, root, _, _)) = mounts
+        let Some(m) = mounts
             .iter()
-            .find(|(_, _, fs, opts)| *fs == "cgroup" && has(opts))
+            .find(|m| m.fs_type == "cgroup" && has(&m.super_options))
         else {
             continue;
         };
         let Some(path) = own_path(&|cs| cs.split(',').any(|x| x == name)) else {
             continue;
         };
-        roots.push((c, under(point, root, path)));
+        roots.push((c, under(m, path)));
     }
     let has = |c| roots.iter().any(|(x, _)| *x == c);
     (has(Controller::Memory) && has(Controller::Cpu)).then_some(Layout {
@@ -650,7 +638,7 @@ mod tests {
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
         let own = "8:pids:/\n4:memory:/a/b\n2:cpuacct:/\n1:cpu:/\n0::/\n";
-        let l = layout_from(mountinfo, own).unwrap();
+        let l = layout_from(&mountinfo::parse(mountinfo), own).unwrap();
         assert_eq!(l.version, Version::V1);
         assert_eq!(l.to_string(), "v1 (memory, cpu, cpuacct, pids)");
         assert_eq!(
@@ -677,7 +665,7 @@ mod tests {
 35 31 0:32 /ns /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
 ";
         let own = "3:cpu,cpuacct:/x\n4:memory:/ns/y\n";
-        let l = layout_from(mountinfo, own).unwrap();
+        let l = layout_from(&mountinfo::parse(mountinfo), own).unwrap();
         let dirs = l.dirs(Path::new("p"));
         assert!(dirs.contains(&(
             Controller::Memory,
@@ -688,7 +676,7 @@ mod tests {
             PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/x/p")
         )));
         let v2 = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
-        let l = layout_from(v2, "0::/user.slice/s\n").unwrap();
+        let l = layout_from(&mountinfo::parse(v2), "0::/user.slice/s\n").unwrap();
         assert_eq!(l.version, Version::V2);
         assert_eq!(
             l.dirs(Path::new("p")),
@@ -697,7 +685,7 @@ mod tests {
                 PathBuf::from("/sys/fs/cgroup/user.slice/s/p")
             )]
         );
-        assert!(layout_from("", "").is_none());
+        assert!(layout_from(&[], "").is_none());
     }
 
     #[test]

@@ -566,29 +566,35 @@ impl Drop for PodRun {
             if !dir.starts_with("/sys/fs/cgroup") {
                 continue;
             }
-            let mut dirs = vec![dir.to_path_buf()];
-            let mut i = 0;
-            while i < dirs.len() {
-                for e in std::fs::read_dir(&dirs[i]).into_iter().flatten().flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        dirs.push(e.path());
-                    }
-                }
-                i += 1;
+            remove_cgroup_tree(dir);
+        }
+    }
+}
+
+/// Removes a cgroup directory and those below it, deepest first, killing what runs in them
+/// (waiting up to 15 s each for it to go): what a test leaves in cgroups, it takes back.
+pub fn remove_cgroup_tree(dir: &Path) {
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < dirs.len() {
+        for e in std::fs::read_dir(&dirs[i]).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(e.path());
             }
-            for d in dirs.iter().rev() {
-                let deadline = Instant::now() + Duration::from_secs(15);
-                loop {
-                    let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-                    for pid in procs.lines() {
-                        let _ = Command::new("kill").args(["-KILL", pid]).status();
-                    }
-                    if std::fs::remove_dir(d).is_ok() || !d.exists() || Instant::now() > deadline {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+        }
+        i += 1;
+    }
+    for d in dirs.iter().rev() {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
             }
+            if std::fs::remove_dir(d).is_ok() || !d.exists() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

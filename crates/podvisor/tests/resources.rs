@@ -296,28 +296,7 @@ impl Delegated {
 impl Drop for Delegated {
     fn drop(&mut self) {
         for dir in &self.0 {
-            let mut all = vec![dir.clone()];
-            let mut i = 0;
-            while i < all.len() {
-                for e in std::fs::read_dir(&all[i]).into_iter().flatten().flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        all.push(e.path());
-                    }
-                }
-                i += 1;
-            }
-            for d in all.iter().rev() {
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while std::fs::remove_dir(d).is_err() && d.exists() && Instant::now() < deadline {
-                    let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-                    for pid in procs.lines() {
-                        let _ = std::process::Command::new("kill")
-                            .args(["-KILL", pid])
-                            .status();
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
+            remove_cgroup_tree(dir);
         }
     }
 }

@@ -19,11 +19,6 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// Nothing asked for: no cgroup limit is needed for it.
-    pub fn is_empty(&self) -> bool {
-        *self == Resources::default()
-    }
-
     /// From a container's `resources` (valid: validation refused what does not parse).
     pub fn of(r: Option<&ResourceRequirements>) -> Resources {
         let get = |map: Option<&std::collections::BTreeMap<String, _>>, name: &str, milli| {
@@ -314,7 +309,7 @@ mod tests {
                 memory_limit: Some(64 << 20),
             }
         );
-        assert!(Resources::of(None).is_empty());
+        assert_eq!(Resources::of(None), Resources::default());
     }
 
     #[test]

@@ -18,11 +18,11 @@ impl Supervisor {
     pub(super) fn serve(&mut self, slot: usize, request: Request) -> io::Result<()> {
         match request {
             Request::Status => {
-                let body = format!("{}\n", self.status_json());
+                let body = format!("{}\n", self.status_json(true));
                 self.api.reply(slot, 200, &body, &self.epoll);
             }
             Request::WatchStatus => {
-                let line = self.status_json();
+                let line = self.status_json(false);
                 self.api.seen_status(&line);
                 self.api
                     .watch(slot, false, &format!("{line}\n"), &self.epoll);
@@ -135,8 +135,10 @@ impl Supervisor {
         )
     }
 
-    /// The pod as a v1 Pod object, on one line.
-    pub(super) fn status_json(&self) -> String {
+    /// The pod as a v1 Pod object, on one line; `with_usage` adds what each running instance
+    /// uses (read from its cgroup) for `status` and `describe`. A watch goes without: usage is
+    /// no change of state, and it would make every pushed line differ.
+    pub(super) fn status_json(&self, with_usage: bool) -> String {
         // The clock is anchored to the epoch.
         let wall = move |t: Instant| SystemTime::UNIX_EPOCH + t.since_origin();
         let times: BTreeMap<&'static str, SystemTime> = self
@@ -147,8 +149,8 @@ impl Supervisor {
         let pids = &self.instance_pids;
         let id = |i: usize, n: u32| pids.get(&(i, n)).map(|p| format!("podvisor://{p}"));
         let mut pod = pod_json(&self.pod, &self.info, &wall, &times, &id);
-        // What each running instance uses, from its cgroup (for `describe`).
-        for (i, c) in self.pod.containers().iter().enumerate() {
+        let containers = self.pod.containers().iter().enumerate();
+        for (i, c) in containers.filter(|_| with_usage) {
             let live = InstanceId {
                 container: i,
                 instance: c.instance,
@@ -175,7 +177,7 @@ impl Supervisor {
             }
         }
         if self.api.status_watched() {
-            let line = self.status_json();
+            let line = self.status_json(false);
             self.api.status(line, &self.epoll);
         }
     }

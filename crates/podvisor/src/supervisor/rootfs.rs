@@ -13,6 +13,7 @@ use podvisor_core::spec::plan::RunPlan;
 
 use super::{persist, volumes, RunError, Supervisor};
 use crate::cgroup::Unenforceable;
+use crate::mountinfo;
 use crate::process::sys::{self, Rootless};
 
 /// A pod waiting for its volumes.
@@ -61,7 +62,7 @@ pub(super) fn root_layer(
             rootless: Some(Rootless {
                 uid: sys::getuid(),
                 gid: sys::getgid(),
-                entries: volumes::rootless_entries(),
+                entries: volumes::rootless_entries(&mountinfo::read()),
                 upper_dir,
             }),
         }));
@@ -101,7 +102,7 @@ pub(super) fn root_layer(
     std::fs::create_dir_all(&dir)?;
     Ok(Some(RootLayer {
         dir,
-        carry: volumes::host_submounts(),
+        carry: volumes::host_submounts(&mountinfo::read()),
         rootless: None,
     }))
 }

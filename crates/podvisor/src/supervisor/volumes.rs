@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use podvisor_core::spec::plan::{ContainerExec, HostPathType, VolumePlan};
 
+use crate::mountinfo::Mount;
 use crate::process::sys::{self, BindMount, TopEntry};
 
 #[derive(Debug)]
@@ -300,52 +301,21 @@ impl Volumes {
 /// The host's mounts directly beneath `/` that a private root carries (with what is mounted
 /// below them): /proc, /sys and /dev as they are, the others read-only. Anything at or under
 /// /tmp stays out: a container's /tmp is its own.
-pub fn host_submounts() -> Vec<(PathBuf, bool)> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    // (id, parent, mount point), mount points unescaped (\040 is a space).
-    let rows: Vec<(&str, &str, String)> = text
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            Some((*f.first()?, *f.get(1)?, unescape(f.get(4)?)))
-        })
-        .collect();
+pub fn host_submounts(mounts: &[Mount]) -> Vec<(PathBuf, bool)> {
     // The root mount is the last one mounted at "/" (mounts stack).
-    let Some(root) = rows.iter().rev().find(|r| r.2 == "/").map(|r| r.0) else {
+    let Some(root) = mounts.iter().rev().find(|m| m.point == Path::new("/")) else {
         return Vec::new();
     };
     let mut out: Vec<(PathBuf, bool)> = Vec::new();
-    for (_, parent, point) in &rows {
-        if *parent != root || point == "/" || point == "/tmp" || point.starts_with("/tmp/") {
+    for m in mounts.iter().filter(|m| m.parent == root.id) {
+        let p = &m.point;
+        if p == Path::new("/") || p.starts_with("/tmp") || out.iter().any(|(q, _)| q == p) {
             continue;
         }
-        if out.iter().any(|(p, _)| p == Path::new(point)) {
-            continue;
-        }
-        let live = matches!(point.as_str(), "/proc" | "/sys" | "/dev");
-        out.push((PathBuf::from(point), !live));
+        let live = ["/proc", "/sys", "/dev"].iter().any(|l| p == Path::new(l));
+        out.push((p.clone(), !live));
     }
     out
-}
-
-/// A mountinfo path with its octal escapes (`\040` …) decoded.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Bytes the files under `dir` occupy (`du`: allocated blocks; a hard link counts at each of
@@ -370,12 +340,7 @@ fn disk_usage(dir: &Path) -> u64 {
 /// mounted at or below it is an overlay; one with mounts is bound with them (read-only but
 /// /proc, /sys and /dev); symlinks are copied; what this user cannot read is an empty
 /// directory; /tmp is left out (a fresh tmpfs).
-pub fn rootless_entries() -> Vec<TopEntry> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let points: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(|p| PathBuf::from(unescape(p))))
-        .collect();
+pub fn rootless_entries(mounts: &[Mount]) -> Vec<TopEntry> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/") else {
         return out;
@@ -394,7 +359,7 @@ pub fn rootless_entries() -> Vec<TopEntry> {
             }
             continue;
         }
-        let mounted = points.iter().any(|p| p.starts_with(&path));
+        let mounted = mounts.iter().any(|m| m.point.starts_with(&path));
         let live = matches!(path.to_str(), Some("/proc" | "/sys" | "/dev"));
         if mounted || !kind.is_dir() {
             out.push(TopEntry::Bind {
