@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::duration::{parse_duration, DurationError};
 use crate::escalation::{PodRestartPolicy, PodRestartPolicyError};
@@ -34,24 +34,45 @@ pub struct SupervisionSpec {
     pub pod_restart: Option<PodRestart>,
 }
 
-/// Defaults: `debugAfterRestarts` 3, `disableAfterRestarts` 6 (SPEC.md), `verdictAfter` 10m.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// Restart-aware instrumentation stages (seed 000): each container start runs Nominal, then
+/// Debug, then Disabled as its restarts pile up. Defaults: `debugAfterRestarts` 3,
+/// `disableAfterRestarts` 6, `verdictAfter` 10m.
+///
+/// Also the cluster's Supervision CRD block (`schema` feature): one definition, so the local
+/// document and the CRD cannot drift apart.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StagedInstrumentation {
     /// On when absent: writing the block asks for it; `enabled: false` keeps it written but off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Containers the stages apply to; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containers: Option<Vec<String>>,
-    #[serde(default)]
+    /// Variables of the Nominal and Debug stages (the add-on, e.g. LD_PRELOAD).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    #[serde(default)]
+    /// Variables added in the Debug stage.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub debug_env: BTreeMap<String, String>,
+    /// Restarts after which starts run in Debug (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debug_after_restarts: Option<u32>,
+    /// Restarts after which starts run Disabled (default 6; not below debugAfterRestarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_after_restarts: Option<u32>,
-    #[serde(default)]
+    /// The add-on already logs in Nominal: no Debug stage.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub logging: bool,
-    /// A duration as Kubernetes writes them (`10m`), checked by validation.
+    /// Clean running after Disabled that blames the add-on, as Kubernetes writes durations
+    /// (`10m`; default 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_after: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl StagedInstrumentation {
@@ -97,12 +118,17 @@ impl StagedInstrumentation {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Whole-pod restarts (seed 001): when restarting one container does not help, refresh the
+/// pod's shared context; past a limit, give up. Also the Supervision CRD's block.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PodRestart {
+    /// A container restarted this many times ...
     pub after_container_restarts: u32,
-    /// A duration as Kubernetes writes them (`10m`), checked by validation.
+    /// ... within this window (as Kubernetes writes durations: `10m`) restarts the whole pod.
     pub within: String,
+    /// Whole-pod restarts after which podvisor gives up (GaveUp).
     pub max_pod_restarts: u32,
 }
 

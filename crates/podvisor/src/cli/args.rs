@@ -37,6 +37,12 @@ enum Command {
         )]
         args: Vec<OsString>,
     },
+    /// Copy this podvisor binary to DEST (mode 0755): what the cluster webhook's init
+    /// container runs, as the FROM-scratch image has no `cp`.
+    CopySelf {
+        #[arg(value_name = "DEST")]
+        dest: OsString,
+    },
     /// Run a pod manifest until it succeeds or fails, or until SIGTERM / SIGINT.
     Run(run::RunArgs),
     /// Check a pod manifest; prints nothing and exits 0 when it is valid.
@@ -83,6 +89,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         Command::Init { args } => {
             crate::init::main(crate::init::args::Persona::Podvisor, "podvisor init", &args)
         }
+        // Dispatched before clap too.
+        Command::CopySelf { dest } => super::copy_self::main(&[dest]),
         Command::Run(a) => run::main(a),
         Command::Validate(a) => validate::main(a),
         Command::Explain(a) => explain::main(a),

@@ -10,6 +10,7 @@ use crate::init::{self, args::Persona};
 mod args;
 #[cfg(feature = "full")]
 mod client;
+mod copy_self;
 #[cfg(feature = "full")]
 pub mod control;
 #[cfg(feature = "full")]
@@ -30,8 +31,9 @@ pub mod validate;
 const USAGE: &str = "\
 Usage: podvisor init [OPTIONS] [--] CMD [ARGS]...
 
-This is podvisor's PID 1 build: it knows `init` (`podvisor init --help` for its options) and,
-started as `tini` or `dumb-init`, takes that program's command line unchanged.
+This is podvisor's PID 1 build: it knows `init` (`podvisor init --help` for its options) and
+`copy-self DEST` (copies this binary to DEST), and, started as `tini` or `dumb-init`, takes that
+program's command line unchanged.
 
 Options:
   -h, --help      Print this help
@@ -58,6 +60,10 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     // `init` keeps its own getopt-compatible parser, in both builds.
     if argv.get(1).is_some_and(|a| a == "init") {
         return init::main(Persona::Podvisor, "podvisor init", &argv[2..]);
+    }
+    // `copy-self` too: the cluster's init container runs it from the PID 1 image.
+    if argv.get(1).is_some_and(|a| a == "copy-self") {
+        return copy_self::main(&argv[2..]);
     }
     dispatch(argv)
 }

@@ -1,0 +1,1 @@
+//! Tests against a real cluster: see README "In a cluster".
