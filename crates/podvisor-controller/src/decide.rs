@@ -199,12 +199,20 @@ pub fn decide(
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     if owned && history.has_refreshed(uid) {
         // Recorded but not evicted yet: retry the eviction, count it once.
-        let m = history.refreshes.iter().find(|m| m.uid == uid).expect("found");
+        let m = history
+            .refreshes
+            .iter()
+            .find(|m| m.uid == uid)
+            .expect("found");
         return Decision::Refresh {
             container: m.container.clone(),
             restarts: m.restarts,
             record: false,
-            number: history.refreshes.iter().position(|x| x.uid == uid).unwrap_or(0) as u32
+            number: history
+                .refreshes
+                .iter()
+                .position(|x| x.uid == uid)
+                .unwrap_or(0) as u32
                 + 1,
         };
     }

@@ -141,6 +141,9 @@ mod tests {
             step(Some(&lease(Some("b"), 10_000)), "a", 20_000),
             Step::Wait(Duration::from_millis(5_000))
         );
-        assert_eq!(step(Some(&lease(Some("b"), 10_000)), "a", 25_000), Step::Take);
+        assert_eq!(
+            step(Some(&lease(Some("b"), 10_000)), "a", 25_000),
+            Step::Take
+        );
     }
 }

@@ -102,7 +102,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,kube=warn".into()),
         )
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -236,20 +239,23 @@ async fn run(cli: Cli) -> Result<(), Error> {
     );
     let sups = controller.store();
     let run = controller
-        .watches(Api::<Pod>::all(client), watcher::Config::default(), move |pod: Pod| {
-            // A pod change looks again at each Supervision of its namespace that selects it.
-            let ns = pod.namespace();
-            sups.state()
-                .into_iter()
-                .filter(|s| s.namespace() == ns)
-                .filter(|s| {
-                    kube::core::Selector::try_from(s.spec.selector.clone()).is_ok_and(|sel| {
-                        kube::core::SelectorExt::matches(&sel, pod.labels())
+        .watches(
+            Api::<Pod>::all(client),
+            watcher::Config::default(),
+            move |pod: Pod| {
+                // A pod change looks again at each Supervision of its namespace that selects it.
+                let ns = pod.namespace();
+                sups.state()
+                    .into_iter()
+                    .filter(|s| s.namespace() == ns)
+                    .filter(|s| {
+                        kube::core::Selector::try_from(s.spec.selector.clone())
+                            .is_ok_and(|sel| kube::core::SelectorExt::matches(&sel, pod.labels()))
                     })
-                })
-                .map(|s| ObjectRef::from_obj(&*s))
-                .collect::<Vec<_>>()
-        })
+                    .map(|s| ObjectRef::from_obj(&*s))
+                    .collect::<Vec<_>>()
+            },
+        )
         .shutdown_on_signal()
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|r| async move {

@@ -42,7 +42,11 @@ impl Default for Metrics {
             webhook_requests: Family::default(),
             leader: Gauge::default(),
         };
-        registry.register("reconciles", "Reconciles of Supervisions", m.reconciles.clone());
+        registry.register(
+            "reconciles",
+            "Reconciles of Supervisions",
+            m.reconciles.clone(),
+        );
         registry.register(
             "reconcile_errors",
             "Reconciles that failed on the API and were retried",
@@ -73,7 +77,11 @@ impl Default for Metrics {
             "Admission requests by result (injected, skipped, ignored, invalid)",
             m.webhook_requests.clone(),
         );
-        registry.register("leader", "1 while this replica holds the lease", m.leader.clone());
+        registry.register(
+            "leader",
+            "1 while this replica holds the lease",
+            m.leader.clone(),
+        );
         Metrics { registry, ..m }
     }
 }

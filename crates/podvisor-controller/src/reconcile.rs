@@ -155,7 +155,10 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
     let now_ms = now.as_millisecond().max(0) as u64;
     let ns = sup.namespace().unwrap_or_default();
     let sups: Api<Supervision> = Api::namespaced(ctx.client.clone(), &ns);
-    ctx.metrics.reconciles.get_or_create(&labels(&ns, &sup)).inc();
+    ctx.metrics
+        .reconciles
+        .get_or_create(&labels(&ns, &sup))
+        .inc();
 
     let problems = sup.spec.problems();
     let selector = Selector::try_from(sup.spec.selector.clone());
@@ -165,8 +168,24 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
             text.push(format!("spec.selector: {e}"));
         }
         let message = text.join("; ");
-        publish(&ctx, &sup.object_ref(&()), EventType::Warning, "InvalidSpec", &message).await;
-        let status = status(&sup, now, 0, 0, 0, ("False", "InvalidSpec", message), None, None);
+        publish(
+            &ctx,
+            &sup.object_ref(&()),
+            EventType::Warning,
+            "InvalidSpec",
+            &message,
+        )
+        .await;
+        let status = status(
+            &sup,
+            now,
+            0,
+            0,
+            0,
+            ("False", "InvalidSpec", message),
+            None,
+            None,
+        );
         patch_status(&sups, &sup, status).await?;
         return Ok(Action::await_change());
     }
@@ -188,7 +207,16 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
         let message = format!(
             "spec.selector ({selector}) matches no pod in namespace {ns}: nothing is supervised"
         );
-        let status = status(&sup, now, 0, 0, 0, ("False", "NoPodsSelected", message), None, None);
+        let status = status(
+            &sup,
+            now,
+            0,
+            0,
+            0,
+            ("False", "NoPodsSelected", message),
+            None,
+            None,
+        );
         patch_status(&sups, &sup, status).await?;
         return Ok(Action::requeue(ctx.config.resync));
     }
@@ -196,7 +224,16 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
         let message = format!(
             "{selected} pods selected; no podRestart: only the webhook's staged instrumentation applies"
         );
-        let status = status(&sup, now, selected, 0, 0, ("True", "Supervising", message), None, None);
+        let status = status(
+            &sup,
+            now,
+            selected,
+            0,
+            0,
+            ("True", "Supervising", message),
+            None,
+            None,
+        );
         patch_status(&sups, &sup, status).await?;
         return Ok(Action::requeue(ctx.config.resync));
     };
@@ -207,7 +244,12 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
         let uid = pod.uid().unwrap_or_default();
         let seen = {
             let mut st = ctx.state();
-            let seen = st.seen.entry(sup_uid.clone()).or_default().entry(uid.clone()).or_default();
+            let seen = st
+                .seen
+                .entry(sup_uid.clone())
+                .or_default()
+                .entry(uid.clone())
+                .or_default();
             decide::observe(seen, pod, &policy, now_ms);
             seen.clone()
         };
@@ -229,19 +271,33 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
                         "the record of {} {} cannot be read ({e}): refusing to act on its pods until it is fixed or removed",
                         o.kind, o.name
                     );
-                    publish(&ctx, &pod.object_ref(&()), EventType::Warning, "RecordUnreadable", &message)
-                        .await;
+                    publish(
+                        &ctx,
+                        &pod.object_ref(&()),
+                        EventType::Warning,
+                        "RecordUnreadable",
+                        &message,
+                    )
+                    .await;
                     report.degraded.push(message);
                     continue;
                 }
-                Some(Owner {
-                    history: Ok(h), ..
-                }) => history = Some(h.clone()),
+                Some(Owner { history: Ok(h), .. }) => history = Some(h.clone()),
             }
         }
         let decision = decide::decide(pod, &policy, &seen, history.as_ref(), now_ms);
-        act(&ctx, &sup, pod, owner_ref.as_ref(), &mut owners, decision, &policy, now, &mut report)
-            .await?;
+        act(
+            &ctx,
+            &sup,
+            pod,
+            owner_ref.as_ref(),
+            &mut owners,
+            decision,
+            &policy,
+            now,
+            &mut report,
+        )
+        .await?;
     }
 
     let histories: Vec<&History> = owners
@@ -254,7 +310,13 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
         .values()
         .flatten()
         .filter(|o| o.history.as_ref().is_ok_and(|h| h.gave_up.is_some()))
-        .map(|o| format!("{} {}", o.object.types.as_ref().map_or("", |t| t.kind.as_str()), o.object.name_any()))
+        .map(|o| {
+            format!(
+                "{} {}",
+                o.object.types.as_ref().map_or("", |t| t.kind.as_str()),
+                o.object.name_any()
+            )
+        })
         .collect();
     let ready = (
         "True",
@@ -270,9 +332,20 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
             gave_up.join(", ")
         )
     });
-    let st = status(&sup, now, selected, restarts, gave_up.len() as u32, ready, degraded, gave_up_msg);
+    let st = status(
+        &sup,
+        now,
+        selected,
+        restarts,
+        gave_up.len() as u32,
+        ready,
+        degraded,
+        gave_up_msg,
+    );
     patch_status(&sups, &sup, st).await?;
-    let next = report.retry.map_or(ctx.config.resync, |r| r.min(ctx.config.resync));
+    let next = report
+        .retry
+        .map_or(ctx.config.resync, |r| r.min(ctx.config.resync));
     Ok(Action::requeue(next))
 }
 
@@ -280,7 +353,10 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
 pub fn error_policy(sup: Arc<Supervision>, err: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(supervision = %sup.name_any(), error = %err, "reconcile failed; retrying");
     let ns = sup.namespace().unwrap_or_default();
-    ctx.metrics.reconcile_errors.get_or_create(&labels(&ns, &sup)).inc();
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&labels(&ns, &sup))
+        .inc();
     Action::requeue(Duration::from_secs(10))
 }
 
@@ -297,7 +373,11 @@ fn seen_any_restart(pod: &Pod) -> bool {
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
         .flatten()
-        .chain(s.and_then(|s| s.init_container_statuses.as_ref()).into_iter().flatten());
+        .chain(
+            s.and_then(|s| s.init_container_statuses.as_ref())
+                .into_iter()
+                .flatten(),
+        );
     all.into_iter().any(|c| c.restart_count > 0)
 }
 
@@ -326,7 +406,8 @@ async fn read_owner(client: &Client, ns: &str, o: &OwnerReference) -> Result<Opt
     let Some(object) = api.get_opt(&o.name).await? else {
         return Ok(None);
     };
-    let history = History::from_annotations(object.metadata.annotations.as_ref()).map_err(|e| e.to_string());
+    let history =
+        History::from_annotations(object.metadata.annotations.as_ref()).map_err(|e| e.to_string());
     Ok(Some(Owner {
         api,
         object,
@@ -381,7 +462,10 @@ async fn act(
     let label = labels(&ns, sup);
     match decision {
         Decision::Nothing | Decision::Terminating | Decision::GaveUpAlready => Ok(()),
-        Decision::BarePod { container, restarts } => {
+        Decision::BarePod {
+            container,
+            restarts,
+        } => {
             let first = {
                 let mut st = ctx.state();
                 let seen = st
@@ -396,11 +480,21 @@ async fn act(
                 let message = format!(
                     "Container {container} was restarted {restarts} times within {within}, but the pod has no controller to make it again: not evicted (podRestart needs a Deployment, ReplicaSet, StatefulSet, Job or DaemonSet)"
                 );
-                publish(ctx, &pod_ref, EventType::Warning, "PodRestartSkipped", &message).await;
+                publish(
+                    ctx,
+                    &pod_ref,
+                    EventType::Warning,
+                    "PodRestartSkipped",
+                    &message,
+                )
+                .await;
             }
             Ok(())
         }
-        Decision::GiveUp { container, restarts } => {
+        Decision::GiveUp {
+            container,
+            restarts,
+        } => {
             let o = owner_ref.expect("decide gives up only on owned pods");
             let message = format!(
                 "Container {container} was restarted {restarts} times within {within}, and the pods of {} {} have been restarted {} times already (maxPodRestarts): giving up",
@@ -410,7 +504,9 @@ async fn act(
                 tracing::info!(pod = %pod.name_any(), "dry run: {message}");
                 return Ok(());
             }
-            let Some(Some(owner)) = owners.get_mut(&o.uid) else { return Ok(()) };
+            let Some(Some(owner)) = owners.get_mut(&o.uid) else {
+                return Ok(());
+            };
             let mut h = owner.history.clone().unwrap_or_default();
             h.gave_up = Some(mark(pod, &container, restarts, now));
             match write_history(owner, h).await {
@@ -423,7 +519,14 @@ async fn act(
             }
             ctx.metrics.gave_up.get_or_create(&label).inc();
             publish(ctx, &pod_ref, EventType::Warning, "GaveUp", &message).await;
-            publish(ctx, &sup_ref, EventType::Warning, "GaveUp", &format!("pod {}: {message}", pod.name_any())).await;
+            publish(
+                ctx,
+                &sup_ref,
+                EventType::Warning,
+                "GaveUp",
+                &format!("pod {}: {message}", pod.name_any()),
+            )
+            .await;
             Ok(())
         }
         Decision::Refresh {
@@ -439,7 +542,14 @@ async fn act(
             );
             if ctx.config.dry_run {
                 tracing::info!(pod = %pod.name_any(), "dry run: {message}");
-                publish(ctx, &pod_ref, EventType::Normal, "DryRun", &format!("would evict: {message}")).await;
+                publish(
+                    ctx,
+                    &pod_ref,
+                    EventType::Normal,
+                    "DryRun",
+                    &format!("would evict: {message}"),
+                )
+                .await;
                 return Ok(());
             }
             if let Some((at, _)) = ctx.state().evict_backoff.get(&uid) {
@@ -455,7 +565,9 @@ async fn act(
                     report.retry_in(wait);
                     return Ok(());
                 }
-                let Some(Some(owner)) = owners.get_mut(&o.uid) else { return Ok(()) };
+                let Some(Some(owner)) = owners.get_mut(&o.uid) else {
+                    return Ok(());
+                };
                 let mut h = owner.history.clone().unwrap_or_default();
                 h.refreshes.push(mark(pod, &container, restarts, now));
                 match write_history(owner, h).await {
@@ -473,7 +585,14 @@ async fn act(
                     ctx.state().evict_backoff.remove(&uid);
                     ctx.metrics.pod_restarts.get_or_create(&label).inc();
                     publish(ctx, &pod_ref, EventType::Warning, "PodRestarting", &message).await;
-                    publish(ctx, &sup_ref, EventType::Normal, "PodRestarting", &format!("pod {}: {message}", pod.name_any())).await;
+                    publish(
+                        ctx,
+                        &sup_ref,
+                        EventType::Normal,
+                        "PodRestarting",
+                        &format!("pod {}: {message}", pod.name_any()),
+                    )
+                    .await;
                     Ok(())
                 }
                 // Deleted meanwhile: the refresh happened another way; the record stands.
@@ -482,9 +601,15 @@ async fn act(
                 Err(kube::Error::Api(s)) if s.code == 429 || s.is_conflict() => {
                     let delay = {
                         let mut st = ctx.state();
-                        let entry = st.evict_backoff.entry(uid).or_insert((0, EVICT_RETRY_FIRST));
+                        let entry = st
+                            .evict_backoff
+                            .entry(uid)
+                            .or_insert((0, EVICT_RETRY_FIRST));
                         let delay = entry.1;
-                        *entry = (now_ms + delay.as_millis() as u64, (delay * 2).min(EVICT_RETRY_MAX));
+                        *entry = (
+                            now_ms + delay.as_millis() as u64,
+                            (delay * 2).min(EVICT_RETRY_MAX),
+                        );
                         delay
                     };
                     let text = format!(
@@ -550,7 +675,11 @@ fn status(
     degraded: Option<String>,
     gave_up_msg: Option<String>,
 ) -> SupervisionStatus {
-    let old = sup.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let old = sup
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
     let gen = sup.metadata.generation;
     let cond = |type_: &str, status: &str, reason: &str, message: String| {
         // lastTransitionTime moves only when the status does (metav1.Condition's rule).
@@ -598,7 +727,11 @@ async fn patch_status(
     }
     let patch = json!({"status": status});
     match api
-        .patch_status(&sup.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &sup.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         Ok(_) => Ok(()),

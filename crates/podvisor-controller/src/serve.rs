@@ -73,7 +73,11 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Full<Bytes>
 }
 
 /// Serves the webhook over TLS until the listener fails.
-pub async fn serve_webhook(listener: TcpListener, tls: rustls::ServerConfig, webhook: Arc<Webhook>) {
+pub async fn serve_webhook(
+    listener: TcpListener,
+    tls: rustls::ServerConfig,
+    webhook: Arc<Webhook>,
+) {
     let acceptor = TlsAcceptor::from(Arc::new(tls));
     loop {
         let Ok((tcp, peer)) = listener.accept().await else {
@@ -115,13 +119,18 @@ async fn handle_webhook(req: Request<Incoming>, webhook: &Webhook) -> Response<F
             let (code, json) = webhook.review(&body);
             let mut r = text(code, json);
             if code == StatusCode::OK {
-                r.headers_mut()
-                    .insert(http::header::CONTENT_TYPE, "application/json".parse().expect("valid"));
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    "application/json".parse().expect("valid"),
+                );
             }
             r
         }
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found: POST /mutate, GET /healthz\n"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: POST /mutate, GET /healthz\n",
+        ),
     }
 }
 

@@ -61,7 +61,9 @@ fn replicaset(annotations: Value) -> Value {
 }
 
 fn history_of(rs: &Value) -> Value {
-    let text = rs["metadata"]["annotations"][HISTORY_ANNOTATION].as_str().unwrap_or("{}");
+    let text = rs["metadata"]["annotations"][HISTORY_ANNOTATION]
+        .as_str()
+        .unwrap_or("{}");
     serde_json::from_str(text).unwrap()
 }
 
@@ -120,7 +122,10 @@ fn route(world: Arc<Mutex<World>>) -> Box<dyn FnMut(&Seen) -> Reply + Send> {
         }
         if s.method == "POST" && s.path().ends_with("/eviction") {
             if w.evictions.is_empty() {
-                return json_reply(201, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}));
+                return json_reply(
+                    201,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                );
             }
             return w.evictions.remove(0);
         }
@@ -132,7 +137,14 @@ fn route(world: Arc<Mutex<World>>) -> Box<dyn FnMut(&Seen) -> Reply + Send> {
             sup["status"] = s.body["status"].clone();
             return json_reply(200, sup);
         }
-        status_error(404, "NotFound", &format!("the server could not find the requested resource ({} {})", s.method, s.uri))
+        status_error(
+            404,
+            "NotFound",
+            &format!(
+                "the server could not find the requested resource ({} {})",
+                s.method, s.uri
+            ),
+        )
     })
 }
 
@@ -140,23 +152,42 @@ fn route(world: Arc<Mutex<World>>) -> Box<dyn FnMut(&Seen) -> Reply + Send> {
 fn context(world: &Arc<Mutex<World>>, config: Config) -> (Arc<Context>, FakeApi, Arc<AtomicI64>) {
     let (client, fake) = FakeApi::start(route(world.clone()));
     let now = Arc::new(AtomicI64::new(
-        "2026-11-23T10:07:00Z".parse::<jiff::Timestamp>().unwrap().as_millisecond(),
+        "2026-11-23T10:07:00Z"
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_millisecond(),
     ));
     let clock = {
         let now = now.clone();
         Arc::new(move || jiff::Timestamp::from_millisecond(now.load(Ordering::SeqCst)).unwrap())
     };
-    let ctx = Context::new(client, Arc::new(Metrics::default()), config, clock, Some("test-0".into()));
+    let ctx = Context::new(
+        client,
+        Arc::new(Metrics::default()),
+        config,
+        clock,
+        Some("test-0".into()),
+    );
     (Arc::new(ctx), fake, now)
 }
 
 fn last_status(fake: &FakeApi) -> Value {
-    let patch = fake.requests().into_iter().rev().find(|s| s.is("PATCH", STATUS)).expect("a status patch");
+    let patch = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|s| s.is("PATCH", STATUS))
+        .expect("a status patch");
     patch.body["status"].clone()
 }
 
 fn condition(status: &Value, type_: &str) -> (String, String, String) {
-    let c = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == type_).unwrap();
+    let c = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap();
     (
         c["status"].as_str().unwrap().into(),
         c["reason"].as_str().unwrap().into(),
@@ -184,7 +215,11 @@ async fn a_crash_looping_pod_is_evicted_and_recorded_on_its_replicaset() {
         ]
     );
     let reqs = fake.requests();
-    assert!(reqs[0].uri.contains("labelSelector=app%3Dweb"), "{}", reqs[0].uri);
+    assert!(
+        reqs[0].uri.contains("labelSelector=app%3Dweb"),
+        "{}",
+        reqs[0].uri
+    );
     // The record is written first, conditional on the resourceVersion read.
     assert_eq!(reqs[2].body["metadata"]["resourceVersion"], "100");
     let h = history_of(&world.lock().unwrap().rs);
@@ -196,11 +231,14 @@ async fn a_crash_looping_pod_is_evicted_and_recorded_on_its_replicaset() {
     assert_eq!(events[0].0, "Pod");
     assert_eq!(events[0].1, "PodRestarting");
     assert!(
-        events[0].2.starts_with("Container app was restarted 5 times within 10m: restarting the whole pod (pod restart 1 of 3)"),
+        events[0].2.starts_with("Container app was restarted 5 times within 10m0s: restarting the whole pod (pod restart 1 of 3)"),
         "{}",
         events[0].2
     );
-    assert_eq!((events[1].0.as_str(), events[1].1.as_str()), ("Supervision", "PodRestarting"));
+    assert_eq!(
+        (events[1].0.as_str(), events[1].1.as_str()),
+        ("Supervision", "PodRestarting")
+    );
     let status = last_status(&fake);
     assert_eq!(status["selectedPods"], 1);
     assert_eq!(status["podRestarts"], 1);
@@ -213,9 +251,18 @@ async fn a_crash_looping_pod_is_evicted_and_recorded_on_its_replicaset() {
     // The eviction went through: the pod is terminating, and nothing more is done.
     fake.clear();
     world.lock().unwrap().pods[0].metadata.deletion_timestamp =
-        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-11-23T10:07:00Z".parse().unwrap()));
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-23T10:07:00Z".parse().unwrap(),
+        ));
     reconcile(sup, ctx).await.unwrap();
-    assert_eq!(fake.lines(), [format!("GET {PODS}"), format!("GET {RS}"), format!("PATCH {STATUS}")]);
+    assert_eq!(
+        fake.lines(),
+        [
+            format!("GET {PODS}"),
+            format!("GET {RS}"),
+            format!("PATCH {STATUS}")
+        ]
+    );
 }
 
 fn pdb_refusal() -> Reply {
@@ -251,24 +298,42 @@ async fn a_disruption_budget_refusal_is_reported_and_retried_with_backoff() {
     fake.clear();
     now.fetch_add(1_000, Ordering::SeqCst);
     reconcile(sup.clone(), ctx.clone()).await.unwrap();
-    assert!(!fake.lines().iter().any(|l| l.ends_with("/eviction")), "{:?}", fake.lines());
+    assert!(
+        !fake.lines().iter().any(|l| l.ends_with("/eviction")),
+        "{:?}",
+        fake.lines()
+    );
 
     // After 5 s: asked again (the record is not written twice), refused again: 10 s now.
     fake.clear();
     now.fetch_add(5_000, Ordering::SeqCst);
     let action = reconcile(sup.clone(), ctx.clone()).await.unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(10)));
-    assert!(!fake.lines().contains(&format!("PATCH {RS}")), "{:?}", fake.lines());
+    assert!(
+        !fake.lines().contains(&format!("PATCH {RS}")),
+        "{:?}",
+        fake.lines()
+    );
 
     // The budget allows it now.
     fake.clear();
     now.fetch_add(10_000, Ordering::SeqCst);
     reconcile(sup, ctx.clone()).await.unwrap();
-    assert!(fake.lines().contains(&format!("POST {}", eviction_path(POD))));
+    assert!(fake
+        .lines()
+        .contains(&format!("POST {}", eviction_path(POD))));
     assert_eq!(fake.events()[0].1, "PodRestarting");
-    assert_eq!(history_of(&world.lock().unwrap().rs)["refreshes"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        history_of(&world.lock().unwrap().rs)["refreshes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(condition(&last_status(&fake), "Degraded").0, "False");
-    assert!(ctx.metrics.encode().contains("podvisor_controller_evictions_refused_total{namespace=\"shop\",supervision=\"web\"} 2"));
+    assert!(ctx.metrics.encode().contains(
+        "podvisor_controller_evictions_refused_total{namespace=\"shop\",supervision=\"web\"} 2"
+    ));
 }
 
 #[tokio::test]
@@ -278,34 +343,57 @@ async fn a_conflict_on_the_owner_defers_the_eviction() {
     let (ctx, fake, _) = context(&world, Config::default());
     let action = reconcile(Arc::new(web_supervision()), ctx).await.unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(1)));
-    assert!(!fake.lines().iter().any(|l| l.ends_with("/eviction")), "{:?}", fake.lines());
+    assert!(
+        !fake.lines().iter().any(|l| l.ends_with("/eviction")),
+        "{:?}",
+        fake.lines()
+    );
     assert!(fake.events().is_empty());
 }
 
 #[tokio::test]
 async fn a_pod_deleted_while_being_evicted_is_not_an_error() {
     let world = World::new(vec![fixture("replicaset-crashloop.json")]);
-    world.lock().unwrap().evictions = vec![status_error(404, "NotFound", "pods \"web-7d9f8c6b5d-k8w2p\" not found")];
+    world.lock().unwrap().evictions = vec![status_error(
+        404,
+        "NotFound",
+        "pods \"web-7d9f8c6b5d-k8w2p\" not found",
+    )];
     let (ctx, fake, _) = context(&world, Config::default());
     reconcile(Arc::new(web_supervision()), ctx).await.unwrap();
     assert!(fake.events().is_empty(), "{:?}", fake.events());
     // The refresh stays recorded: the pod is gone, as an eviction would have made it.
-    assert_eq!(history_of(&world.lock().unwrap().rs)["refreshes"][0]["uid"], POD_UID);
+    assert_eq!(
+        history_of(&world.lock().unwrap().rs)["refreshes"][0]["uid"],
+        POD_UID
+    );
 }
 
 #[tokio::test]
 async fn api_failures_are_errors_the_error_policy_retries() {
     let world = World::new(vec![fixture("replicaset-crashloop.json")]);
-    world.lock().unwrap().list_error = Some(status_error(500, "InternalError", "etcdserver: request timed out"));
+    world.lock().unwrap().list_error = Some(status_error(
+        500,
+        "InternalError",
+        "etcdserver: request timed out",
+    ));
     let (ctx, _fake, _) = context(&world, Config::default());
     let sup = Arc::new(web_supervision());
     let err = reconcile(sup.clone(), ctx.clone()).await.unwrap_err();
-    assert!(err.to_string().contains("etcdserver: request timed out"), "{err}");
-    assert_eq!(error_policy(sup.clone(), &err, ctx.clone()), Action::requeue(Duration::from_secs(10)));
+    assert!(
+        err.to_string().contains("etcdserver: request timed out"),
+        "{err}"
+    );
+    assert_eq!(
+        error_policy(sup.clone(), &err, ctx.clone()),
+        Action::requeue(Duration::from_secs(10))
+    );
     world.lock().unwrap().list_error = Some(Reply::ConnectionError("connection timed out".into()));
     let err = reconcile(sup.clone(), ctx.clone()).await.unwrap_err();
     assert!(err.to_string().contains("Kubernetes API"), "{err}");
-    assert!(ctx.metrics.encode().contains("podvisor_controller_reconcile_errors_total{namespace=\"shop\",supervision=\"web\"} 1"));
+    assert!(ctx.metrics.encode().contains(
+        "podvisor_controller_reconcile_errors_total{namespace=\"shop\",supervision=\"web\"} 1"
+    ));
     // And when the API answers again, the work is done.
     reconcile(sup, ctx).await.unwrap();
 }
@@ -321,7 +409,10 @@ async fn an_unusable_spec_is_a_condition_and_an_event_never_a_crash() {
     }));
     let action = reconcile(Arc::new(sup), ctx).await.unwrap();
     assert_eq!(action, Action::await_change());
-    assert_eq!(fake.lines(), [format!("POST {EVENTS}"), format!("PATCH {STATUS}")]);
+    assert_eq!(
+        fake.lines(),
+        [format!("POST {EVENTS}"), format!("PATCH {STATUS}")]
+    );
     let (ready, reason, message) = condition(&last_status(&fake), "Ready");
     assert_eq!((ready.as_str(), reason.as_str()), ("False", "InvalidSpec"));
     assert_eq!(
@@ -338,8 +429,14 @@ async fn a_selector_that_matches_nothing_is_reported() {
     let (ctx, fake, _) = context(&world, Config::default());
     reconcile(Arc::new(web_supervision()), ctx).await.unwrap();
     let (ready, reason, message) = condition(&last_status(&fake), "Ready");
-    assert_eq!((ready.as_str(), reason.as_str()), ("False", "NoPodsSelected"));
-    assert_eq!(message, "spec.selector (app=web) matches no pod in namespace shop: nothing is supervised");
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("False", "NoPodsSelected")
+    );
+    assert_eq!(
+        message,
+        "spec.selector (app=web) matches no pod in namespace shop: nothing is supervised"
+    );
 }
 
 fn refreshes(n: usize) -> Value {
@@ -358,21 +455,37 @@ async fn giving_up_is_recorded_once_with_events_and_a_condition() {
     let sup = Arc::new(web_supervision());
     reconcile(sup.clone(), ctx.clone()).await.unwrap();
     assert!(!fake.lines().iter().any(|l| l.ends_with("/eviction")));
-    assert_eq!(history_of(&world.lock().unwrap().rs)["gaveUp"]["uid"], POD_UID);
+    assert_eq!(
+        history_of(&world.lock().unwrap().rs)["gaveUp"]["uid"],
+        POD_UID
+    );
     let events = fake.events();
     assert_eq!(events.len(), 2, "{events:?}");
-    assert_eq!((events[0].0.as_str(), events[0].1.as_str()), ("Pod", "GaveUp"));
+    assert_eq!(
+        (events[0].0.as_str(), events[0].1.as_str()),
+        ("Pod", "GaveUp")
+    );
     assert!(events[0].2.ends_with("the pods of ReplicaSet web-7d9f8c6b5d have been restarted 3 times already (maxPodRestarts): giving up"), "{}", events[0].2);
     let status = last_status(&fake);
     assert_eq!(status["gaveUp"], 1);
     assert_eq!(status["podRestarts"], 3);
     let (gave_up, _, message) = condition(&status, "GaveUp");
     assert_eq!(gave_up, "True");
-    assert_eq!(message, "gave up on 1 owner(s) after maxPodRestarts (3): ReplicaSet web-7d9f8c6b5d");
+    assert_eq!(
+        message,
+        "gave up on 1 owner(s) after maxPodRestarts (3): ReplicaSet web-7d9f8c6b5d"
+    );
     // Once.
     fake.clear();
     reconcile(sup, ctx).await.unwrap();
-    assert_eq!(fake.lines(), [format!("GET {PODS}"), format!("GET {RS}"), format!("PATCH {STATUS}")]);
+    assert_eq!(
+        fake.lines(),
+        [
+            format!("GET {PODS}"),
+            format!("GET {RS}"),
+            format!("PATCH {STATUS}")
+        ]
+    );
     assert!(fake.events().is_empty());
 }
 
@@ -382,27 +495,46 @@ async fn an_unreadable_record_is_refused_and_reported() {
     world.lock().unwrap().rs = replicaset(json!({HISTORY_ANNOTATION: "{not json"}));
     let (ctx, fake, _) = context(&world, Config::default());
     reconcile(Arc::new(web_supervision()), ctx).await.unwrap();
-    assert!(!fake.lines().iter().any(|l| l.ends_with("/eviction") || l.starts_with("PATCH /apis/apps")));
+    assert!(!fake
+        .lines()
+        .iter()
+        .any(|l| l.ends_with("/eviction") || l.starts_with("PATCH /apis/apps")));
     assert_eq!(fake.events()[0].1, "RecordUnreadable");
     let (degraded, _, message) = condition(&last_status(&fake), "Degraded");
     assert_eq!(degraded, "True");
-    assert!(message.contains("the record of ReplicaSet web-7d9f8c6b5d cannot be read"), "{message}");
+    assert!(
+        message.contains("the record of ReplicaSet web-7d9f8c6b5d cannot be read"),
+        "{message}"
+    );
     // Untouched.
-    assert_eq!(world.lock().unwrap().rs["metadata"]["annotations"][HISTORY_ANNOTATION], "{not json");
+    assert_eq!(
+        world.lock().unwrap().rs["metadata"]["annotations"][HISTORY_ANNOTATION],
+        "{not json"
+    );
 }
 
 #[tokio::test]
 async fn dry_run_reports_and_writes_nothing() {
     let world = World::new(vec![fixture("replicaset-crashloop.json")]);
-    let config = Config { dry_run: true, ..Config::default() };
+    let config = Config {
+        dry_run: true,
+        ..Config::default()
+    };
     let (ctx, fake, _) = context(&world, config);
     reconcile(Arc::new(web_supervision()), ctx).await.unwrap();
     assert_eq!(
         fake.lines(),
-        [format!("GET {PODS}"), format!("GET {RS}"), format!("POST {EVENTS}"), format!("PATCH {STATUS}")]
+        [
+            format!("GET {PODS}"),
+            format!("GET {RS}"),
+            format!("POST {EVENTS}"),
+            format!("PATCH {STATUS}")
+        ]
     );
     assert_eq!(fake.events()[0].1, "DryRun");
-    assert!(fake.events()[0].2.starts_with("would evict: Container app was restarted 5 times"));
+    assert!(fake.events()[0]
+        .2
+        .starts_with("would evict: Container app was restarted 5 times"));
 }
 
 #[tokio::test]
@@ -419,7 +551,9 @@ async fn a_bare_pod_gets_one_event_and_no_eviction() {
     let events = fake.events();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].1, "PodRestartSkipped");
-    assert!(events[0].2.contains("the pod has no controller to make it again: not evicted"));
+    assert!(events[0]
+        .2
+        .contains("the pod has no controller to make it again: not evicted"));
     assert!(!fake.lines().iter().any(|l| l.ends_with("/eviction")));
 }
 
@@ -432,25 +566,49 @@ async fn whole_pod_restarts_are_rate_limited_per_owner() {
     b.metadata.uid = Some("2b7e1f4a-9c3d-4a6b-8e5f-1d0c9b8a7f62".into());
     let world = World::new(vec![a, b]);
     let config = Config {
-        limits: Limits { owner_interval: Duration::from_secs(60), ..Limits::default() },
+        limits: Limits {
+            owner_interval: Duration::from_secs(60),
+            ..Limits::default()
+        },
         ..Config::default()
     };
     let (ctx, fake, now) = context(&world, config);
     let sup = Arc::new(web_supervision());
     let action = reconcile(sup.clone(), ctx.clone()).await.unwrap();
-    let evictions: Vec<String> = fake.lines().into_iter().filter(|l| l.ends_with("/eviction")).collect();
+    let evictions: Vec<String> = fake
+        .lines()
+        .into_iter()
+        .filter(|l| l.ends_with("/eviction"))
+        .collect();
     assert_eq!(evictions, [format!("POST {}", eviction_path(POD))]);
     assert_eq!(action, Action::requeue(Duration::from_secs(60)));
-    assert!(ctx.metrics.encode().contains("podvisor_controller_rate_limited_total{namespace=\"shop\",supervision=\"web\"} 1"));
+    assert!(ctx.metrics.encode().contains(
+        "podvisor_controller_rate_limited_total{namespace=\"shop\",supervision=\"web\"} 1"
+    ));
     // A minute later the second goes (the first is terminating by then).
     fake.clear();
     world.lock().unwrap().pods[0].metadata.deletion_timestamp =
-        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-11-23T10:07:01Z".parse().unwrap()));
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-23T10:07:01Z".parse().unwrap(),
+        ));
     now.fetch_add(60_000, Ordering::SeqCst);
     reconcile(sup, ctx).await.unwrap();
-    let evictions: Vec<String> = fake.lines().into_iter().filter(|l| l.ends_with("/eviction")).collect();
-    assert_eq!(evictions, ["POST /api/v1/namespaces/shop/pods/web-7d9f8c6b5d-q7m4z/eviction"]);
-    assert_eq!(history_of(&world.lock().unwrap().rs)["refreshes"].as_array().unwrap().len(), 2);
+    let evictions: Vec<String> = fake
+        .lines()
+        .into_iter()
+        .filter(|l| l.ends_with("/eviction"))
+        .collect();
+    assert_eq!(
+        evictions,
+        ["POST /api/v1/namespaces/shop/pods/web-7d9f8c6b5d-q7m4z/eviction"]
+    );
+    assert_eq!(
+        history_of(&world.lock().unwrap().rs)["refreshes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -465,10 +623,17 @@ async fn two_replicas_elect_one_leader_through_a_lease() {
             if s.is("GET", path) {
                 return match l.as_ref() {
                     Some(v) => json_reply(200, v.clone()),
-                    None => status_error(404, "NotFound", "leases.coordination.k8s.io \"podvisor-controller\" not found"),
+                    None => status_error(
+                        404,
+                        "NotFound",
+                        "leases.coordination.k8s.io \"podvisor-controller\" not found",
+                    ),
                 };
             }
-            let create = s.is("POST", "/apis/coordination.k8s.io/v1/namespaces/podvisor-system/leases");
+            let create = s.is(
+                "POST",
+                "/apis/coordination.k8s.io/v1/namespaces/podvisor-system/leases",
+            );
             let replace = s.is("PUT", path);
             if create || replace {
                 let current = l.as_ref().map(|v| v["metadata"]["resourceVersion"].clone());
@@ -477,7 +642,10 @@ async fn two_replicas_elect_one_leader_through_a_lease() {
                     return status_error(409, "Conflict", "Operation cannot be fulfilled on leases.coordination.k8s.io \"podvisor-controller\": the object has been modified");
                 }
                 let mut v = s.body.clone();
-                let rv = current.and_then(|c| c.as_str().map(|c| c.parse::<u64>().unwrap())).unwrap_or(0) + 1;
+                let rv = current
+                    .and_then(|c| c.as_str().map(|c| c.parse::<u64>().unwrap()))
+                    .unwrap_or(0)
+                    + 1;
                 v["metadata"]["resourceVersion"] = json!(rv.to_string());
                 *l = Some(v.clone());
                 return json_reply(if create { 201 } else { 200 }, v);
@@ -495,14 +663,26 @@ async fn two_replicas_elect_one_leader_through_a_lease() {
     let (a, b) = (elector("a"), elector("b"));
     let t = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).unwrap();
     assert!(a.try_lead(t(0)).await.unwrap(), "a creates the lease");
-    assert!(!b.try_lead(t(1)).await.unwrap(), "b waits while a's lease holds");
+    assert!(
+        !b.try_lead(t(1)).await.unwrap(),
+        "b waits while a's lease holds"
+    );
     assert!(a.try_lead(t(5)).await.unwrap(), "a renews");
-    assert!(!b.try_lead(t(19)).await.unwrap(), "renewed at 5 s: held until 20 s");
-    assert!(b.try_lead(t(21)).await.unwrap(), "a stopped renewing: b takes over");
+    assert!(
+        !b.try_lead(t(19)).await.unwrap(),
+        "renewed at 5 s: held until 20 s"
+    );
+    assert!(
+        b.try_lead(t(21)).await.unwrap(),
+        "a stopped renewing: b takes over"
+    );
     let held = lease.lock().unwrap().clone().unwrap();
     assert_eq!(held["spec"]["holderIdentity"], "b");
     assert_eq!(held["spec"]["leaseTransitions"], 1);
-    assert!(!a.try_lead(t(22)).await.unwrap(), "a finds it lost the lease");
+    assert!(
+        !a.try_lead(t(22)).await.unwrap(),
+        "a finds it lost the lease"
+    );
 }
 
 #[tokio::test]
@@ -515,8 +695,11 @@ async fn the_watch_resumes_from_a_bookmark() {
         let watches = watches.clone();
         Box::new(move |s: &Seen| {
             if s.is("GET", PODS) && !s.uri.contains("watch=true") {
-                return json_reply(200, json!({"apiVersion": "v1", "kind": "PodList",
-                    "metadata": {"resourceVersion": "48300"}, "items": [pod]}));
+                return json_reply(
+                    200,
+                    json!({"apiVersion": "v1", "kind": "PodList",
+                    "metadata": {"resourceVersion": "48300"}, "items": [pod]}),
+                );
             }
             if s.is("GET", PODS) {
                 let mut n = watches.lock().unwrap();
@@ -545,15 +728,41 @@ async fn the_watch_resumes_from_a_bookmark() {
     let mut stream = watcher(api, watcher::Config::default().labels("app=web")).boxed();
     let mut restart_counts = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while fake.requests().iter().filter(|s| s.uri.contains("watch=true")).count() < 2 {
-        let ev = tokio::time::timeout_at(deadline, stream.next()).await.expect("watch events").unwrap();
+    while fake
+        .requests()
+        .iter()
+        .filter(|s| s.uri.contains("watch=true"))
+        .count()
+        < 2
+    {
+        let ev = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("watch events")
+            .unwrap();
         if let Ok(watcher::Event::InitApply(p) | watcher::Event::Apply(p)) = ev {
             restart_counts.push(p.status.unwrap().container_statuses.unwrap()[0].restart_count)
         }
     }
     assert_eq!(restart_counts, [5, 6]);
-    let watches: Vec<String> = fake.requests().into_iter().filter(|s| s.uri.contains("watch=true")).map(|s| s.uri).collect();
-    assert!(watches[0].contains("resourceVersion=48300"), "{}", watches[0]);
-    assert!(watches[0].contains("allowWatchBookmarks=true"), "{}", watches[0]);
-    assert!(watches[1].contains("resourceVersion=48400"), "{}", watches[1]);
+    let watches: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .filter(|s| s.uri.contains("watch=true"))
+        .map(|s| s.uri)
+        .collect();
+    assert!(
+        watches[0].contains("resourceVersion=48300"),
+        "{}",
+        watches[0]
+    );
+    assert!(
+        watches[0].contains("allowWatchBookmarks=true"),
+        "{}",
+        watches[0]
+    );
+    assert!(
+        watches[1].contains("resourceVersion=48400"),
+        "{}",
+        watches[1]
+    );
 }

@@ -23,7 +23,13 @@ fn seen_once(pod: &Pod, now: u64) -> PodSeen {
 
 /// The app container's status, to move it on as the kubelet would.
 fn crash(pod: &mut Pod, restarts: i32, finished: &str) {
-    let cs = &mut pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0];
+    let cs = &mut pod
+        .status
+        .as_mut()
+        .unwrap()
+        .container_statuses
+        .as_mut()
+        .unwrap()[0];
     cs.restart_count = restarts;
     let t = cs.last_state.as_mut().unwrap().terminated.as_mut().unwrap();
     t.finished_at = Some(Time(finished.parse().unwrap()));
@@ -59,7 +65,10 @@ fn five_restarts_within_ten_minutes_of_a_replicaset_pod_refresh_it() {
     // a controller that has just seen the pod does not count them.
     let later = ms("2026-11-23T10:10:01Z");
     let seen = seen_once(&pod, later);
-    assert_eq!(decide(&pod, &policy(), &seen, None, later), Decision::Nothing);
+    assert_eq!(
+        decide(&pod, &policy(), &seen, None, later),
+        Decision::Nothing
+    );
 }
 
 #[test]
@@ -74,7 +83,10 @@ fn an_old_pod_is_refreshed_only_for_restarts_the_controller_watched() {
     assert_eq!(decide(&pod, &p, &seen, None, t0), Decision::Nothing);
     // Four more crashes, two minutes apart, each seen: with the last one seen (10:06:41)
     // that is five within ten minutes.
-    for (i, at) in ["10:08:41", "10:10:41", "10:12:41", "10:14:41"].iter().enumerate() {
+    for (i, at) in ["10:08:41", "10:10:41", "10:12:41", "10:14:41"]
+        .iter()
+        .enumerate()
+    {
         crash(&mut pod, 6 + i as i32, &format!("2026-11-23T{at}Z"));
         let now = ms(&format!("2026-11-23T{at}Z")) + 5_000;
         observe(&mut seen, &pod, &p, now);
@@ -82,7 +94,17 @@ fn an_old_pod_is_refreshed_only_for_restarts_the_controller_watched() {
         if i < 3 {
             assert_eq!(d, Decision::Nothing, "after crash {}", 6 + i);
         } else {
-            assert!(matches!(d, Decision::Refresh { restarts: 5, record: true, .. }), "{d:?}");
+            assert!(
+                matches!(
+                    d,
+                    Decision::Refresh {
+                        restarts: 5,
+                        record: true,
+                        ..
+                    }
+                ),
+                "{d:?}"
+            );
         }
     }
     // Restarts counted several at once (the controller was away): the newest at its exit,
@@ -91,7 +113,10 @@ fn an_old_pod_is_refreshed_only_for_restarts_the_controller_watched() {
     crash(&mut pod, 14, "2026-11-23T10:39:00Z");
     observe(&mut seen, &pod, &p, now);
     // 10:14:46 (earliest of the 4 unseen) is within 10m of 10:40? No: only the newest counts.
-    assert_eq!(decide(&pod, &p, &seen, Some(&History::default()), now), Decision::Nothing);
+    assert_eq!(
+        decide(&pod, &p, &seen, Some(&History::default()), now),
+        Decision::Nothing
+    );
 }
 
 #[test]
@@ -105,7 +130,11 @@ fn past_max_pod_restarts_the_owner_is_given_up_once() {
     };
     assert!(matches!(
         decide(&pod, &policy(), &seen, Some(&h), now),
-        Decision::Refresh { number: 3, record: true, .. }
+        Decision::Refresh {
+            number: 3,
+            record: true,
+            ..
+        }
     ));
     h.refreshes.push(mark("c"));
     assert_eq!(
@@ -116,7 +145,10 @@ fn past_max_pod_restarts_the_owner_is_given_up_once() {
         }
     );
     h.gave_up = Some(mark("d"));
-    assert_eq!(decide(&pod, &policy(), &seen, Some(&h), now), Decision::GaveUpAlready);
+    assert_eq!(
+        decide(&pod, &policy(), &seen, Some(&h), now),
+        Decision::GaveUpAlready
+    );
 }
 
 #[test]
@@ -145,7 +177,10 @@ fn a_pod_being_deleted_or_finished_is_left_alone() {
     let now = ms("2026-11-23T10:07:00Z");
     let seen = seen_once(&pod, now);
     pod.metadata.deletion_timestamp = Some(Time("2026-11-23T10:06:50Z".parse().unwrap()));
-    assert_eq!(decide(&pod, &policy(), &seen, None, now), Decision::Terminating);
+    assert_eq!(
+        decide(&pod, &policy(), &seen, None, now),
+        Decision::Terminating
+    );
     pod.metadata.deletion_timestamp = None;
     pod.status.as_mut().unwrap().phase = Some("Failed".into());
     assert_eq!(decide(&pod, &policy(), &seen, None, now), Decision::Nothing);
@@ -176,7 +211,11 @@ fn an_unreadable_record_is_refused_not_reset() {
         "{\"refreshes\": 3}".to_string(),
     )]);
     let e = History::from_annotations(Some(&bad)).unwrap_err();
-    assert!(e.to_string().starts_with("annotation podvisor.io/pod-restart-history:"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("annotation podvisor.io/pod-restart-history:"),
+        "{e}"
+    );
     let h = History {
         refreshes: vec![mark("a")],
         gave_up: Some(mark("b")),

@@ -116,7 +116,10 @@ impl FakeApi {
             .map(|s| {
                 let b = &s.body;
                 (
-                    b["regarding"]["kind"].as_str().unwrap_or_default().to_string(),
+                    b["regarding"]["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                     b["reason"].as_str().unwrap_or_default().to_string(),
                     b["note"].as_str().unwrap_or_default().to_string(),
                 )

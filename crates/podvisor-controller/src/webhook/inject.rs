@@ -131,7 +131,10 @@ pub fn inject(pod: &Pod, namespace: &str, sups: &[Supervision], s: &Settings) ->
     }
     if wrapped.is_empty() {
         let why = if skipped.is_empty() {
-            format!("Supervision {} selects none of this pod's containers", sup.name_any())
+            format!(
+                "Supervision {} selects none of this pod's containers",
+                sup.name_any()
+            )
         } else {
             skipped.join("; ")
         };

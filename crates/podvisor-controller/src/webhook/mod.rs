@@ -86,7 +86,10 @@ impl Webhook {
             ));
         }
         if req.operation != Operation::Create {
-            return ignore(format!("{:?} is not handled (only CREATE is)", req.operation));
+            return ignore(format!(
+                "{:?} is not handled (only CREATE is)",
+                req.operation
+            ));
         }
         let Some(object) = req.object.as_ref() else {
             return ignore("the request holds no object".into());

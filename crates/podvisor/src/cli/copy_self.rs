@@ -33,7 +33,8 @@ pub fn main(args: &[OsString]) -> i32 {
     }
 }
 
-const USAGE: &str = "Usage: podvisor copy-self DEST\n\nCopies this podvisor binary to DEST (mode 0755).\n";
+const USAGE: &str =
+    "Usage: podvisor copy-self DEST\n\nCopies this podvisor binary to DEST (mode 0755).\n";
 
 /// Write beside DEST, fsync, set the mode, rename over DEST: a reader never sees half a binary.
 fn copy(from: &Path, dest: &Path) -> io::Result<()> {

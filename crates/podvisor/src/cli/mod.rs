@@ -10,9 +10,9 @@ use crate::init::{self, args::Persona};
 mod args;
 #[cfg(feature = "full")]
 mod client;
-mod copy_self;
 #[cfg(feature = "full")]
 pub mod control;
+mod copy_self;
 #[cfg(feature = "full")]
 pub mod explain;
 #[cfg(feature = "full")]

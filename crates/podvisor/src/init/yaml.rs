@@ -152,7 +152,14 @@ fn block(lines: &[Line<'_>], at: &mut usize, indent: usize) -> Result<Node, Yaml
                 break;
             }
             let body = &l.text[indent..];
-            if l.indent != indent || !(body == "-" || body.starts_with("- ")) {
+            let item = body == "-" || body.starts_with("- ");
+            if l.indent == indent && !item {
+                // The next key of the mapping this sequence is the value of (`key:\n- a\nnext:`,
+                // as kubectl and most emitters write sequences); a caller that expects no more
+                // lines refuses it.
+                break;
+            }
+            if l.indent != indent {
                 return Err(err(l.n, l.indent + 1, "bad indentation in a sequence"));
             }
             let rest = body[1..].trim_start();
@@ -471,6 +478,19 @@ mod tests {
             Node::Scalar(s, _) => s,
             _ => panic!("not a scalar: {n:?}"),
         }
+    }
+
+    #[test]
+    fn reads_sequences_written_at_their_keys_indentation() {
+        let n = parse("spec:\n  containers:\n  - app\n  - web\n  env:\n    A: b\n").unwrap();
+        let spec = get(&n, "spec");
+        assert_eq!(keys(spec), ["containers", "env"]);
+        match get(spec, "containers") {
+            Node::Seq(items, _) => assert_eq!(items.len(), 2),
+            other => panic!("{other:?}"),
+        }
+        let e = parse("- a\nb: c\n").unwrap_err();
+        assert_eq!((e.pos.line, e.message.as_str()), (2, "bad indentation"));
     }
 
     #[test]
