@@ -20,6 +20,7 @@ use podvisor_controller::metrics::Metrics;
 use podvisor_controller::serve;
 use podvisor_controller::webhook::inject::{self, Settings};
 use podvisor_controller::webhook::Webhook;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
 
@@ -56,6 +57,8 @@ fn podvisor() -> PathBuf {
 struct Server {
     addr: std::net::SocketAddr,
     ca: CertificateDer<'static>,
+    /// The name the client checks the certificate for.
+    name: String,
     metrics: Arc<Metrics>,
     _dir: TempDir,
 }
@@ -80,7 +83,27 @@ async fn start(tag: &str, sups: Vec<Supervision>) -> Server {
     std::fs::write(&cert_path, cert.pem()).unwrap();
     std::fs::write(&key_path, key.serialize_pem()).unwrap();
 
-    let tls = serve::tls_config(&cert_path, &key_path).unwrap();
+    serve_with(
+        dir,
+        &cert_path,
+        &key_path,
+        ca.der().clone(),
+        "localhost",
+        sups,
+    )
+    .await
+}
+
+/// The webhook serving with the certificate files given, in `dir`.
+async fn serve_with(
+    dir: TempDir,
+    cert_path: &Path,
+    key_path: &Path,
+    ca: CertificateDer<'static>,
+    name: &str,
+    sups: Vec<Supervision>,
+) -> Server {
+    let tls = serve::tls_config(cert_path, key_path).unwrap();
     let (store, mut writer) = reflector::store::<Supervision>();
     for s in sups {
         writer.apply_watcher_event(&watcher::Event::Apply(s));
@@ -99,7 +122,8 @@ async fn start(tag: &str, sups: Vec<Supervision>) -> Server {
     tokio::spawn(serve::serve_webhook(listener, tls, webhook));
     Server {
         addr,
-        ca: ca.der().clone(),
+        ca,
+        name: name.to_string(),
         metrics,
         _dir: dir,
     }
@@ -119,7 +143,7 @@ async fn post(server: &Server, body: Vec<u8>) -> (u16, Vec<u8>) {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let tls = connector
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .connect(ServerName::try_from(server.name.clone()).unwrap(), tcp)
         .await
         .unwrap();
     let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
@@ -492,6 +516,35 @@ async fn other_kinds_operations_and_malformed_bodies_never_block() {
         text.contains("podvisor_controller_webhook_requests_total{result=\"ignored\"} 3"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificates_of_scripts_webhook_certs_serve_the_services_name() {
+    let dir = TempDir::new("script");
+    let out = Command::new(crate::repo().join("scripts/webhook-certs"))
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ca = CertificateDer::from_pem_file(dir.0.join("ca.crt")).unwrap();
+    let (cert, key) = (dir.0.join("tls.crt"), dir.0.join("tls.key"));
+    let server = serve_with(
+        dir,
+        &cert,
+        &key,
+        ca,
+        "podvisor-webhook.podvisor-system.svc",
+        vec![staged()],
+    )
+    .await;
+    let object = pod(json!({"app": "web"}));
+    let (code, body) = post(&server, review(("", "v1", "Pod"), "CREATE", object.clone())).await;
+    assert_eq!(code, 200);
+    assert!(answer(&body, &object).1.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

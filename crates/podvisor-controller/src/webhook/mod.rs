@@ -79,7 +79,7 @@ impl Webhook {
             r.warnings = Some(vec![format!("podvisor webhook: {why}")]);
             r
         };
-        if req.kind.group != "" || req.kind.kind != "Pod" {
+        if !req.kind.group.is_empty() || req.kind.kind != "Pod" {
             return ignore(format!(
                 "{}/{} {} is not handled (only Pods are)",
                 req.kind.group, req.kind.version, req.kind.kind
