@@ -10,6 +10,7 @@ mod cluster;
 mod decision;
 mod deploy;
 mod fakeapi;
+mod image;
 mod webhook;
 
 use std::path::PathBuf;

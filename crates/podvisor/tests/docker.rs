@@ -65,7 +65,7 @@ impl Images {
         let tag = unique("img");
         // It compiles the static PID 1 build when it is not there yet (a fresh clone): minutes.
         let out = Run::new(root().join("scripts/build-images"))
-            .args(["--tag", &tag])
+            .args(["--tag", &tag, "--no-controller"])
             .output_within(std::time::Duration::from_secs(900));
         let images = Images { tag };
         assert_eq!(out.code(), 0, "scripts/build-images: {out:?}");

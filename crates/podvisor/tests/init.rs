@@ -692,3 +692,42 @@ fn sleeps_without_timers_while_nothing_happens() {
     p.signal("TERM");
     assert_eq!(p.wait().code(), Some(143));
 }
+
+#[test]
+fn copy_self_installs_this_binary_where_asked() {
+    // What the cluster webhook's init container runs (the image has no `cp`); in both builds.
+    let dir = TempDir::new();
+    let dest = dir.file("bin-podvisor");
+    let out = Run::new(podvisor()).arg("copy-self").arg(&dest).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(
+        std::fs::read(&dest).unwrap(),
+        std::fs::read(podvisor()).unwrap()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dest).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o755);
+    let version = Run::new(&dest).arg("--version").output();
+    assert_eq!(version.code(), 0, "{version:?}");
+    assert!(!dir.file("bin-podvisor.tmp").exists());
+    // Again, over the first copy.
+    assert_eq!(
+        Run::new(podvisor())
+            .arg("copy-self")
+            .arg(&dest)
+            .output()
+            .code(),
+        0
+    );
+
+    let missing = dir.file("no-such-dir/podvisor");
+    let out = Run::new(podvisor()).arg("copy-self").arg(&missing).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with(&format!("error: copy-self {}: ", missing.display())),
+        "{out:?}"
+    );
+    let out = Run::new(podvisor()).arg("copy-self").output();
+    assert_eq!(out.code(), 2, "{out:?}");
+}
