@@ -165,6 +165,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             .default_backoff()
             .applied_objects();
         tokio::spawn(stream.for_each(|_| async {}));
+        let ready = store.clone();
         let webhook = Arc::new(Webhook {
             supervisions: store,
             settings: Settings {
@@ -176,8 +177,14 @@ async fn run(cli: Cli) -> Result<(), Error> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::Io(format!("--webhook-addr {addr}: {e}")))?;
-        tokio::spawn(serve::serve_webhook(listener, tls, webhook));
-        tracing::info!(%addr, "webhook serving");
+        // Served once the Supervisions are read: a pod admitted before would be skipped for
+        // want of them. Until then the port refuses, and failurePolicy Ignore admits.
+        tokio::spawn(async move {
+            if ready.wait_until_ready().await.is_ok() {
+                tracing::info!(%addr, "webhook serving");
+                serve::serve_webhook(listener, tls, webhook).await;
+            }
+        });
     }
 
     let identity = cli.identity.clone().unwrap_or_else(hostname);

@@ -41,8 +41,8 @@ impl RateLimiter {
         }
     }
 
-    /// `Ok` and the restart is counted, or how long to wait before asking again.
-    pub fn take(&mut self, namespace: &str, owner_uid: &str, now_ms: u64) -> Result<(), Duration> {
+    /// `Ok` when a restart may be made now, or how long to wait before asking again.
+    pub fn check(&mut self, namespace: &str, owner_uid: &str, now_ms: u64) -> Result<(), Duration> {
         let owner_ms = self.limits.owner_interval.as_millis() as u64;
         let window_ms = self.limits.namespace_window.as_millis() as u64;
         let mut wait = 0;
@@ -58,10 +58,25 @@ impl RateLimiter {
             wait = wait.max((oldest + window_ms).saturating_sub(now_ms));
         }
         if wait > 0 {
-            return Err(Duration::from_millis(wait));
+            Err(Duration::from_millis(wait))
+        } else {
+            Ok(())
         }
-        times.push_back(now_ms);
+    }
+
+    /// Counts a restart made (after `check` allowed it and it was recorded).
+    pub fn record(&mut self, namespace: &str, owner_uid: &str, now_ms: u64) {
+        self.namespaces
+            .entry(namespace.to_string())
+            .or_default()
+            .push_back(now_ms);
         self.owners.insert(owner_uid.to_string(), now_ms);
+    }
+
+    /// `check`, then `record` when allowed.
+    pub fn take(&mut self, namespace: &str, owner_uid: &str, now_ms: u64) -> Result<(), Duration> {
+        self.check(namespace, owner_uid, now_ms)?;
+        self.record(namespace, owner_uid, now_ms);
         Ok(())
     }
 }

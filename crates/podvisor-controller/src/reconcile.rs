@@ -559,7 +559,7 @@ async fn act(
                 }
             }
             if record {
-                if let Err(wait) = ctx.state().limiter.take(&ns, &o.uid, now_ms) {
+                if let Err(wait) = ctx.state().limiter.check(&ns, &o.uid, now_ms) {
                     tracing::info!(pod = %pod.name_any(), ?wait, "whole-pod restart rate-limited");
                     ctx.metrics.rate_limited.get_or_create(&label).inc();
                     report.retry_in(wait);
@@ -571,7 +571,8 @@ async fn act(
                 let mut h = owner.history.clone().unwrap_or_default();
                 h.refreshes.push(mark(pod, &container, restarts, now));
                 match write_history(owner, h).await {
-                    Ok(()) => {}
+                    // Counted once recorded: a conflict does not use up the owner's interval.
+                    Ok(()) => ctx.state().limiter.record(&ns, &o.uid, now_ms),
                     Err(kube::Error::Api(s)) if s.is_conflict() => {
                         report.retry_in(Duration::from_secs(1));
                         return Ok(());

@@ -315,7 +315,7 @@ async fn an_opted_in_pod_gets_podvisor_init_and_still_validates() {
             "--supervision",
             "/podvisor/supervision/supervision.yaml",
             "--state-dir",
-            "/podvisor/state",
+            "/podvisor/state/app",
             "--container",
             "app",
             "--",
@@ -342,7 +342,7 @@ async fn an_opted_in_pod_gets_podvisor_init_and_still_validates() {
         [
             ("cache", "/var/cache/web", None),
             ("podvisor-bin", "/podvisor/bin", None),
-            ("podvisor-state", "/podvisor/state", Some("app")),
+            ("podvisor-state", "/podvisor/state", None),
             ("podvisor-supervision", "/podvisor/supervision", None),
         ]
     );
@@ -392,9 +392,9 @@ async fn an_opted_in_pod_gets_podvisor_init_and_still_validates() {
     // env reaches the command.
     let doc = dir.0.join("supervision.yaml");
     std::fs::write(&doc, &ann[inject::SUPERVISION_ANNOTATION]).unwrap();
-    let state = dir.0.join("state");
+    // The state dir is made by init (the emptyDir holds one per container).
+    let state = dir.0.join("state/app");
     let lock = dir.0.join("lock");
-    std::fs::create_dir_all(&state).unwrap();
     std::fs::create_dir_all(&lock).unwrap();
     let out = Command::new(podvisor())
         .args(["init", "--supervision"])

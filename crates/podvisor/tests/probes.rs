@@ -584,11 +584,13 @@ fn the_liveness_probes_grace_overrides_the_pods() {
 #[test]
 fn on_termination_readiness_goes_false_and_liveness_stops() {
     // e2e: "should mark readiness on pods to false while pod is in progress of terminating"
-    // and "... and disable liveness probes while pod is in progress of terminating".
+    // and "... and disable liveness probes while pod is in progress of terminating". One
+    // readiness failure makes it NotReady (about 1 s after the TERM), well before the app's
+    // exit 4 s after it: with the default threshold of 3 the two could fall on one tick.
     let dir = TempDir::new();
     let f = dir.file("up");
     let spec = format!(
-        "  containers:\n  - name: app\n    command: [sh, -c, 'trap \"rm -f {f}; sleep 3; exit 0\" TERM; touch {f}; while true; do sleep 0.1; done']\n    readinessProbe: {{exec: {{command: [cat, {f}]}}, periodSeconds: 1}}\n    livenessProbe: {{exec: {{command: [cat, {f}]}}, initialDelaySeconds: 1, periodSeconds: 1, failureThreshold: 1}}\n",
+        "  containers:\n  - name: app\n    command: [sh, -c, 'trap \"rm -f {f}; sleep 4; exit 0\" TERM; touch {f}; while true; do sleep 0.1; done']\n    readinessProbe: {{exec: {{command: [cat, {f}]}}, periodSeconds: 1, failureThreshold: 1}}\n    livenessProbe: {{exec: {{command: [cat, {f}]}}, initialDelaySeconds: 1, periodSeconds: 1, failureThreshold: 1}}\n",
         f = f.display()
     );
     let r = PodRun::new(&pod_with("Always", 30, &spec));

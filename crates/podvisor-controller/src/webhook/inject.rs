@@ -8,7 +8,9 @@
 //!   `podvisor.io/supervision`, mounted as a file by a downwardAPI volume (so the stage env
 //!   `podvisor init` applies is the Supervision's, read-only, without a ConfigMap to manage);
 //! - an emptyDir for the start counts (it survives container restarts, not the pod: seed 000),
-//!   mounted per container (subPath) so each container counts its own starts;
+//!   with a directory per container that `podvisor init` makes (`--state-dir
+//!   /podvisor/state/NAME`), so each container counts its own starts whatever user it runs as
+//!   (a subPath directory would be made by the kubelet, owned by root);
 //! - each selected container's `command` wrapped: `podvisor init --supervision … --state-dir …
 //!   --container NAME -- COMMAND…` (its `args` follow, as the runtime appends them).
 //!
@@ -167,7 +169,7 @@ fn wrap(c: &mut Container) {
         "--supervision".into(),
         format!("{SUPERVISION_DIR}/{SUPERVISION_FILE}"),
         "--state-dir".into(),
-        STATE_DIR.into(),
+        format!("{STATE_DIR}/{}", c.name),
         "--container".into(),
         c.name.clone(),
         "--".into(),
@@ -184,7 +186,6 @@ fn wrap(c: &mut Container) {
     mounts.push(VolumeMount {
         name: STATE_VOLUME.into(),
         mount_path: STATE_DIR.into(),
-        sub_path: Some(c.name.clone()),
         ..VolumeMount::default()
     });
     mounts.push(VolumeMount {
