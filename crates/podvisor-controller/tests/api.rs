@@ -340,8 +340,9 @@ async fn a_disruption_budget_refusal_is_reported_and_retried_with_backoff() {
 async fn a_conflict_on_the_owner_defers_the_eviction() {
     let world = World::new(vec![fixture("replicaset-crashloop.json")]);
     world.lock().unwrap().rs_conflict = true;
-    let (ctx, fake, _) = context(&world, Config::default());
-    let action = reconcile(Arc::new(web_supervision()), ctx).await.unwrap();
+    let (ctx, fake, now) = context(&world, Config::default());
+    let sup = Arc::new(web_supervision());
+    let action = reconcile(sup.clone(), ctx.clone()).await.unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(1)));
     assert!(
         !fake.lines().iter().any(|l| l.ends_with("/eviction")),
@@ -349,6 +350,18 @@ async fn a_conflict_on_the_owner_defers_the_eviction() {
         fake.lines()
     );
     assert!(fake.events().is_empty());
+    // A second later the owner is read again and written: the conflict did not use up the
+    // owner's one restart per minute.
+    world.lock().unwrap().rs_conflict = false;
+    now.fetch_add(1_000, Ordering::SeqCst);
+    fake.clear();
+    reconcile(sup, ctx).await.unwrap();
+    assert!(
+        fake.lines()
+            .contains(&format!("POST {}", eviction_path(POD))),
+        "{:?}",
+        fake.lines()
+    );
 }
 
 #[tokio::test]
