@@ -8,6 +8,9 @@
 //! what `podvisor validate` refuses.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use std::collections::BTreeMap;
+
+use kube::core::{ParseExpressionError, Selector, SelectorExt};
 use kube::CustomResource;
 use podvisor_core::escalation::PodRestartPolicy;
 use podvisor_core::spec::supervision::{PodRestart, StagedInstrumentation};
@@ -142,6 +145,16 @@ impl SupervisionSpec {
         out
     }
 
+    /// The selector as kube-rs matches labels with it (`Err`: one it cannot read).
+    pub fn label_selector(&self) -> Result<Selector, ParseExpressionError> {
+        Selector::try_from(self.selector.clone())
+    }
+
+    /// Whether the selector matches these labels (a selector it cannot read matches nothing).
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.label_selector().is_ok_and(|s| s.matches(labels))
+    }
+
     /// The whole-pod restart policy as the core runs it, when the spec asks for one and is
     /// usable.
     pub fn pod_restart_policy(&self) -> Option<PodRestartPolicy> {
@@ -171,7 +184,6 @@ pub fn crd_yaml() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn spec(yaml: &str) -> SupervisionSpec {
         serde_saphyr::from_str(yaml).unwrap()

@@ -128,7 +128,8 @@ pub fn controller_owner(pod: &Pod) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
-fn statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+/// The statuses of the pod's init containers (sidecars restart too), then its containers.
+pub fn statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
     let status = pod.status.as_ref();
     let init = status.and_then(|s| s.init_container_statuses.as_ref());
     let main = status.and_then(|s| s.container_statuses.as_ref());

@@ -255,10 +255,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 sups.state()
                     .into_iter()
                     .filter(|s| s.namespace() == ns)
-                    .filter(|s| {
-                        kube::core::Selector::try_from(s.spec.selector.clone())
-                            .is_ok_and(|sel| kube::core::SelectorExt::matches(&sel, pod.labels()))
-                    })
+                    .filter(|s| s.spec.selects(pod.labels()))
                     .map(|s| ObjectRef::from_obj(&*s))
                     .collect::<Vec<_>>()
             },

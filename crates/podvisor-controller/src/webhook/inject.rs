@@ -24,7 +24,6 @@ use k8s_openapi::api::core::v1::{
     Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
     ObjectFieldSelector, Pod, Volume, VolumeMount,
 };
-use kube::core::{Selector, SelectorExt};
 use kube::ResourceExt;
 use podvisor_core::spec::supervision::StagedInstrumentation;
 use serde::Serialize;
@@ -87,9 +86,7 @@ pub fn inject(pod: &Pod, namespace: &str, sups: &[Supervision], s: &Settings) ->
         .iter()
         .filter(|sup| sup.namespace().as_deref() == Some(namespace))
         .filter(|sup| sup.spec.problems().is_empty())
-        .filter(|sup| {
-            Selector::try_from(sup.spec.selector.clone()).is_ok_and(|sel| sel.matches(pod.labels()))
-        })
+        .filter(|sup| sup.spec.selects(pod.labels()))
         .filter(|sup| {
             sup.spec
                 .staged_instrumentation

@@ -1,0 +1,227 @@
+//! Carries one pod's decision out: the owner's record first, then the eviction, events and
+//! metrics; refusals become backoff and the Degraded condition, never errors.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, EvictParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use podvisor_core::duration::format_duration;
+use podvisor_core::escalation::PodRestartPolicy;
+
+use super::owner::{write_history, Owner};
+use super::report::publish;
+use super::{labels, Context, Error, Report};
+use crate::crd::Supervision;
+use crate::decide::{Decision, Mark};
+
+/// Eviction retries: 5 s doubling to 5 min (a PodDisruptionBudget frees up as pods become
+/// ready, which takes seconds to minutes).
+const EVICT_RETRY_FIRST: Duration = Duration::from_secs(5);
+const EVICT_RETRY_MAX: Duration = Duration::from_secs(300);
+
+fn mark(pod: &Pod, container: &str, restarts: u32, now: Timestamp) -> Mark {
+    Mark {
+        pod: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+        container: container.to_string(),
+        restarts,
+        at: now.to_string(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn act(
+    ctx: &Context,
+    sup: &Supervision,
+    pod: &Pod,
+    owner_ref: Option<&OwnerReference>,
+    owners: &mut BTreeMap<String, Option<Owner>>,
+    decision: Decision,
+    policy: &PodRestartPolicy,
+    now: Timestamp,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let now_ms = now.as_millisecond().max(0) as u64;
+    let within = format_duration(policy.within);
+    let ns = pod.namespace().unwrap_or_default();
+    let pod_ref = pod.object_ref(&());
+    let sup_ref = sup.object_ref(&());
+    let uid = pod.uid().unwrap_or_default();
+    let label = labels(&ns, sup);
+    match decision {
+        Decision::Nothing | Decision::Terminating | Decision::GaveUpAlready => Ok(()),
+        Decision::BarePod {
+            container,
+            restarts,
+        } => {
+            let first = {
+                let mut st = ctx.state();
+                let seen = st
+                    .seen
+                    .entry(sup.uid().unwrap_or_default())
+                    .or_default()
+                    .entry(uid)
+                    .or_default();
+                !std::mem::replace(&mut seen.reported_bare, true)
+            };
+            if first {
+                let message = format!(
+                    "Container {container} was restarted {restarts} times within {within}, but the pod has no controller to make it again: not evicted (podRestart needs a Deployment, ReplicaSet, StatefulSet, Job or DaemonSet)"
+                );
+                publish(
+                    ctx,
+                    &pod_ref,
+                    EventType::Warning,
+                    "PodRestartSkipped",
+                    &message,
+                )
+                .await;
+            }
+            Ok(())
+        }
+        Decision::GiveUp {
+            container,
+            restarts,
+        } => {
+            let o = owner_ref.expect("decide gives up only on owned pods");
+            let message = format!(
+                "Container {container} was restarted {restarts} times within {within}, and the pods of {} {} have been restarted {} times already (maxPodRestarts): giving up",
+                o.kind, o.name, policy.max_pod_restarts
+            );
+            if ctx.config.dry_run {
+                tracing::info!(pod = %pod.name_any(), "dry run: {message}");
+                return Ok(());
+            }
+            let Some(Some(owner)) = owners.get_mut(&o.uid) else {
+                return Ok(());
+            };
+            let mut h = owner.history.clone().unwrap_or_default();
+            h.gave_up = Some(mark(pod, &container, restarts, now));
+            match write_history(owner, h).await {
+                Ok(()) => {}
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    report.retry_in(Duration::from_secs(1));
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+            ctx.metrics.gave_up.get_or_create(&label).inc();
+            publish(ctx, &pod_ref, EventType::Warning, "GaveUp", &message).await;
+            publish(
+                ctx,
+                &sup_ref,
+                EventType::Warning,
+                "GaveUp",
+                &format!("pod {}: {message}", pod.name_any()),
+            )
+            .await;
+            Ok(())
+        }
+        Decision::Refresh {
+            container,
+            restarts,
+            record,
+            number,
+        } => {
+            let o = owner_ref.expect("decide refreshes only owned pods");
+            let message = format!(
+                "Container {container} was restarted {restarts} times within {within}: restarting the whole pod (pod restart {number} of {}): evicted so that {} {} makes it again with fresh emptyDir volumes and init containers",
+                policy.max_pod_restarts, o.kind, o.name
+            );
+            if ctx.config.dry_run {
+                tracing::info!(pod = %pod.name_any(), "dry run: {message}");
+                publish(
+                    ctx,
+                    &pod_ref,
+                    EventType::Normal,
+                    "DryRun",
+                    &format!("would evict: {message}"),
+                )
+                .await;
+                return Ok(());
+            }
+            if let Some((at, _)) = ctx.state().evict_backoff.get(&uid) {
+                if now_ms < *at {
+                    report.retry_in(Duration::from_millis(at - now_ms));
+                    return Ok(());
+                }
+            }
+            if record {
+                if let Err(wait) = ctx.state().limiter.check(&ns, &o.uid, now_ms) {
+                    tracing::info!(pod = %pod.name_any(), ?wait, "whole-pod restart rate-limited");
+                    ctx.metrics.rate_limited.get_or_create(&label).inc();
+                    report.retry_in(wait);
+                    return Ok(());
+                }
+                let Some(Some(owner)) = owners.get_mut(&o.uid) else {
+                    return Ok(());
+                };
+                let mut h = owner.history.clone().unwrap_or_default();
+                h.refreshes.push(mark(pod, &container, restarts, now));
+                match write_history(owner, h).await {
+                    // Counted once recorded: a conflict does not use up the owner's interval.
+                    Ok(()) => ctx.state().limiter.record(&ns, &o.uid, now_ms),
+                    Err(kube::Error::Api(s)) if s.is_conflict() => {
+                        report.retry_in(Duration::from_secs(1));
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            match pods.evict(&pod.name_any(), &EvictParams::default()).await {
+                Ok(_) => {
+                    ctx.state().evict_backoff.remove(&uid);
+                    ctx.metrics.pod_restarts.get_or_create(&label).inc();
+                    publish(ctx, &pod_ref, EventType::Warning, "PodRestarting", &message).await;
+                    publish(
+                        ctx,
+                        &sup_ref,
+                        EventType::Normal,
+                        "PodRestarting",
+                        &format!("pod {}: {message}", pod.name_any()),
+                    )
+                    .await;
+                    Ok(())
+                }
+                // Deleted meanwhile: the refresh happened another way; the record stands.
+                Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+                // 429: a PodDisruptionBudget (or the API's own rate limit) refuses for now.
+                Err(kube::Error::Api(s)) if s.code == 429 || s.is_conflict() => {
+                    let delay = {
+                        let mut st = ctx.state();
+                        let entry = st
+                            .evict_backoff
+                            .entry(uid)
+                            .or_insert((0, EVICT_RETRY_FIRST));
+                        let delay = entry.1;
+                        *entry = (
+                            now_ms + delay.as_millis() as u64,
+                            (delay * 2).min(EVICT_RETRY_MAX),
+                        );
+                        delay
+                    };
+                    let text = format!(
+                        "Eviction of pod {} refused ({} {}): {}; retrying in {}",
+                        pod.name_any(),
+                        s.code,
+                        s.reason,
+                        s.message,
+                        format_duration(delay)
+                    );
+                    ctx.metrics.evictions_refused.get_or_create(&label).inc();
+                    publish(ctx, &pod_ref, EventType::Warning, "EvictionRefused", &text).await;
+                    report.degraded.push(text);
+                    report.retry_in(delay);
+                    Ok(())
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+}
