@@ -1,12 +1,14 @@
 //! The controller's two listeners, on hyper: the webhook over TLS (certificate and key read
-//! from mounted PEM files, as a Secret mounts them) with `POST /mutate`, and plain HTTP for
+//! from mounted PEM files, as a Secret mounts them, and read again when they change) with
+//! `POST /mutate`, and plain HTTP for
 //! `/metrics` and `/healthz`. Each connection has a deadline, so a slow or silent client holds
 //! nothing for long.
 
 use std::convert::Infallible;
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -16,6 +18,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -33,8 +37,83 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
-/// The webhook's TLS settings from a PEM certificate chain and a PEM private key.
+/// The webhook's TLS settings from a PEM certificate chain and a PEM private key. The files
+/// are read again when they change (a mounted Secret is updated in place when cert-manager or
+/// an operator rotates it), so rotation needs no restart; a change that cannot be used keeps
+/// the previous certificate, with a warning.
 pub fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = FileCerts::load(cert, key, provider.clone())?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(certs));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// What identifies a version of the two files: modification time, size and inode of each.
+type Stamp = [(Option<SystemTime>, u64, u64); 2];
+
+fn stamp(cert: &Path, key: &Path) -> Stamp {
+    [cert, key].map(|p| match std::fs::metadata(p) {
+        Ok(m) => (m.modified().ok(), m.len(), m.ino()),
+        Err(_) => (None, 0, 0),
+    })
+}
+
+/// The certificate and key from their files, read again when the files change.
+#[derive(Debug)]
+struct FileCerts {
+    cert: PathBuf,
+    key: PathBuf,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    current: Mutex<(Stamp, Arc<CertifiedKey>)>,
+}
+
+impl FileCerts {
+    fn load(
+        cert: &Path,
+        key: &Path,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+    ) -> Result<FileCerts, TlsError> {
+        let at = stamp(cert, key);
+        let loaded = read_certified_key(cert, key, &provider)?;
+        Ok(FileCerts {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            provider,
+            current: Mutex::new((at, Arc::new(loaded))),
+        })
+    }
+}
+
+impl ResolvesServerCert for FileCerts {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let now = stamp(&self.cert, &self.key);
+        if now != current.0 {
+            match read_certified_key(&self.cert, &self.key, &self.provider) {
+                Ok(k) => {
+                    tracing::info!(cert = %self.cert.display(), "webhook certificate reloaded");
+                    *current = (now, Arc::new(k));
+                }
+                Err(e) => {
+                    // Half-written files, or a bad rotation: keep serving the previous one
+                    // and look again at the next handshake.
+                    tracing::warn!("webhook certificate not reloaded: {e}");
+                }
+            }
+        }
+        Some(current.1.clone())
+    }
+}
+
+fn read_certified_key(
+    cert: &Path,
+    key: &Path,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
     let file_err = |path: &Path, message: String| TlsError::File {
         path: path.display().to_string(),
         message,
@@ -46,14 +125,8 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, TlsEr
     if certs.is_empty() {
         return Err(file_err(cert, "no CERTIFICATE in the file".into()));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| file_err(key, e.to_string()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    let der = PrivateKeyDer::from_pem_file(key).map_err(|e| file_err(key, e.to_string()))?;
+    Ok(CertifiedKey::from_der(certs, der, provider)?)
 }
 
 fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {

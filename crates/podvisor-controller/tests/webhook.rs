@@ -561,3 +561,73 @@ async fn tls_files_that_cannot_be_used_are_named() {
     let e = serve::tls_config(&cert, &key).unwrap_err();
     assert!(e.to_string().contains("no CERTIFICATE"), "{e}");
 }
+
+/// The certificate the server presents on a new connection.
+async fn presented(server: &Server) -> Vec<u8> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(server.ca.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let tls = connector
+        .connect(ServerName::try_from(server.name.clone()).unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_certificate_is_served_without_a_restart() {
+    let dir = TempDir::new("rotate");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let (cert_path, key_path) = (dir.0.join("tls.crt"), dir.0.join("tls.key"));
+    // As the kubelet updates a mounted Secret: new files renamed into place.
+    let install = |cert: &rcgen::Certificate, key: &rcgen::KeyPair| {
+        std::fs::write(dir.0.join("tls.crt.new"), cert.pem()).unwrap();
+        std::fs::write(dir.0.join("tls.key.new"), key.serialize_pem()).unwrap();
+        std::fs::rename(dir.0.join("tls.key.new"), &key_path).unwrap();
+        std::fs::rename(dir.0.join("tls.crt.new"), &cert_path).unwrap();
+    };
+    let issue = || {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert, key)
+    };
+    let (first, first_key) = issue();
+    install(&first, &first_key);
+    let (cp, kp) = (cert_path.clone(), key_path.clone());
+    let server = serve_with(
+        TempDir::new("rotate-unused"),
+        &cp,
+        &kp,
+        ca.der().clone(),
+        "localhost",
+        vec![],
+    )
+    .await;
+    assert_eq!(presented(&server).await, first.der().to_vec());
+
+    let (second, second_key) = issue();
+    install(&second, &second_key);
+    assert_eq!(
+        presented(&server).await,
+        second.der().to_vec(),
+        "the rotated certificate"
+    );
+
+    // A rotation that cannot be used keeps the last good one.
+    std::fs::write(&cert_path, "-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
+    assert_eq!(presented(&server).await, second.der().to_vec());
+    drop(dir);
+}
