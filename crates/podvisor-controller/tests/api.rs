@@ -32,7 +32,7 @@ fn eviction_path(pod: &str) -> String {
     format!("{PODS}/{pod}/eviction")
 }
 
-fn supervision(spec: Value) -> Supervision {
+pub fn supervision(spec: Value) -> Supervision {
     serde_json::from_value(json!({
         "apiVersion": "podvisor.io/v1alpha1", "kind": "Supervision",
         "metadata": {"name": "web", "namespace": NS, "uid": "0c3f6a0e-7b1d-4d6e-9e2a-5f8c1b7d3a90",
@@ -42,7 +42,7 @@ fn supervision(spec: Value) -> Supervision {
     .unwrap()
 }
 
-fn web_supervision() -> Supervision {
+pub fn web_supervision() -> Supervision {
     supervision(json!({
         "selector": {"matchLabels": {"app": "web"}},
         "podRestart": {"afterContainerRestarts": 5, "within": "10m", "maxPodRestarts": 3},
@@ -68,8 +68,8 @@ fn history_of(rs: &Value) -> Value {
 }
 
 /// The API server's state for one test: pods, one ReplicaSet, and the answers to evictions.
-struct World {
-    pods: Vec<Pod>,
+pub struct World {
+    pub pods: Vec<Pod>,
     rs: Value,
     evictions: Vec<Reply>,
     list_error: Option<Reply>,
@@ -77,7 +77,7 @@ struct World {
 }
 
 impl World {
-    fn new(pods: Vec<Pod>) -> Arc<Mutex<World>> {
+    pub fn new(pods: Vec<Pod>) -> Arc<Mutex<World>> {
         Arc::new(Mutex::new(World {
             pods,
             rs: replicaset(json!({})),
@@ -88,7 +88,7 @@ impl World {
     }
 }
 
-fn route(world: Arc<Mutex<World>>) -> Box<dyn FnMut(&Seen) -> Reply + Send> {
+pub fn route(world: Arc<Mutex<World>>) -> Box<dyn FnMut(&Seen) -> Reply + Send> {
     Box::new(move |s: &Seen| {
         let mut w = world.lock().unwrap();
         if s.is("GET", PODS) {
@@ -122,6 +122,18 @@ fn route(world: Arc<Mutex<World>>) -> Box<dyn FnMut(&Seen) -> Reply + Send> {
         }
         if s.method == "POST" && s.path().ends_with("/eviction") {
             if w.evictions.is_empty() {
+                // Evicted: the pod is being deleted, as the API server marks it.
+                let name = s.path().split('/').nth_back(1).unwrap().to_string();
+                for p in w
+                    .pods
+                    .iter_mut()
+                    .filter(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                {
+                    p.metadata.deletion_timestamp =
+                        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                            "2026-11-23T10:07:00Z".parse().unwrap(),
+                        ));
+                }
                 return json_reply(
                     201,
                     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),

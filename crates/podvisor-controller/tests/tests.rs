@@ -6,6 +6,7 @@
 //! `cluster.rs`, ignored unless PODVISOR_CLUSTER_TESTS=1 (README: "In a cluster").
 
 mod api;
+mod binary;
 mod cluster;
 mod decision;
 mod deploy;
