@@ -16,6 +16,10 @@ use serde_json::{json, Value};
 use crate::api::{route, web_supervision, World};
 use crate::fakeapi::{json_reply, status_error, Reply, Seen};
 use crate::fixture;
+use crate::webhook::{self, Server, TempDir};
+use podvisor_controller::metrics::Metrics;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
 
@@ -45,6 +49,14 @@ fn crash_looping_now() -> Pod {
         .unwrap()
         .finished_at = Some(ago(20));
     pod
+}
+
+/// Staged instrumentation only, for the webhook (no podRestart: the controller only reports).
+fn agent_supervision() -> Value {
+    json!({"apiVersion": "podvisor.io/v1alpha1", "kind": "Supervision",
+           "metadata": {"name": "agent", "namespace": "shop", "uid": "uid-agent", "generation": 1, "resourceVersion": "901"},
+           "spec": {"selector": {"matchLabels": {"app": "web"}},
+                    "stagedInstrumentation": {"env": {"AGENT": "1"}}}})
 }
 
 /// Serves the stand-in API on `listener`: the Lease, the cluster-wide lists and watches,
@@ -125,7 +137,7 @@ fn answer(s: &Seen, lease: &Mutex<Option<Value>>, world: &Mutex<World>, inner: &
         return json_reply(
             200,
             json!({"apiVersion": "podvisor.io/v1alpha1", "kind": "SupervisionList",
-            "metadata": {"resourceVersion": "900"}, "items": [web_supervision()]}),
+            "metadata": {"resourceVersion": "900"}, "items": [web_supervision(), agent_supervision()]}),
         );
     }
     if s.is("GET", "/api/v1/pods") {
@@ -171,6 +183,24 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
         .local_addr()
         .unwrap()
         .port();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let webhook_port = free();
+    let certs = TempDir::new("binary-certs");
+    let out = Command::new(crate::repo().join("scripts/webhook-certs"))
+        .arg(&certs.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut controller = Controller(
         Command::new(env!("CARGO_BIN_EXE_podvisor-controller"))
             .args([
@@ -179,6 +209,11 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
                 "--identity",
                 "test-0",
             ])
+            .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
+            .arg("--tls-cert-file")
+            .arg(certs.0.join("tls.crt"))
+            .arg("--tls-key-file")
+            .arg(certs.0.join("tls.key"))
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info")
             .env_remove("POD_NAMESPACE")
@@ -251,6 +286,27 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
     assert!(
         metrics.contains("podvisor_controller_leader 1"),
         "{metrics}"
+    );
+
+    // The webhook serves with the Supervisions it read from the API: the pod is injected.
+    let server = Server {
+        addr: ([127, 0, 0, 1], webhook_port).into(),
+        ca: CertificateDer::from_pem_file(certs.0.join("ca.crt")).unwrap(),
+        name: "podvisor-webhook.podvisor-system.svc".into(),
+        metrics: Arc::new(Metrics::default()),
+        _dir: TempDir::new("binary-unused"),
+    };
+    let object = webhook::pod(json!({"app": "web"}));
+    let (code, body) = rt.block_on(webhook::post(
+        &server,
+        webhook::review(("", "v1", "Pod"), "CREATE", object.clone()),
+    ));
+    assert_eq!(code, 200);
+    let patched = webhook::answer(&body, &object).1.expect("a patch");
+    assert_eq!(
+        patched["metadata"]["annotations"]["podvisor.io/injected"], "agent",
+        "{}",
+        patched["metadata"]
     );
 
     // SIGTERM ends it cleanly.

@@ -25,10 +25,10 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
 
 /// A temporary directory removed on drop.
-struct TempDir(PathBuf);
+pub struct TempDir(pub PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub fn new(tag: &str) -> TempDir {
         let p = std::env::temp_dir().join(format!("podvisor-webhook-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
@@ -54,13 +54,13 @@ fn podvisor() -> PathBuf {
     bin
 }
 
-struct Server {
-    addr: std::net::SocketAddr,
-    ca: CertificateDer<'static>,
+pub struct Server {
+    pub addr: std::net::SocketAddr,
+    pub ca: CertificateDer<'static>,
     /// The name the client checks the certificate for.
-    name: String,
-    metrics: Arc<Metrics>,
-    _dir: TempDir,
+    pub name: String,
+    pub metrics: Arc<Metrics>,
+    pub _dir: TempDir,
 }
 
 /// A CA, a server certificate for localhost signed by it, both written as PEM files; the
@@ -130,7 +130,7 @@ async fn serve_with(
 }
 
 /// POSTs `body` to /mutate over TLS, verifying the server's certificate against the CA.
-async fn post(server: &Server, body: Vec<u8>) -> (u16, Vec<u8>) {
+pub async fn post(server: &Server, body: Vec<u8>) -> (u16, Vec<u8>) {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(server.ca.clone()).unwrap();
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -187,7 +187,7 @@ fn staged() -> Supervision {
 }
 
 /// A pod as the ReplicaSet controller creates it (generateName, no name yet).
-fn pod(labels: Value) -> Value {
+pub fn pod(labels: Value) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "web-7d9f8c6b5d-", "namespace": "shop", "labels": labels,
@@ -210,7 +210,7 @@ fn pod(labels: Value) -> Value {
 }
 
 /// An AdmissionReview as the API server sends it for a pod CREATE.
-fn review(kind: (&str, &str, &str), operation: &str, object: Value) -> Vec<u8> {
+pub fn review(kind: (&str, &str, &str), operation: &str, object: Value) -> Vec<u8> {
     let (group, version, k) = kind;
     let resource = format!("{}s", k.to_lowercase());
     serde_json::to_vec(&json!({
@@ -234,7 +234,7 @@ fn review(kind: (&str, &str, &str), operation: &str, object: Value) -> Vec<u8> {
 
 /// The response of a review: allowed, its patch applied to `object` (when there is one), and
 /// its warnings.
-fn answer(bytes: &[u8], object: &Value) -> (bool, Option<Value>, Vec<String>) {
+pub fn answer(bytes: &[u8], object: &Value) -> (bool, Option<Value>, Vec<String>) {
     let raw: Value = serde_json::from_slice(bytes).unwrap();
     assert_eq!(raw["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(raw["kind"], "AdmissionReview");
