@@ -30,8 +30,9 @@ pub const HISTORY_ANNOTATION: &str = "podvisor.io/pod-restart-history";
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodSeen {
     containers: BTreeMap<String, ContainerSeen>,
-    /// A bare pod's escalation was reported already (its event is sent once).
-    pub reported_bare: bool,
+    /// That the pod cannot be refreshed (no controller owner, or one that cannot be used) was
+    /// reported already: its event is sent once.
+    pub reported_skip: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

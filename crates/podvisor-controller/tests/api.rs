@@ -74,6 +74,7 @@ pub struct World {
     evictions: Vec<Reply>,
     list_error: Option<Reply>,
     rs_conflict: bool,
+    rs_forbidden: bool,
 }
 
 impl World {
@@ -84,6 +85,7 @@ impl World {
             evictions: Vec::new(),
             list_error: None,
             rs_conflict: false,
+            rs_forbidden: false,
         }))
     }
 }
@@ -102,6 +104,14 @@ pub fn route(world: Arc<Mutex<World>>) -> Box<dyn FnMut(&Seen) -> Reply + Send> 
             );
         }
         if s.is("GET", RS) {
+            if w.rs_forbidden {
+                return json_reply(
+                    403,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": "replicasets.apps \"web-7d9f8c6b5d\" is forbidden: User \"system:serviceaccount:podvisor-system:podvisor-controller\" cannot get resource \"replicasets\" in API group \"apps\" in the namespace \"shop\"",
+                    "reason": "Forbidden", "details": {"name": "web-7d9f8c6b5d", "group": "apps", "kind": "replicasets"}, "code": 403}),
+                );
+            }
             return json_reply(200, w.rs.clone());
         }
         if s.is("PATCH", RS) {
@@ -789,5 +799,50 @@ async fn the_watch_resumes_from_a_bookmark() {
         watches[1].contains("resourceVersion=48400"),
         "{}",
         watches[1]
+    );
+}
+
+#[tokio::test]
+async fn an_owner_of_a_kind_it_does_not_handle_is_reported_once() {
+    let mut pod = fixture("replicaset-crashloop.json");
+    let owner = &mut pod.metadata.owner_references.as_mut().unwrap()[0];
+    owner.api_version = "argoproj.io/v1alpha1".into();
+    owner.kind = "Rollout".into();
+    owner.name = "web".into();
+    let world = World::new(vec![pod]);
+    let (ctx, fake, _) = context(&world, Config::default());
+    let sup = Arc::new(web_supervision());
+    reconcile(sup.clone(), ctx.clone()).await.unwrap();
+    reconcile(sup, ctx).await.unwrap();
+    assert!(
+        !fake
+            .lines()
+            .iter()
+            .any(|l| l.contains("argoproj") || l.ends_with("/eviction")),
+        "{:?}",
+        fake.lines()
+    );
+    let events = fake.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].1, "PodRestartSkipped");
+    assert!(events[0].2.contains("its owner Rollout web (argoproj.io/v1alpha1) is not a kind podvisor-controller refreshes pods of"), "{}", events[0].2);
+    assert_eq!(condition(&last_status(&fake), "Degraded").0, "True");
+}
+
+#[tokio::test]
+async fn an_owner_it_may_not_read_is_reported_not_retried_as_an_error() {
+    let world = World::new(vec![fixture("replicaset-crashloop.json")]);
+    world.lock().unwrap().rs_forbidden = true;
+    let (ctx, fake, _) = context(&world, Config::default());
+    reconcile(Arc::new(web_supervision()), ctx).await.unwrap();
+    assert!(!fake.lines().iter().any(|l| l.ends_with("/eviction")));
+    let events = fake.events();
+    assert_eq!(events[0].1, "PodRestartSkipped");
+    assert!(
+        events[0].2.contains(
+            "cannot be read (403 Forbidden: replicasets.apps \"web-7d9f8c6b5d\" is forbidden"
+        ),
+        "{}",
+        events[0].2
     );
 }

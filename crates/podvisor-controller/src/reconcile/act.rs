@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use podvisor_core::duration::format_duration;
 use podvisor_core::escalation::PodRestartPolicy;
 
-use super::owner::{write_history, Owner};
+use super::owner::{write_history, OwnerRead};
 use super::report::publish;
 use super::{labels, Context, Error, Report};
 use crate::crd::Supervision;
@@ -34,13 +34,25 @@ fn mark(pod: &Pod, container: &str, restarts: u32, now: Timestamp) -> Mark {
     }
 }
 
+/// Whether the pod's one "cannot be refreshed" event is still to be sent (and marks it sent).
+pub(crate) fn first_report(ctx: &Context, sup: &Supervision, pod_uid: &str) -> bool {
+    let mut st = ctx.state();
+    let seen = st
+        .seen
+        .entry(sup.uid().unwrap_or_default())
+        .or_default()
+        .entry(pod_uid.to_string())
+        .or_default();
+    !std::mem::replace(&mut seen.reported_skip, true)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn act(
     ctx: &Context,
     sup: &Supervision,
     pod: &Pod,
     owner_ref: Option<&OwnerReference>,
-    owners: &mut BTreeMap<String, Option<Owner>>,
+    owners: &mut BTreeMap<String, OwnerRead>,
     decision: Decision,
     policy: &PodRestartPolicy,
     now: Timestamp,
@@ -59,17 +71,7 @@ pub(crate) async fn act(
             container,
             restarts,
         } => {
-            let first = {
-                let mut st = ctx.state();
-                let seen = st
-                    .seen
-                    .entry(sup.uid().unwrap_or_default())
-                    .or_default()
-                    .entry(uid)
-                    .or_default();
-                !std::mem::replace(&mut seen.reported_bare, true)
-            };
-            if first {
+            if first_report(ctx, sup, &uid) {
                 let message = format!(
                     "Container {container} was restarted {restarts} times within {within}, but the pod has no controller to make it again: not evicted (podRestart needs a Deployment, ReplicaSet, StatefulSet, Job or DaemonSet)"
                 );
@@ -97,7 +99,7 @@ pub(crate) async fn act(
                 tracing::info!(pod = %pod.name_any(), "dry run: {message}");
                 return Ok(());
             }
-            let Some(Some(owner)) = owners.get_mut(&o.uid) else {
+            let Some(OwnerRead::Found(owner)) = owners.get_mut(&o.uid) else {
                 return Ok(());
             };
             let mut h = owner.history.clone().unwrap_or_default();
@@ -158,7 +160,7 @@ pub(crate) async fn act(
                     report.retry_in(wait);
                     return Ok(());
                 }
-                let Some(Some(owner)) = owners.get_mut(&o.uid) else {
+                let Some(OwnerRead::Found(owner)) = owners.get_mut(&o.uid) else {
                     return Ok(());
                 };
                 let mut h = owner.history.clone().unwrap_or_default();

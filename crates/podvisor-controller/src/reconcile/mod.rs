@@ -28,10 +28,10 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Supervision;
-use crate::decide::{self, History, PodSeen};
+use crate::decide::{self, Decision, History, PodSeen};
 use crate::metrics::Metrics;
 use crate::ratelimit::{Limits, RateLimiter};
-use owner::Owner;
+use owner::OwnerRead;
 use report::{patch_status, publish, status};
 
 /// The controller's name: field manager, event reporter.
@@ -230,7 +230,7 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
     };
 
     let mut report = Report::default();
-    let mut owners: BTreeMap<String, Option<Owner>> = BTreeMap::new();
+    let mut owners: BTreeMap<String, OwnerRead> = BTreeMap::new();
     for pod in &pods {
         let uid = pod.uid().unwrap_or_default();
         let seen = {
@@ -247,36 +247,67 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
         let restarted = seen_any_restart(pod);
         let owner_ref = decide::controller_owner(pod).cloned();
         let mut history = None;
+        let mut refused = None;
         if let (Some(o), true) = (&owner_ref, restarted) {
             if !owners.contains_key(&o.uid) {
                 let read = owner::read_owner(&ctx.client, &ns, o).await?;
                 owners.insert(o.uid.clone(), read);
             }
-            match owners.get(&o.uid).and_then(|x| x.as_ref()) {
-                // The owner is gone: its pods are being deleted with it.
-                None => continue,
-                Some(Owner {
-                    history: Err(e), ..
-                }) => {
-                    let message = format!(
-                        "the record of {} {} cannot be read ({e}): refusing to act on its pods until it is fixed or removed",
-                        o.kind, o.name
-                    );
+            match &owners[&o.uid] {
+                OwnerRead::Gone => continue,
+                OwnerRead::Refused(why) => refused = Some(why.clone()),
+                OwnerRead::Found(owner) => match &owner.history {
+                    Ok(h) => history = Some(h.clone()),
+                    Err(e) => {
+                        let message = format!(
+                            "the record of {} {} cannot be read ({e}): refusing to act on its pods until it is fixed or removed",
+                            o.kind, o.name
+                        );
+                        publish(
+                            &ctx,
+                            &pod.object_ref(&()),
+                            EventType::Warning,
+                            "RecordUnreadable",
+                            &message,
+                        )
+                        .await;
+                        report.degraded.push(message);
+                        continue;
+                    }
+                },
+            }
+        }
+        let decision = decide::decide(pod, &policy, &seen, history.as_ref(), now_ms);
+        if let Some(why) = refused {
+            // The rule fired, but the owner cannot be used: reported once per pod.
+            if let Decision::Refresh {
+                container,
+                restarts,
+                ..
+            }
+            | Decision::GiveUp {
+                container,
+                restarts,
+            } = &decision
+            {
+                let message = format!(
+                    "Container {container} was restarted {restarts} times within {}, but {why}: not evicted",
+                    podvisor_core::duration::format_duration(policy.within)
+                );
+                if act::first_report(&ctx, &sup, &uid) {
                     publish(
                         &ctx,
                         &pod.object_ref(&()),
                         EventType::Warning,
-                        "RecordUnreadable",
+                        "PodRestartSkipped",
                         &message,
                     )
                     .await;
-                    report.degraded.push(message);
-                    continue;
                 }
-                Some(Owner { history: Ok(h), .. }) => history = Some(h.clone()),
+                report.degraded.push(message);
             }
+            continue;
         }
-        let decision = decide::decide(pod, &policy, &seen, history.as_ref(), now_ms);
         act::act(
             &ctx,
             &sup,
@@ -293,13 +324,13 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
 
     let histories: Vec<&History> = owners
         .values()
-        .flatten()
+        .filter_map(OwnerRead::found)
         .filter_map(|o| o.history.as_ref().ok())
         .collect();
     let restarts = histories.iter().map(|h| h.pod_restarts()).sum();
     let gave_up: Vec<String> = owners
         .values()
-        .flatten()
+        .filter_map(OwnerRead::found)
         .filter(|o| o.history.as_ref().is_ok_and(|h| h.gave_up.is_some()))
         .map(|o| {
             format!(

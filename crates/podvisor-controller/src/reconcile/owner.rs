@@ -9,6 +9,35 @@ use serde_json::json;
 use super::Error;
 use crate::decide::{History, HISTORY_ANNOTATION};
 
+/// The kinds whose pods the controller refreshes: the built-in controllers, which recreate an
+/// evicted pod, and which deploy/'s ClusterRole lets it read and annotate.
+pub(crate) const OWNER_KINDS: [(&str, &str); 5] = [
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "DaemonSet"),
+    ("batch/v1", "Job"),
+    ("v1", "ReplicationController"),
+];
+
+/// What reading a pod's owner gave.
+pub(crate) enum OwnerRead {
+    Found(Box<Owner>),
+    /// It no longer exists: its pods are being deleted with it.
+    Gone,
+    /// It cannot be read or written (a kind the controller does not handle, or the API refused):
+    /// its pods are not refreshed, and the reason is reported.
+    Refused(String),
+}
+
+impl OwnerRead {
+    pub(crate) fn found(&self) -> Option<&Owner> {
+        match self {
+            OwnerRead::Found(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
 /// One owner, read once per reconcile.
 pub(crate) struct Owner {
     pub(crate) api: Api<DynamicObject>,
@@ -17,12 +46,18 @@ pub(crate) struct Owner {
 }
 
 /// The owner's API (from its reference: group, version, kind; the plural as the built-in
-/// controllers' kinds form it), the object, and its record. `None`: it no longer exists.
+/// controllers' kinds form it), the object, and its record. Only the API failing is an error.
 pub(crate) async fn read_owner(
     client: &Client,
     ns: &str,
     o: &OwnerReference,
-) -> Result<Option<Owner>, Error> {
+) -> Result<OwnerRead, Error> {
+    if !OWNER_KINDS.contains(&(o.api_version.as_str(), o.kind.as_str())) {
+        return Ok(OwnerRead::Refused(format!(
+            "its owner {} {} ({}) is not a kind podvisor-controller refreshes pods of (ReplicaSet, StatefulSet, DaemonSet, Job, ReplicationController)",
+            o.kind, o.name, o.api_version
+        )));
+    }
     let (group, version) = match o.api_version.split_once('/') {
         Some((g, v)) => (g, v),
         None => ("", o.api_version.as_str()),
@@ -31,16 +66,24 @@ pub(crate) async fn read_owner(
     let plural = format!("{}s", o.kind.to_ascii_lowercase());
     let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    let Some(object) = api.get_opt(&o.name).await? else {
-        return Ok(None);
+    let object = match api.get(&o.name).await {
+        Ok(object) => object,
+        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(OwnerRead::Gone),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            return Ok(OwnerRead::Refused(format!(
+                "its owner {} {} cannot be read ({} {}: {})",
+                o.kind, o.name, s.code, s.reason, s.message
+            )))
+        }
+        Err(e) => return Err(e.into()),
     };
     let history =
         History::from_annotations(object.metadata.annotations.as_ref()).map_err(|e| e.to_string());
-    Ok(Some(Owner {
+    Ok(OwnerRead::Found(Box::new(Owner {
         api,
         object,
         history,
-    }))
+    })))
 }
 
 /// Writes the owner's record, conditional on the resourceVersion read (409 if it moved).
