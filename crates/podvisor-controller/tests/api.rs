@@ -412,12 +412,19 @@ async fn api_failures_are_errors_the_error_policy_retries() {
         "InternalError",
         "etcdserver: request timed out",
     ));
-    let (ctx, _fake, _) = context(&world, Config::default());
+    let (ctx, fake, _) = context(&world, Config::default());
     let sup = Arc::new(web_supervision());
     let err = reconcile(sup.clone(), ctx.clone()).await.unwrap_err();
     assert!(
         err.to_string().contains("etcdserver: request timed out"),
         "{err}"
+    );
+    // The Supervision says so, when the API takes that write.
+    let (degraded, reason, message) = condition(&last_status(&fake), "Degraded");
+    assert_eq!((degraded.as_str(), reason.as_str()), ("True", "APIError"));
+    assert!(
+        message.contains("etcdserver: request timed out"),
+        "{message}"
     );
     assert_eq!(
         error_policy(sup.clone(), &err, ctx.clone()),

@@ -142,6 +142,23 @@ impl Report {
 }
 
 pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = reconcile_once(sup.clone(), ctx.clone()).await;
+    if let Err(e) = &result {
+        // Say so on the Supervision if the API takes that write; the error is retried anyway.
+        let now = (ctx.clock)();
+        let ns = sup.namespace().unwrap_or_default();
+        let sups: Api<Supervision> = Api::namespaced(ctx.client.clone(), &ns);
+        let status = report::api_failed_status(
+            &sup,
+            now,
+            format!("the last reconcile failed: {e}; retrying"),
+        );
+        let _ = patch_status(&sups, &sup, status).await;
+    }
+    result
+}
+
+async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Action, Error> {
     let now = (ctx.clock)();
     let now_ms = now.as_millisecond().max(0) as u64;
     let ns = sup.namespace().unwrap_or_default();

@@ -119,3 +119,28 @@ pub(crate) async fn patch_status(
         Err(e) => Err(e.into()),
     }
 }
+
+/// The status as it was, with `Degraded` saying that the API failed: what `reconcile` reports,
+/// best effort, before its error goes to `error_policy`.
+pub(crate) fn api_failed_status(
+    sup: &Supervision,
+    now: Timestamp,
+    message: String,
+) -> SupervisionStatus {
+    let mut st = sup.status.clone().unwrap_or_default();
+    let since = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == "True")
+        .map_or(Time(now), |c| c.last_transition_time.clone());
+    st.conditions.retain(|c| c.type_ != "Degraded");
+    st.conditions.push(Condition {
+        type_: "Degraded".into(),
+        status: "True".into(),
+        reason: "APIError".into(),
+        message,
+        observed_generation: sup.metadata.generation,
+        last_transition_time: since,
+    });
+    st
+}
