@@ -166,9 +166,9 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
     let api = listener.local_addr().unwrap();
     rt.spawn(serve(listener, world, log.clone()));
 
-    let dir = std::env::temp_dir().join(format!("podvisor-controller-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
+    // Removed on drop, also when the test fails.
+    let dir = TempDir::new("binary");
+    let kubeconfig = dir.0.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         format!(
@@ -325,7 +325,6 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 async fn scrape(port: u16) -> String {
