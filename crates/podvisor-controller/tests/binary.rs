@@ -76,15 +76,9 @@ async fn serve(
                 let (inner, lease, log, world) =
                     (inner.clone(), lease.clone(), log.clone(), world.clone());
                 async move {
-                    let method = req.method().to_string();
-                    let uri = req
-                        .uri()
-                        .path_and_query()
-                        .map(|p| p.to_string())
-                        .unwrap_or_default();
-                    let bytes = req.into_body().collect().await.unwrap().to_bytes();
-                    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                    let seen = Seen { method, uri, body };
+                    let (head, body) = req.into_parts();
+                    let bytes = body.collect().await.unwrap().to_bytes();
+                    let seen = Seen::new(&hyper::Request::from_parts(head, ()), &bytes);
                     log.lock().unwrap().push(seen.clone());
                     let reply = if seen.uri.contains("watch=true") {
                         // A watch that sends nothing for a while, then ends (it is started again).
@@ -192,15 +186,7 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
     };
     let webhook_port = free();
     let certs = TempDir::new("binary-certs");
-    let out = Command::new(crate::repo().join("scripts/webhook-certs"))
-        .arg(&certs.0)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    webhook::webhook_certs(&certs.0);
     let mut controller = Controller(
         Command::new(env!("CARGO_BIN_EXE_podvisor-controller"))
             .args([

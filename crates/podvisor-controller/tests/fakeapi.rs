@@ -19,6 +19,25 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// The request's method, path and query, and body (JSON when it parses).
+    pub fn new<B>(head: &http::Request<B>, bytes: &[u8]) -> Seen {
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into()))
+        };
+        Seen {
+            method: head.method().to_string(),
+            uri: head
+                .uri()
+                .path_and_query()
+                .map(|p| p.to_string())
+                .unwrap_or_default(),
+            body,
+        }
+    }
+
     pub fn is(&self, method: &str, path: &str) -> bool {
         self.method == method && self.path() == path
     }
@@ -63,20 +82,9 @@ impl FakeApi {
         let fake = FakeApi { log: log.clone() };
         tokio::spawn(async move {
             while let Some((req, send)) = handle.next_request().await {
-                let method = req.method().to_string();
-                let uri = req
-                    .uri()
-                    .path_and_query()
-                    .map(|p| p.to_string())
-                    .unwrap_or_default();
-                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-                let body = if bytes.is_empty() {
-                    Value::Null
-                } else {
-                    serde_json::from_slice(&bytes)
-                        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
-                };
-                let seen = Seen { method, uri, body };
+                let (head, body) = req.into_parts();
+                let bytes = body.collect_bytes().await.unwrap_or_default();
+                let seen = Seen::new(&http::Request::from_parts(head, ()), &bytes);
                 let reply = route(&seen);
                 log.lock().unwrap().push(seen);
                 match reply {

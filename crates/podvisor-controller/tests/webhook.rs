@@ -129,8 +129,21 @@ async fn serve_with(
     }
 }
 
-/// POSTs `body` to /mutate over TLS, verifying the server's certificate against the CA.
-pub async fn post(server: &Server, body: Vec<u8>) -> (u16, Vec<u8>) {
+/// The webhook's certificates as `scripts/webhook-certs` makes them, in `dir`.
+pub fn webhook_certs(dir: &Path) {
+    let out = Command::new(crate::repo().join("scripts/webhook-certs"))
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A TLS connection to the server, its certificate verified against the CA for its name.
+async fn connect(server: &Server) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(server.ca.clone()).unwrap();
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -142,10 +155,15 @@ pub async fn post(server: &Server, body: Vec<u8>) -> (u16, Vec<u8>) {
     .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let tls = connector
+    connector
         .connect(ServerName::try_from(server.name.clone()).unwrap(), tcp)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// POSTs `body` to /mutate over TLS.
+pub async fn post(server: &Server, body: Vec<u8>) -> (u16, Vec<u8>) {
+    let tls = connect(server).await;
     let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
         .await
         .unwrap();
@@ -521,15 +539,7 @@ async fn other_kinds_operations_and_malformed_bodies_never_block() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_certificates_of_scripts_webhook_certs_serve_the_services_name() {
     let dir = TempDir::new("script");
-    let out = Command::new(crate::repo().join("scripts/webhook-certs"))
-        .arg(&dir.0)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    webhook_certs(&dir.0);
     let ca = CertificateDer::from_pem_file(dir.0.join("ca.crt")).unwrap();
     let (cert, key) = (dir.0.join("tls.crt"), dir.0.join("tls.key"));
     let server = serve_with(
@@ -564,21 +574,7 @@ async fn tls_files_that_cannot_be_used_are_named() {
 
 /// The certificate the server presents on a new connection.
 async fn presented(server: &Server) -> Vec<u8> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(server.ca.clone()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let tls = connector
-        .connect(ServerName::try_from(server.name.clone()).unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = connect(server).await;
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 

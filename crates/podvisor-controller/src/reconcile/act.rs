@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use podvisor_core::duration::format_duration;
 use podvisor_core::escalation::PodRestartPolicy;
 
-use super::owner::{write_history, OwnerRead};
+use super::owner::{update_history, OwnerRead};
 use super::report::publish;
 use super::{labels, Context, Error, Report};
 use crate::crd::Supervision;
@@ -32,6 +32,23 @@ fn mark(pod: &Pod, container: &str, restarts: u32, now: Timestamp) -> Mark {
         restarts,
         at: now.to_string(),
     }
+}
+
+/// A write of an owner's record that lost a race (409) is tried again this soon.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// The event on the pod, and the same on the Supervision naming the pod.
+async fn publish_both(
+    ctx: &Context,
+    pod: &Pod,
+    sup: &Supervision,
+    (on_pod, on_sup): (EventType, EventType),
+    reason: &str,
+    message: &str,
+) {
+    publish(ctx, &pod.object_ref(&()), on_pod, reason, message).await;
+    let about = format!("pod {}: {message}", pod.name_any());
+    publish(ctx, &sup.object_ref(&()), on_sup, reason, &about).await;
 }
 
 /// Whether the pod's one "cannot be refreshed" event is still to be sent (and marks it sent).
@@ -62,7 +79,6 @@ pub(crate) async fn act(
     let within = format_duration(policy.within);
     let ns = pod.namespace().unwrap_or_default();
     let pod_ref = pod.object_ref(&());
-    let sup_ref = sup.object_ref(&());
     let uid = pod.uid().unwrap_or_default();
     let label = labels(&ns, sup);
     match decision {
@@ -102,26 +118,14 @@ pub(crate) async fn act(
             let Some(OwnerRead::Found(owner)) = owners.get_mut(&o.uid) else {
                 return Ok(());
             };
-            let mut h = owner.history.clone().unwrap_or_default();
-            h.gave_up = Some(mark(pod, &container, restarts, now));
-            match write_history(owner, h).await {
-                Ok(()) => {}
-                Err(kube::Error::Api(s)) if s.is_conflict() => {
-                    report.retry_in(Duration::from_secs(1));
-                    return Ok(());
-                }
-                Err(e) => return Err(e.into()),
+            let gave_up = mark(pod, &container, restarts, now);
+            if !update_history(owner, |h| h.gave_up = Some(gave_up)).await? {
+                report.retry_in(CONFLICT_RETRY);
+                return Ok(());
             }
             ctx.metrics.gave_up.get_or_create(&label).inc();
-            publish(ctx, &pod_ref, EventType::Warning, "GaveUp", &message).await;
-            publish(
-                ctx,
-                &sup_ref,
-                EventType::Warning,
-                "GaveUp",
-                &format!("pod {}: {message}", pod.name_any()),
-            )
-            .await;
+            let types = (EventType::Warning, EventType::Warning);
+            publish_both(ctx, pod, sup, types, "GaveUp", &message).await;
             Ok(())
         }
         Decision::Refresh {
@@ -163,32 +167,21 @@ pub(crate) async fn act(
                 let Some(OwnerRead::Found(owner)) = owners.get_mut(&o.uid) else {
                     return Ok(());
                 };
-                let mut h = owner.history.clone().unwrap_or_default();
-                h.refreshes.push(mark(pod, &container, restarts, now));
-                match write_history(owner, h).await {
-                    // Counted once recorded: a conflict does not use up the owner's interval.
-                    Ok(()) => ctx.state().limiter.record(&ns, &o.uid, now_ms),
-                    Err(kube::Error::Api(s)) if s.is_conflict() => {
-                        report.retry_in(Duration::from_secs(1));
-                        return Ok(());
-                    }
-                    Err(e) => return Err(e.into()),
+                let refresh = mark(pod, &container, restarts, now);
+                if !update_history(owner, |h| h.refreshes.push(refresh)).await? {
+                    report.retry_in(CONFLICT_RETRY);
+                    return Ok(());
                 }
+                // Counted once recorded: a conflict does not use up the owner's interval.
+                ctx.state().limiter.record(&ns, &o.uid, now_ms);
             }
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
             match pods.evict(&pod.name_any(), &EvictParams::default()).await {
                 Ok(_) => {
                     ctx.state().evict_backoff.remove(&uid);
                     ctx.metrics.pod_restarts.get_or_create(&label).inc();
-                    publish(ctx, &pod_ref, EventType::Warning, "PodRestarting", &message).await;
-                    publish(
-                        ctx,
-                        &sup_ref,
-                        EventType::Normal,
-                        "PodRestarting",
-                        &format!("pod {}: {message}", pod.name_any()),
-                    )
-                    .await;
+                    let types = (EventType::Warning, EventType::Normal);
+                    publish_both(ctx, pod, sup, types, "PodRestarting", &message).await;
                     Ok(())
                 }
                 // Deleted meanwhile: the refresh happened another way; the record stands.

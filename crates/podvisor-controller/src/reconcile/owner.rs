@@ -86,18 +86,31 @@ pub(crate) async fn read_owner(
     })))
 }
 
-/// Writes the owner's record, conditional on the resourceVersion read (409 if it moved).
-pub(crate) async fn write_history(owner: &mut Owner, history: History) -> Result<(), kube::Error> {
+/// Changes the owner's record and writes it, conditional on the resourceVersion read.
+/// `Ok(false)`: another writer moved the owner meanwhile (409); nothing was written, and the
+/// next reconcile reads it again.
+pub(crate) async fn update_history(
+    owner: &mut Owner,
+    change: impl FnOnce(&mut History),
+) -> Result<bool, kube::Error> {
+    let mut history = owner.history.clone().unwrap_or_default();
+    change(&mut history);
     let patch = json!({"metadata": {
         "resourceVersion": owner.object.metadata.resource_version,
         "annotations": {HISTORY_ANNOTATION: history.to_annotation()},
     }});
     let name = owner.object.name_any();
-    let updated = owner
+    match owner
         .api
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    owner.object = updated;
-    owner.history = Ok(history);
-    Ok(())
+        .await
+    {
+        Ok(updated) => {
+            owner.object = updated;
+            owner.history = Ok(history);
+            Ok(true)
+        }
+        Err(kube::Error::Api(s)) if s.is_conflict() => Ok(false),
+        Err(e) => Err(e),
+    }
 }

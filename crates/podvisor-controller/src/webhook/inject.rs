@@ -19,6 +19,7 @@
 //! annotation `podvisor.io/injection-skipped` says which and why.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
@@ -72,7 +73,12 @@ pub enum Outcome {
 }
 
 /// The pod with podvisor injected (or annotated with why not), and what happened.
-pub fn inject(pod: &Pod, namespace: &str, sups: &[Supervision], s: &Settings) -> (Pod, Outcome) {
+pub fn inject(
+    pod: &Pod,
+    namespace: &str,
+    sups: &[Arc<Supervision>],
+    s: &Settings,
+) -> (Pod, Outcome) {
     let mut out = pod.clone();
     if pod.annotations().contains_key(INJECTED_ANNOTATION) {
         return (out, Outcome::AlreadyInjected);
@@ -84,6 +90,7 @@ pub fn inject(pod: &Pod, namespace: &str, sups: &[Supervision], s: &Settings) ->
     };
     let mut matching: Vec<&Supervision> = sups
         .iter()
+        .map(|sup| &**sup)
         .filter(|sup| sup.namespace().as_deref() == Some(namespace))
         .filter(|sup| sup.spec.problems().is_empty())
         .filter(|sup| sup.spec.selects(pod.labels()))

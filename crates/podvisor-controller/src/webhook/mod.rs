@@ -104,12 +104,7 @@ impl Webhook {
             .clone()
             .or_else(|| pod.metadata.namespace.clone())
             .unwrap_or_else(|| "default".into());
-        let sups: Vec<Supervision> = self
-            .supervisions
-            .state()
-            .iter()
-            .map(|s| (**s).clone())
-            .collect();
+        let sups = self.supervisions.state();
         let (mutated, outcome) = inject::inject(&pod, &namespace, &sups, &self.settings);
         let result = match &outcome {
             Outcome::Injected { .. } => "injected",
