@@ -12,12 +12,12 @@ use serde_json::Value;
 use crate::harness::*;
 use crate::probes::{free_port, stop};
 
-fn status(r: &PodRun) -> Value {
+pub fn status(r: &PodRun) -> Value {
     serde_json::from_str(&client(r, &["status", "-o", "json"]).stdout).unwrap()
 }
 
 /// The running instance's pid of container `i`, from its containerID.
-fn container_pid(r: &PodRun, i: usize) -> Option<i32> {
+pub fn container_pid(r: &PodRun, i: usize) -> Option<i32> {
     // Until the run serves its socket, there is no status yet.
     let s: Value = serde_json::from_str(&client(r, &["status", "-o", "json"]).stdout).ok()?;
     s["status"]["containerStatuses"][i]["containerID"]

@@ -1,0 +1,423 @@
+//! cgroups of `podvisor run`: one per pod and one per container instance under it, with the
+//! limits the kubelet would set (numbers from `podvisor_core::spec::resources`). cgroup v2
+//! when `/sys/fs/cgroup` is the unified hierarchy, v1 (a hierarchy per controller: memory,
+//! cpu, cpuacct, pids) otherwise, found at start from /proc/self/mountinfo and
+//! /proc/self/cgroup, as runc's `IsCgroup2UnifiedMode` decides.
+//!
+//! Where the pod cgroup goes: on v1, under the cgroup podvisor runs in (the part of each
+//! hierarchy delegated to it); on v2, where `unified` places it (below a podvisor parent at the
+//! top of the writable tree, never below a cgroup that holds a process).
+//!
+//! A container process joins its instance's cgroup before exec (the spawned child writes to
+//! the `cgroup.procs` files opened here), so nothing it allocates escapes the limit. An OOM
+//! kill is read from the instance cgroup's counter (v1 `memory.oom_control`, v2
+//! `memory.events`), as containerd reports `OOMKilled` from the cgroup's OOM event.
+//!
+//! Never: a process that is not the pod's touched (podvisor moves only itself).
+
+mod pod;
+pub mod unified;
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use pod::{InstanceCgroup, PodCgroup, Usage};
+
+use crate::mountinfo::{self, Mount};
+use crate::process::sys;
+use crate::state::StateError;
+
+/// Which cgroup interface the host has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// One hierarchy podvisor uses: v1 has one per controller, v2 one for all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Controller {
+    Memory,
+    Cpu,
+    CpuAcct,
+    Pids,
+    Unified,
+}
+
+impl Controller {
+    fn v1_name(self) -> &'static str {
+        match self {
+            Controller::Memory => "memory",
+            Controller::Cpu => "cpu",
+            Controller::CpuAcct => "cpuacct",
+            Controller::Pids => "pids",
+            Controller::Unified => "",
+        }
+    }
+}
+
+/// podvisor's own cgroup in each hierarchy it uses.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub version: Version,
+    roots: Vec<(Controller, PathBuf)>,
+    /// v2: where the unified hierarchy is mounted.
+    mount: PathBuf,
+}
+
+impl fmt::Display for Layout {
+    /// `v1 (memory, cpu, cpuacct, pids)` or `v2 (memory cpu pids)`, for `describe`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.version {
+            Version::V1 => {
+                let names: Vec<_> = self.roots.iter().map(|(c, _)| c.v1_name()).collect();
+                write!(f, "v1 ({})", names.join(", "))
+            }
+            Version::V2 => write!(f, "v2 ({})", self.roots[0].1.display()),
+        }
+    }
+}
+
+/// Where pod cgroups go: a directory per hierarchy, and on v2 the controllers enabled for
+/// the pods' children.
+#[derive(Debug)]
+struct Parents {
+    dirs: Vec<(Controller, PathBuf)>,
+    enabled: Vec<&'static str>,
+}
+
+/// Why the pod cannot have cgroups.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no cgroup hierarchy with the memory and cpu controllers is mounted")]
+    NotMounted,
+    #[error("cgroup {path}: cannot {what}: {error}")]
+    Io {
+        path: String,
+        what: &'static str,
+        error: io::Error,
+    },
+    #[error("cgroup {path}: the {controller} controller is not available here (cgroup.controllers: \"{offered}\"): {fix}")]
+    ControllerMissing {
+        path: String,
+        controller: &'static str,
+        offered: String,
+        fix: &'static str,
+    },
+    #[error("cgroup {path}: not delegated to uid {uid} (its files belong to uid {owner}): run podvisor in a cgroup delegated to this user (systemd-run --user --scope -p Delegate=yes), with --cgroup-driver systemd, or as root")]
+    NotDelegated { path: String, uid: u32, owner: u32 },
+    #[error("cgroup {path}: holds other processes ({pids}), so cgroup v2 allows no controllers for its children: start podvisor in a cgroup of its own (systemd-run --scope), with --cgroup-driver systemd, or as root")]
+    Busy { path: String, pids: String },
+    #[error("cgroup {path}: the cgroup filesystem is read-only here: mount /sys/fs/cgroup read-write (a container needs its own writable cgroup namespace), or run the pod without limits")]
+    ReadOnly { path: String },
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+impl CgroupError {
+    /// Whether the message already says what to do about it.
+    fn says_the_fix(&self) -> bool {
+        matches!(
+            self,
+            CgroupError::ControllerMissing { .. }
+                | CgroupError::NotDelegated { .. }
+                | CgroupError::Busy { .. }
+                | CgroupError::ReadOnly { .. }
+        )
+    }
+}
+
+fn io_err(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> CgroupError {
+    let path = path.display().to_string();
+    move |error| CgroupError::Io { path, what, error }
+}
+
+impl Layout {
+    /// The host's cgroups as this process sees them; `NotMounted` when there are none that
+    /// podvisor can use.
+    pub fn detect() -> Result<Layout, CgroupError> {
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .map_err(io_err(Path::new("/proc/self/cgroup"), "read"))?;
+        layout_from(&mountinfo::read(), &own).ok_or(CgroupError::NotMounted)
+    }
+
+    #[cfg(test)]
+    fn dirs(&self, name: &Path) -> Vec<(Controller, PathBuf)> {
+        self.roots
+            .iter()
+            .map(|(c, root)| (*c, root.join(name)))
+            .collect()
+    }
+
+    /// Where pod cgroups go for a process of `uid`, made ready. `need`: the controllers the
+    /// pod's limits cannot do without.
+    fn pod_parents(&self, uid: u32, need: &[&'static str]) -> Result<Parents, CgroupError> {
+        match self.version {
+            Version::V1 => Ok(Parents {
+                dirs: self.roots.clone(),
+                enabled: Vec::new(),
+            }),
+            Version::V2 => {
+                let (parent, enabled) = unified::place(&self.mount, &self.roots[0].1, uid, need)?;
+                Ok(Parents {
+                    dirs: vec![(Controller::Unified, parent)],
+                    enabled,
+                })
+            }
+        }
+    }
+}
+
+/// The layout from /proc/self/mountinfo and /proc/self/cgroup.
+fn layout_from(mounts: &[Mount], own: &str) -> Option<Layout> {
+    let own_path = |pred: &dyn Fn(&str) -> bool| -> Option<&str> {
+        own.lines().find_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let (_, controllers, path) = (it.next()?, it.next()?, it.next()?);
+            pred(controllers).then_some(path)
+        })
+    };
+    // Our cgroup's directory: the mount point plus our path below the mount's root.
+    let under = |m: &Mount, path: &str| -> PathBuf {
+        let path = Path::new(path);
+        let rel = path.strip_prefix(&m.root).unwrap_or(path);
+        m.point.join(rel.strip_prefix("/").unwrap_or(rel))
+    };
+    let unified = mounts
+        .iter()
+        .find(|m| m.fs_type == "cgroup2" && m.point == Path::new("/sys/fs/cgroup"));
+    if let Some(m) = unified {
+        let path = own_path(&|c| c.is_empty())?;
+        return Some(Layout {
+            version: Version::V2,
+            roots: vec![(Controller::Unified, under(m, path))],
+            mount: m.point.clone(),
+        });
+    }
+    let mut roots = Vec::new();
+    for c in [
+        Controller::Memory,
+        Controller::Cpu,
+        Controller::CpuAcct,
+        Controller::Pids,
+    ] {
+        let name = c.v1_name();
+        let has = |opts: &str| opts.split(',').any(|o| o == name);
+        let Some(m) = mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup" && has(&m.super_options))
+        else {
+            continue;
+        };
+        let Some(path) = own_path(&|cs| cs.split(',').any(|x| x == name)) else {
+            continue;
+        };
+        roots.push((c, under(m, path)));
+    }
+    let has = |c| roots.iter().any(|(x, _)| *x == c);
+    (has(Controller::Memory) && has(Controller::Cpu)).then_some(Layout {
+        version: Version::V1,
+        roots,
+        mount: PathBuf::from("/sys/fs/cgroup"),
+    })
+}
+
+/// The pod's cgroups, or why it has none.
+#[derive(Debug)]
+pub struct PodCgroups {
+    pub pod: Option<PodCgroup>,
+    /// For `describe`: the layout used, or why there is none.
+    pub note: String,
+}
+
+/// A limit podvisor cannot enforce: the run is refused rather than run without it.
+#[derive(Debug, thiserror::Error)]
+#[error("container {container:?}: {field} needs {needs}, which podvisor cannot make here: {why}")]
+pub struct Unenforceable {
+    pub container: String,
+    pub field: &'static str,
+    pub needs: &'static str,
+    pub why: String,
+}
+
+impl PodCgroups {
+    /// The pod's cgroups. Without cgroups a pod that sets no limit runs anyway (its `describe`
+    /// says why); one whose limit cannot be enforced is refused, naming the field.
+    pub fn set_up(
+        plan: &podvisor_core::spec::plan::RunPlan,
+        state_dir: &Path,
+        pids_max: Option<u64>,
+    ) -> Result<PodCgroups, Unenforceable> {
+        let mut need = Vec::new();
+        let limits = plan.exec.iter().map(|x| &x.resources);
+        let limits: Vec<_> = limits.chain([&plan.pod_resources]).collect();
+        if limits.iter().any(|r| r.memory_limit.is_some()) {
+            need.push("memory");
+        }
+        if limits.iter().any(|r| r.cpu_limit.is_some()) {
+            need.push("cpu");
+        }
+        if pids_max.is_some() {
+            need.push("pids");
+        }
+        let made = Layout::detect().and_then(|layout| {
+            let Parents {
+                dirs: parents,
+                enabled,
+            } = layout.pod_parents(sys::getuid(), &need)?;
+            let name = pod_cgroup_name(&plan.namespace, &plan.pod.name, state_dir);
+            let pod = PodCgroup::create(
+                layout.version,
+                &parents,
+                &enabled,
+                state_dir,
+                &name,
+                &plan.pod_resources,
+                pids_max,
+            )?;
+            let note = match layout.version {
+                Version::V1 => layout.to_string(),
+                Version::V2 => format!(
+                    "v2, cgroupfs driver ({}; {})",
+                    parents[0].1.display(),
+                    enabled.join(" ")
+                ),
+            };
+            Ok((note, pod))
+        });
+        match made {
+            Ok((note, pod)) => Ok(PodCgroups {
+                pod: Some(pod),
+                note,
+            }),
+            Err(e) => {
+                let why = if e.says_the_fix() {
+                    e.to_string()
+                } else {
+                    format!("{e} (run as root, or in a cgroup delegated to this user)")
+                };
+                let needs = plan
+                    .exec
+                    .iter()
+                    .zip(&plan.pod.containers)
+                    .find_map(|(x, c)| {
+                        let field = if x.resources.memory_limit.is_some() {
+                            "resources.limits.memory"
+                        } else if x.resources.cpu_limit.is_some() {
+                            "resources.limits.cpu"
+                        } else {
+                            return None;
+                        };
+                        Some((c.name.clone(), field))
+                    });
+                if let Some((container, field)) = needs {
+                    return Err(Unenforceable {
+                        container,
+                        field,
+                        needs: "cgroups",
+                        why,
+                    });
+                }
+                if pids_max.is_some() {
+                    return Err(Unenforceable {
+                        container: String::new(),
+                        field: "--pod-max-pids",
+                        needs: "cgroups",
+                        why,
+                    });
+                }
+                Ok(PodCgroups {
+                    pod: None,
+                    note: format!("none: {why}"),
+                })
+            }
+        }
+    }
+}
+
+/// The pod cgroup's name: the pod, and a hash of its state dir (two runs of the same pod name
+/// on two state dirs do not share one).
+pub fn pod_cgroup_name(namespace: &str, pod: &str, state_dir: &Path) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in state_dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+    }
+    format!("podvisor-{namespace}_{pod}-{:08x}", h as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pod::keyed;
+    use super::*;
+
+    #[test]
+    fn v1_hybrid_with_a_nested_own_cgroup() {
+        let mountinfo = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+        let own = "8:pids:/\n4:memory:/a/b\n2:cpuacct:/\n1:cpu:/\n0::/\n";
+        let l = layout_from(&mountinfo::parse(mountinfo), own).unwrap();
+        assert_eq!(l.version, Version::V1);
+        assert_eq!(l.to_string(), "v1 (memory, cpu, cpuacct, pids)");
+        assert_eq!(
+            l.dirs(Path::new("p")),
+            vec![
+                (
+                    Controller::Memory,
+                    PathBuf::from("/sys/fs/cgroup/memory/a/b/p")
+                ),
+                (Controller::Cpu, PathBuf::from("/sys/fs/cgroup/cpu/p")),
+                (
+                    Controller::CpuAcct,
+                    PathBuf::from("/sys/fs/cgroup/cpuacct/p")
+                ),
+                (Controller::Pids, PathBuf::from("/sys/fs/cgroup/pids/p")),
+            ]
+        );
+    }
+
+    #[test]
+    fn v1_comounted_and_v2_unified() {
+        let mountinfo = "\
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 /ns /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+";
+        let own = "3:cpu,cpuacct:/x\n4:memory:/ns/y\n";
+        let l = layout_from(&mountinfo::parse(mountinfo), own).unwrap();
+        let dirs = l.dirs(Path::new("p"));
+        assert!(dirs.contains(&(
+            Controller::Memory,
+            PathBuf::from("/sys/fs/cgroup/memory/y/p")
+        )));
+        assert!(dirs.contains(&(
+            Controller::CpuAcct,
+            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/x/p")
+        )));
+        let v2 = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        let l = layout_from(&mountinfo::parse(v2), "0::/user.slice/s\n").unwrap();
+        assert_eq!(l.version, Version::V2);
+        assert_eq!(
+            l.dirs(Path::new("p")),
+            vec![(
+                Controller::Unified,
+                PathBuf::from("/sys/fs/cgroup/user.slice/s/p")
+            )]
+        );
+        assert!(layout_from(&[], "").is_none());
+    }
+
+    #[test]
+    fn flat_keyed_files() {
+        assert_eq!(
+            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", "oom_kill"),
+            Some(2)
+        );
+        assert_eq!(keyed("low 0\noom 1\n", "oom_kill"), None);
+    }
+}

@@ -1,0 +1,410 @@
+//! The pod's cgroup and its container instances' cgroups below it: made with the limits the
+//! kubelet sets, joined by a container's process before exec, read back for usage and OOM
+//! kills, and removed (killing what is left) when the instance or the pod ends. Every pod
+//! cgroup made is recorded in the state dir first, so that the next run on that state dir
+//! removes what a run killed with -9 left.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use podvisor_core::spec::resources::{cpu_quota, cpu_shares, cpu_weight, Resources, CPU_PERIOD_US};
+
+use super::{io_err, unified, CgroupError, Controller, Version};
+use crate::process::sys;
+use crate::state::StateFile;
+
+/// The file that records the pod cgroups a run made, in its state dir.
+const RECORD: &str = "cgroups";
+
+/// How long to wait for a killed cgroup's processes to go before giving up on removing it.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// The pod's cgroup.
+#[derive(Debug)]
+pub struct PodCgroup {
+    version: Version,
+    dirs: Vec<(Controller, PathBuf)>,
+    /// Instance cgroups whose processes had not all gone when their instance ended.
+    pending: Vec<InstanceCgroup>,
+}
+
+impl PodCgroup {
+    /// Removes what an earlier run on `state_dir` left (killing its processes), then makes
+    /// the pod's cgroup `name` under each of `parents`, recorded there first, with the pod's
+    /// limits and `pids_max`. On v2, `controllers` are enabled for the pod's children.
+    pub(super) fn create(
+        version: Version,
+        parents: &[(Controller, PathBuf)],
+        controllers: &[&'static str],
+        state_dir: &Path,
+        name: &str,
+        pod: &Resources,
+        pids_max: Option<u64>,
+    ) -> Result<PodCgroup, CgroupError> {
+        let record = StateFile::new(state_dir, RECORD)?;
+        clean_recorded(&record)?;
+        let dirs: Vec<_> = parents.iter().map(|(c, p)| (*c, p.join(name))).collect();
+        let text: String = dirs
+            .iter()
+            .map(|(_, d)| format!("{}\n", d.display()))
+            .collect();
+        record.write(&text)?;
+        let pod_cgroup = PodCgroup {
+            version,
+            dirs,
+            pending: Vec::new(),
+        };
+        for (c, dir) in &pod_cgroup.dirs {
+            remove_tree(dir)?;
+            if version == Version::V2 {
+                unified::create_below_parent(dir, controllers)?;
+                apply(*c, dir, pod, pids_max, Level::Pod)?;
+                unified::enable(dir, controllers)?;
+            } else {
+                std::fs::create_dir(dir).map_err(io_err(dir, "create"))?;
+                apply(*c, dir, pod, pids_max, Level::Pod)?;
+            }
+        }
+        Ok(pod_cgroup)
+    }
+
+    /// Makes the cgroup of one container instance, limits set, ready to be joined.
+    pub fn instance(
+        &mut self,
+        container: &str,
+        instance: u32,
+        r: &Resources,
+    ) -> Result<InstanceCgroup, CgroupError> {
+        self.retry_pending();
+        let mut dirs = Vec::new();
+        let mut procs = Vec::new();
+        let made = (|| {
+            for (c, pod_dir) in &self.dirs {
+                let dir = pod_dir.join(format!("{container}-{instance}"));
+                remove_tree(&dir)?;
+                std::fs::create_dir(&dir).map_err(io_err(&dir, "create"))?;
+                dirs.push((*c, dir.clone()));
+                apply(*c, &dir, r, None, Level::Instance)?;
+                let path = dir.join("cgroup.procs");
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(io_err(&path, "open"))?;
+                procs.push(f);
+            }
+            Ok(())
+        })();
+        let cg = InstanceCgroup {
+            version: self.version,
+            dirs,
+            procs,
+        };
+        match made {
+            Ok(()) => Ok(cg),
+            Err(e) => {
+                let _ = cg.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// An instance has ended: its cgroup goes (now, or once its last processes have).
+    pub fn release(&mut self, cg: InstanceCgroup) {
+        if cg.remove().is_err() {
+            self.pending.push(cg);
+        }
+    }
+
+    fn retry_pending(&mut self) {
+        self.pending.retain(|cg| cg.remove().is_err());
+    }
+
+    /// Removes the pod's cgroup and the record of it: what is still in it is killed first.
+    pub fn remove(mut self, state_dir: &Path) -> Result<(), CgroupError> {
+        for cg in std::mem::take(&mut self.pending) {
+            cg.kill_all();
+        }
+        for (_, dir) in &self.dirs {
+            remove_tree(dir)?;
+            if self.version == Version::V2 {
+                unified::remove_parent_if_empty(dir);
+            }
+        }
+        let record = StateFile::new(state_dir, RECORD)?;
+        record.remove()?;
+        Ok(())
+    }
+}
+
+/// One container instance's cgroup.
+#[derive(Debug)]
+pub struct InstanceCgroup {
+    version: Version,
+    dirs: Vec<(Controller, PathBuf)>,
+    /// Its `cgroup.procs` files, open for the child to write "0" into before exec.
+    procs: Vec<File>,
+}
+
+/// What the cgroup says the instance uses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub cpu_seconds: f64,
+    /// Usage minus inactive file pages, as cAdvisor's `container_memory_working_set_bytes`.
+    pub working_set: u64,
+}
+
+impl InstanceCgroup {
+    /// Descriptors a spawned child writes "0" into to join.
+    pub fn join_fds(&self) -> Vec<RawFd> {
+        self.procs.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    fn dir(&self, c: Controller) -> Option<&Path> {
+        let want = if self.version == Version::V2 {
+            Controller::Unified
+        } else {
+            c
+        };
+        self.dirs
+            .iter()
+            .find(|(x, _)| *x == want)
+            .map(|(_, d)| d.as_path())
+    }
+
+    /// Whether the kernel's OOM killer killed a process of this instance.
+    pub fn oom_killed(&self) -> bool {
+        let (file, key) = match self.version {
+            Version::V1 => ("memory.oom_control", "oom_kill"),
+            Version::V2 => ("memory.events", "oom_kill"),
+        };
+        self.dir(Controller::Memory)
+            .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
+            .and_then(|t| keyed(&t, key))
+            .is_some_and(|n| n > 0)
+    }
+
+    /// CPU time and working set, from the cgroup.
+    pub fn usage(&self) -> Usage {
+        let read = |c, file: &str| {
+            self.dir(c)
+                .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
+        };
+        // (hierarchy, file, key in it or the whole file) of CPU time, its unit per second,
+        // memory usage, and the inactive-file key of memory.stat, for each version.
+        let (cpu, per_second, usage, inactive) = match self.version {
+            Version::V1 => (
+                (Controller::CpuAcct, "cpuacct.usage", None),
+                1e9,
+                (Controller::Memory, "memory.usage_in_bytes", None),
+                (
+                    Controller::Memory,
+                    "memory.stat",
+                    Some("total_inactive_file"),
+                ),
+            ),
+            Version::V2 => (
+                (Controller::Unified, "cpu.stat", Some("usage_usec")),
+                1e6,
+                (Controller::Unified, "memory.current", None),
+                (Controller::Unified, "memory.stat", Some("inactive_file")),
+            ),
+        };
+        let number = |(c, file, key): (Controller, &str, Option<&str>)| -> u64 {
+            read(c, file)
+                .and_then(|t| match key {
+                    Some(k) => keyed(&t, k),
+                    None => t.trim().parse().ok(),
+                })
+                .unwrap_or(0)
+        };
+        Usage {
+            cpu_seconds: number(cpu) as f64 / per_second,
+            working_set: number(usage).saturating_sub(number(inactive)),
+        }
+    }
+
+    /// SIGKILL to every process in it: what the container started outside its process group
+    /// (a daemon that called setsid) goes with it too.
+    pub fn kill_all(&self) {
+        for (_, dir) in &self.dirs {
+            // v2 on 5.14+: the kernel kills them all, also a process forking meanwhile.
+            let kill = dir.join("cgroup.kill");
+            if kill.exists() && write_file(&kill, "1").is_ok() {
+                continue;
+            }
+            for pid in procs_of(dir) {
+                let _ = sys::send_signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Kills what is left and removes the directories; `Err` while a process is still there.
+    fn remove(&self) -> io::Result<()> {
+        self.kill_all();
+        let mut result = Ok(());
+        for (_, dir) in &self.dirs {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => result = Err(e),
+            }
+        }
+        result
+    }
+}
+
+/// `key N` from a flat-keyed cgroup file.
+pub(super) fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+pub(super) fn procs_of(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Which cgroup `apply` writes: the pod's or a container instance's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Pod,
+    Instance,
+}
+
+/// Writes the limits of `r` (and `pids_max`) into a new cgroup of hierarchy `c`.
+fn apply(
+    c: Controller,
+    dir: &Path,
+    r: &Resources,
+    pids_max: Option<u64>,
+    level: Level,
+) -> Result<(), CgroupError> {
+    let set = |file: &str, value: &str| -> Result<(), CgroupError> {
+        let path = dir.join(file);
+        write_file(&path, value).map_err(io_err(&path, "write"))
+    };
+    let exists = |file: &str| dir.join(file).exists();
+    let shares = cpu_shares(r.cpu_request);
+    let quota = cpu_quota(r.cpu_limit);
+    match c {
+        Controller::Memory => {
+            if let Some(limit) = r.memory_limit {
+                set("memory.limit_in_bytes", &limit.to_string())?;
+                // No swap for a limited container, as runc does when memory-swap = memory.
+                if exists("memory.memsw.limit_in_bytes") {
+                    set("memory.memsw.limit_in_bytes", &limit.to_string())?;
+                }
+            }
+        }
+        Controller::Cpu => {
+            set("cpu.shares", &shares.to_string())?;
+            if let Some(q) = quota {
+                set("cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+                set("cpu.cfs_quota_us", &q.to_string())?;
+            }
+        }
+        Controller::CpuAcct => {}
+        Controller::Pids => {
+            if let Some(n) = pids_max {
+                set("pids.max", &n.to_string())?;
+            }
+        }
+        Controller::Unified => {
+            // The files of a controller exist only where it is enabled; placement made sure
+            // that those a limit needs are.
+            if let Some(limit) = r.memory_limit {
+                set("memory.max", &limit.to_string())?;
+            }
+            if level == Level::Instance {
+                // The kubelet's defaults on v2: no swap (its NoSwap behaviour), and an OOM
+                // kill takes the whole container, not one of its processes.
+                if exists("memory.swap.max") {
+                    set("memory.swap.max", "0")?;
+                }
+                if exists("memory.oom.group") {
+                    set("memory.oom.group", "1")?;
+                }
+            }
+            if exists("cpu.weight") {
+                set("cpu.weight", &cpu_weight(shares).to_string())?;
+            }
+            if let Some(q) = quota {
+                set("cpu.max", &format!("{q} {CPU_PERIOD_US}"))?;
+            }
+            if let Some(n) = pids_max {
+                set("pids.max", &n.to_string())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn write_file(path: &Path, value: &str) -> io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+    f.write_all(value.as_bytes())
+}
+
+/// Removes a cgroup directory and its children, deepest first, killing what runs in them and
+/// waiting (boundedly) for those processes to go.
+fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    // v2 on 5.14+: one write kills every process in the tree, also those forking meanwhile.
+    let kill = dir.join("cgroup.kill");
+    if kill.exists() {
+        let _ = write_file(&kill, "1");
+    }
+    let mut all = Vec::new();
+    collect_dirs(dir, &mut all);
+    let deadline = Instant::now() + PATIENCE;
+    for d in all.iter().rev() {
+        loop {
+            for pid in procs_of(d) {
+                let _ = sys::send_signal(pid, libc::SIGKILL);
+            }
+            match std::fs::remove_dir(d) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                Err(e) if Instant::now() < deadline && e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(io_err(d, "remove")(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_path_buf());
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            collect_dirs(&e.path(), out);
+        }
+    }
+}
+
+/// Removes the pod cgroups an earlier run on this state dir recorded.
+fn clean_recorded(record: &StateFile) -> Result<(), CgroupError> {
+    let Some(text) = record.read()? else {
+        return Ok(());
+    };
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let dir = Path::new(line);
+        // Only a cgroup directory is ever removed.
+        if dir.starts_with("/sys/fs/cgroup") {
+            remove_tree(dir)?;
+        }
+    }
+    record.remove()?;
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! Tests that run inside the cgroup v2 VM (`vm::cgroup_v2_in_a_vm` boots it and runs them from
+//! each place a user starts podvisor: a login session's scope, a service, the root cgroup, a
+//! cgroup delegated to an ordinary user). Ignored on the host, whose hierarchy is not the one
+//! they test; the VM runs them with `--ignored`. `PODVISOR_VM_TOP` is where the pods' parent
+//! must be made, `PODVISOR_VM_START` the cgroup the test was started in.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::harness::*;
+use crate::probes::stop;
+use crate::resources::{container_pid, status};
+
+fn env_path(name: &str) -> PathBuf {
+    PathBuf::from(
+        std::env::var_os(name).unwrap_or_else(|| panic!("{name} is not set: run in the VM")),
+    )
+}
+
+/// The cgroup directory of `pid` on the unified hierarchy.
+fn cgroup_of(pid: i32) -> PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = text.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'))
+}
+
+fn read(dir: &Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_else(|e| panic!("{}/{file}: {e}", dir.display()))
+        .trim()
+        .to_string()
+}
+
+/// The pod cgroup the run on `r` recorded.
+fn recorded(r: &PodRun) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(r.dir.file("state").join("cgroups")).ok()?;
+    text.lines().next().map(PathBuf::from)
+}
+
+/// A pod dir writable by whoever the test runs as.
+fn pod_run(manifest: &str) -> PodRun {
+    let r = PodRun::new(manifest);
+    std::fs::set_permissions(r.dir.file(""), std::fs::Permissions::from_mode(0o755)).unwrap();
+    r
+}
+
+fn running_pid(r: &PodRun) -> i32 {
+    let mut pid = None;
+    wait_until("the container runs", || {
+        pid = container_pid(r, 0);
+        pid.is_some()
+    });
+    pid.unwrap()
+}
+
+mod placement {
+    use super::*;
+
+    /// The kubelet's numbers in the instance's files, the pod's pids.max in the pod's, all
+    /// under the podvisor parent at the top, podvisor itself where it was started; all gone
+    /// after SIGTERM.
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn limits_land_in_the_instance_cgroup_and_go_with_the_pod() {
+        let top = env_path("PODVISOR_VM_TOP");
+        let start = env_path("PODVISOR_VM_START");
+        let r = pod_run(&pod(
+            "Never",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 64Mi, cpu: 250m}, requests: {cpu: 100m}}\n",
+        ));
+        let mut p = r.cmd(&["--pod-max-pids", "50"]).start();
+        let pid = running_pid(&r);
+        let instance = cgroup_of(pid);
+        let pod_dir = recorded(&r).unwrap();
+        assert_eq!(pod_dir.parent().unwrap(), top.join("podvisor.slice"));
+        assert_eq!(instance, pod_dir.join("app-1"));
+        assert_eq!(read(&instance, "memory.max"), (64 << 20).to_string());
+        assert_eq!(read(&instance, "memory.swap.max"), "0");
+        assert_eq!(read(&instance, "memory.oom.group"), "1");
+        assert_eq!(read(&instance, "cpu.max"), "25000 100000");
+        // 100m: 102 shares, weight 1 + (102 - 2) × 9999 / 262142.
+        assert_eq!(read(&instance, "cpu.weight"), "4");
+        assert_eq!(read(&pod_dir, "pids.max"), "50");
+        for dir in [top.join("podvisor.slice"), pod_dir.clone()] {
+            let enabled = read(&dir, "cgroup.subtree_control");
+            assert_eq!(enabled, "cpu memory pids", "{}", dir.display());
+            assert_eq!(read(&dir, "cgroup.procs"), "", "{}", dir.display());
+        }
+        // podvisor stays where it was started.
+        assert_eq!(cgroup_of(p.init_pid()), start);
+        let s = status(&r);
+        let note = s["metadata"]["annotations"]["podvisor.io/cgroups"]
+            .as_str()
+            .unwrap();
+        assert!(note.starts_with("v2, cgroupfs driver ("), "{note}");
+        stop(&mut p);
+        assert!(!pod_dir.exists(), "{}", pod_dir.display());
+        assert!(!top.join("podvisor.slice").exists());
+        assert!(!r.dir.file("state").join("cgroups").exists());
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_memory_hog_is_oomkilled_with_137() {
+        let r = pod_run(&pod(
+            "Never",
+            &format!(
+                "  containers:\n  - name: hog\n    command: [{}, alloc, '300']\n    resources: {{limits: {{memory: 64Mi}}}}\n",
+                testbin().display()
+            ),
+        ));
+        let out = r.cmd(&[]).output();
+        assert_eq!(out.code(), 1, "{out:?}");
+        let killed: Vec<_> = r
+            .events()
+            .into_iter()
+            .filter(|e| e["reason"] == "OOMKilled")
+            .collect();
+        assert_eq!(killed.len(), 1, "{:?}", r.events());
+        assert_eq!(killed[0]["exitCode"], 137);
+        assert!(!r.log("hog", 1).contains("allocated"));
+        assert!(recorded(&r).is_none(), "the pod's cgroup is gone");
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn the_pods_pids_limit_stops_a_fork_bomb() {
+        let r = pod_run(&pod(
+            "Never",
+            "  containers:\n  - name: forks\n    command: [sh, -c, 'p=; for i in $(seq 30); do sleep 5 & p=\"$p $!\"; done; echo started=$(echo $p | wc -w); kill $p; echo done']\n",
+        ));
+        let out = r.cmd(&["--pod-max-pids", "10"]).output();
+        let log = r.log("forks", 1);
+        assert!(!log.contains("started=30"), "{out:?}\n{log}");
+        assert!(log.contains("fork"), "{log}");
+        assert!(recorded(&r).is_none());
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_killed_runs_cgroups_are_removed_by_the_next() {
+        let r = pod_run(&pod(
+            "Always",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 16Mi}}\n",
+        ));
+        let mut first = r.cmd(&[]).start();
+        let pid = running_pid(&r);
+        let old = cgroup_of(pid);
+        first.signal("KILL");
+        first.wait();
+        wait_until("the container is gone", || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        });
+        assert!(old.exists(), "{}", old.display());
+        let mut second = r.cmd(&[]).start();
+        wait_until("a new instance runs", || {
+            container_pid(&r, 0).is_some_and(|p| p != pid)
+        });
+        assert!(!old.exists() || cgroup_of(container_pid(&r, 0).unwrap()) == old);
+        let pod_dir = recorded(&r).unwrap();
+        stop(&mut second);
+        assert!(!pod_dir.exists(), "{}", pod_dir.display());
+    }
+}
+
+mod rootless_top {
+    use super::*;
+
+    /// Started in the top of its delegation, alone there, podvisor moves itself into a leaf
+    /// and puts the pods beside it.
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn podvisor_moves_itself_into_a_leaf_beside_the_pods() {
+        let top = env_path("PODVISOR_VM_TOP");
+        let r = pod_run(&pod(
+            "Never",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 32Mi}}\n",
+        ));
+        let script = format!(
+            "echo $$ > {}/cgroup.procs && exec {} run -q --state-dir {} {}",
+            top.display(),
+            podvisor().display(),
+            r.dir.file("state").display(),
+            r.dir.file("pod.yaml").display()
+        );
+        let mut p = Run::new("sh").args(["-c", &script]).start();
+        let pid = running_pid(&r);
+        assert_eq!(cgroup_of(p.init_pid()), top.join("podvisor.scope"));
+        let pod_dir = recorded(&r).unwrap();
+        assert_eq!(cgroup_of(pid), pod_dir.join("app-1"));
+        assert_eq!(pod_dir.parent().unwrap(), top.join("podvisor.slice"));
+        assert_eq!(read(&cgroup_of(pid), "memory.max"), (32 << 20).to_string());
+        stop(&mut p);
+        assert!(!pod_dir.exists());
+    }
+}
+
+mod errors {
+    use super::*;
+
+    const LIMITED: &str = "  containers:\n  - name: app\n    command: ['true']\n  - name: capped\n    command: ['true']\n    resources: {limits: {memory: 64Mi}}\n";
+    const UNLIMITED: &str = "  containers:\n  - name: app\n    command: ['true']\n";
+
+    /// A pod with a limit is refused with one line naming the cgroup, what is missing and
+    /// the fix, exit 2, before any container starts, nothing left; one without limits runs.
+    fn refused(expect: &[&str]) {
+        let start = env_path("PODVISOR_VM_START");
+        let r = pod_run(&pod("Never", LIMITED));
+        let out = r.cmd(&[]).output();
+        assert_eq!(out.code(), 2, "{out:?}");
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{out:?}");
+        assert!(
+            lines[0].starts_with("error: container \"capped\": resources.limits.memory"),
+            "{out:?}"
+        );
+        for e in expect {
+            assert!(lines[0].contains(e), "{e:?} in {out:?}");
+        }
+        assert!(!r.dir.file("state").join("logs").join("app").exists());
+        assert!(recorded(&r).is_none());
+        let mut dir = Some(start.as_path());
+        while let Some(d) = dir.filter(|d| d.starts_with("/sys/fs/cgroup")) {
+            assert!(!d.join("podvisor.slice").exists(), "{}", d.display());
+            dir = d.parent();
+        }
+        let r = pod_run(&pod("Never", UNLIMITED));
+        let out = r.cmd(&[]).output();
+        assert_eq!(out.code(), 0, "{out:?}");
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn controller_missing() {
+        refused(&[
+            "user@1001.service: the memory controller is not available here",
+            "Delegate=yes",
+        ]);
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn not_delegated() {
+        refused(&["session-2.scope: not delegated to uid 1002", "Delegate=yes"]);
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn busy() {
+        refused(&[
+            "user@1003.service: holds other processes",
+            "systemd-run --scope",
+        ]);
+    }
+
+    /// As root in a mount namespace whose cgroupfs is read-only (a container's, typically).
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn read_only() {
+        let r = pod_run(&pod("Never", LIMITED));
+        let script = format!(
+            "mount --bind /sys/fs/cgroup /sys/fs/cgroup && mount -o remount,bind,ro /sys/fs/cgroup && exec {} run -q --state-dir {} {}",
+            podvisor().display(),
+            r.dir.file("state").display(),
+            r.dir.file("pod.yaml").display()
+        );
+        let out = Run::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .output();
+        assert_eq!(out.code(), 2, "{out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+        assert!(
+            out.stderr
+                .contains("/sys/fs/cgroup/podvisor.slice: the cgroup filesystem is read-only"),
+            "{out:?}"
+        );
+        assert!(!Path::new("/sys/fs/cgroup/podvisor.slice").exists());
+        assert!(!r.dir.file("state").join("logs").join("app").exists());
+    }
+}

@@ -1,0 +1,458 @@
+//! A virtual machine for what this host cannot show: Debian's kernel under qemu (TCG, no KVM
+//! needed) booting an initramfs made here from busybox-static, this test binary, the podvisor
+//! binaries under test and the libraries `ldd` lists for them, all at the paths they have on
+//! the host. Its init copies itself onto a tmpfs and switch_roots into it (containers'
+//! roots are pivot_root'ed, which the initramfs itself does not allow), mounts cgroup v2 the
+//! way systemd does, lays the tree out as a systemd host has it, and runs the `guest_v2`
+//! tests of this binary from each place a user starts podvisor from. The results come back
+//! on the serial console as `VM-RESULT <scenario> <exit code>` lines.
+//!
+//! Needs `scripts/vm-assets` (the kernel in target/vm/, qemu-system-x86 and busybox-static);
+//! without them the test says SKIPPED, unless `PODVISOR_VM_REQUIRED` is set (CI sets it).
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// Where `scripts/vm-assets` puts the kernel and the overlay module.
+fn assets_dir() -> PathBuf {
+    match std::env::var_os("PODVISOR_VM_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/vm"),
+    }
+}
+
+/// What the VM needs from this host, or why it cannot be had.
+pub struct Assets {
+    pub kernel: PathBuf,
+    pub overlay: PathBuf,
+    pub qemu: PathBuf,
+    pub busybox: PathBuf,
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+impl Assets {
+    /// The assets, or `None` after saying SKIPPED (a failure when `PODVISOR_VM_REQUIRED`).
+    pub fn find(test: &str) -> Option<Assets> {
+        let dir = assets_dir();
+        let found = (|| {
+            let kernel = dir.join("vmlinuz");
+            let overlay = dir.join("overlay.ko");
+            if !kernel.is_file() || !overlay.is_file() {
+                return Err(format!("no kernel in {}", dir.display()));
+            }
+            let qemu = which("qemu-system-x86_64").ok_or("qemu-system-x86_64 is not installed")?;
+            let busybox = PathBuf::from("/bin/busybox");
+            let ldd = Command::new("ldd").arg(&busybox).output();
+            let is_static = ldd.is_ok_and(|o| {
+                String::from_utf8_lossy(&o.stdout).contains("not a dynamic executable")
+                    || String::from_utf8_lossy(&o.stderr).contains("not a dynamic executable")
+            });
+            if !is_static {
+                return Err("/bin/busybox is not busybox-static".to_string());
+            }
+            Ok(Assets {
+                kernel,
+                overlay,
+                qemu,
+                busybox,
+            })
+        })();
+        match found {
+            Ok(a) => Some(a),
+            Err(why) => {
+                let msg = format!("{test}: the VM cannot start: {why} (run scripts/vm-assets)");
+                assert!(
+                    std::env::var_os("PODVISOR_VM_REQUIRED").is_none(),
+                    "{msg}; PODVISOR_VM_REQUIRED is set"
+                );
+                eprintln!("SKIPPED: {msg}");
+                None
+            }
+        }
+    }
+}
+
+/// An initramfs being put together in a directory, written out as a newc cpio archive.
+pub struct Initramfs {
+    pub root: TempDir,
+}
+
+impl Initramfs {
+    pub fn new(assets: &Assets) -> Initramfs {
+        let fs = Initramfs {
+            root: TempDir::new(),
+        };
+        for d in [
+            "bin",
+            "sbin",
+            "etc",
+            "proc",
+            "sys",
+            "dev",
+            "tmp",
+            "newroot",
+            "lib/modules",
+        ] {
+            std::fs::create_dir_all(fs.root.file(d)).unwrap();
+        }
+        fs.copy(&assets.busybox, Path::new("/bin/busybox"), false);
+        fs.copy(&assets.overlay, Path::new("/lib/modules/overlay.ko"), false);
+        fs.write(
+            "/etc/passwd",
+            "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/tmp:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
+            0o644,
+        );
+        fs.write(
+            "/etc/group",
+            "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
+            0o644,
+        );
+        fs
+    }
+
+    /// A file at `dest` inside; `strip`ped of debug information when asked (a debug build's
+    /// binaries are mostly that).
+    pub fn copy(&self, src: &Path, dest: &Path, strip: bool) {
+        let to = self
+            .root
+            .file(dest.strip_prefix("/").unwrap().to_str().unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let stripped = strip
+            && Command::new("strip")
+                .arg("--strip-debug")
+                .arg("-o")
+                .arg(&to)
+                .arg(src)
+                .status()
+                .is_ok_and(|s| s.success());
+        if !stripped {
+            std::fs::copy(src, &to).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        }
+    }
+
+    /// A binary at its host path, with the shared libraries it loads.
+    pub fn binary(&self, path: &Path) {
+        self.copy(path, path, true);
+        let out = Command::new("ldd").arg(path).output().unwrap();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux… (0x…)"
+            let lib = line
+                .split("=>")
+                .last()
+                .and_then(|r| r.split_whitespace().next())
+                .filter(|l| l.starts_with('/'));
+            if let Some(lib) = lib {
+                let lib = Path::new(lib);
+                let inside = self
+                    .root
+                    .file(lib.strip_prefix("/").unwrap().to_str().unwrap());
+                if !inside.exists() {
+                    self.copy(&std::fs::canonicalize(lib).unwrap(), lib, false);
+                }
+            }
+        }
+    }
+
+    pub fn write(&self, dest: &str, text: &str, mode: u32) {
+        let to = self.root.file(dest.strip_prefix('/').unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(&to, text).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// The archive (newc, uncompressed: qemu hands it to the kernel as it is).
+    pub fn archive(&self) -> PathBuf {
+        let out = self.root.file("../initramfs.cpio");
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
+        let mut entries = Vec::new();
+        collect(&self.root.file(""), Path::new(""), &mut entries);
+        entries.sort();
+        for (ino, rel) in entries.iter().enumerate() {
+            let path = self.root.file("").join(rel);
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let data = if meta.file_type().is_symlink() {
+                std::fs::read_link(&path)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else if meta.is_file() {
+                std::fs::read(&path).unwrap()
+            } else {
+                Vec::new()
+            };
+            cpio_entry(
+                &mut w,
+                ino as u32 + 1,
+                rel.to_str().unwrap(),
+                meta.mode(),
+                &data,
+            );
+        }
+        cpio_entry(&mut w, 0, "TRAILER!!!", 0, &[]);
+        w.flush().unwrap();
+        out
+    }
+}
+
+fn collect(base: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(base.join(rel)).unwrap().flatten() {
+        let r = rel.join(e.file_name());
+        out.push(r.clone());
+        if e.file_type().unwrap().is_dir() {
+            collect(base, &r, out);
+        }
+    }
+}
+
+/// One entry of a newc ("070701") archive: header, name, data, each padded to 4 bytes.
+fn cpio_entry(w: &mut impl Write, ino: u32, name: &str, mode: u32, data: &[u8]) {
+    let fields = [
+        ino,
+        mode,
+        0,
+        0,
+        1,
+        0,
+        data.len() as u32,
+        0,
+        0,
+        0,
+        0,
+        name.len() as u32 + 1,
+        0,
+    ];
+    let mut header = String::from("070701");
+    for f in fields {
+        header.push_str(&format!("{f:08X}"));
+    }
+    w.write_all(header.as_bytes()).unwrap();
+    w.write_all(name.as_bytes()).unwrap();
+    w.write_all(&[0]).unwrap();
+    let pad = |n: usize| (4 - n % 4) % 4;
+    w.write_all(&vec![0; pad(110 + name.len() + 1)]).unwrap();
+    w.write_all(data).unwrap();
+    w.write_all(&vec![0; pad(data.len())]).unwrap();
+}
+
+/// The first stage: onto a tmpfs, then the second stage there as PID 1.
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox mount -t tmpfs -o mode=755 root /newroot
+for d in /*; do
+    case "$d" in /newroot|/proc|/sys|/dev|/init) ;; *) /bin/busybox cp -a "$d" /newroot/ ;; esac
+done
+/bin/busybox mkdir -p /newroot/proc /newroot/sys /newroot/dev
+exec /bin/busybox switch_root /newroot /stage2
+"#;
+
+/// Boots `initramfs` and returns the serial console's text once the VM has powered off.
+pub fn boot(assets: &Assets, initramfs: &Path, memory_mib: u32, limit: Duration) -> String {
+    let console = initramfs.with_file_name("console.txt");
+    let mut qemu = Command::new(&assets.qemu)
+        .args(["-machine", "q35", "-accel", "tcg", "-smp", "2"])
+        .args(["-m", &memory_mib.to_string()])
+        .args(["-display", "none", "-no-reboot", "-monitor", "none"])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-kernel")
+        .arg(&assets.kernel)
+        .arg("-initrd")
+        .arg(initramfs)
+        .args([
+            "-append",
+            "console=ttyS0 panic=-1 loglevel=1 rdinit=/init swapaccount=1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qemu-system-x86_64");
+    let deadline = Instant::now() + limit;
+    let finished = loop {
+        if let Some(status) = qemu.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = qemu.kill();
+            let _ = qemu.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&console).unwrap_or_default();
+    match finished {
+        Some(status) => assert!(status.success(), "qemu: {status}\n{text}"),
+        None => panic!("the VM did not power off within {limit:?}:\n{text}"),
+    }
+    text
+}
+
+/// The exit code each scenario reported (`VM-RESULT name code`), in order.
+pub fn results(console: &str) -> Vec<(String, i32)> {
+    console
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("VM-RESULT ")?;
+            let (name, code) = rest.split_once(' ')?;
+            Some((name.to_string(), code.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The initramfs for the cgroup v2 tests: the tree as a systemd host lays it out, then this
+/// binary's `guest_v2` tests run from each place.
+fn cgroup_v2_initramfs(assets: &Assets) -> Initramfs {
+    let fs = Initramfs::new(assets);
+    fs.write("/init", INIT, 0o755);
+    fs.binary(&std::env::current_exe().unwrap());
+    fs.binary(&podvisor());
+    fs.binary(&testbin());
+    // util-linux's, which can set the real uid (busybox's cannot).
+    fs.binary(Path::new("/usr/bin/setpriv"));
+    let me = std::env::current_exe().unwrap();
+    // The binary under test, also when PODVISOR_BIN names another build.
+    let bin = match std::env::var_os("PODVISOR_BIN") {
+        Some(b) => format!("PODVISOR_BIN={}", Path::new(&b).display()),
+        None => String::new(),
+    };
+    fs.write(
+        "/stage2",
+        &STAGE2
+            .replace("@TESTS@", me.to_str().unwrap())
+            .replace("@BIN@", &bin),
+        0o755,
+    );
+    fs
+}
+
+/// The second stage of the cgroup v2 VM. The layout is systemd's: controllers enabled down to
+/// the slices, a login shell in `user.slice/session-1.scope`, a service in
+/// `system.slice/X.service`, the user's manager delegated as `user@1000.service`.
+const STAGE2: &str = r#"#!/bin/busybox sh
+export PATH=/usr/bin:/bin:/sbin HOME=/tmp
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+# The root is a tmpfs already; /tmp keeps what the host had there (a PODVISOR_BIN).
+chmod 1777 /tmp
+insmod /lib/modules/overlay.ko
+ip link set lo up
+echo "VM-KERNEL $(uname -r) $(cat /sys/fs/cgroup/cgroup.controllers)"
+cg=/sys/fs/cgroup
+echo "+cpu +memory +pids" > $cg/cgroup.subtree_control
+mkdir $cg/user.slice $cg/system.slice
+echo "+cpu +memory +pids" > $cg/user.slice/cgroup.subtree_control
+echo "+cpu +memory +pids" > $cg/system.slice/cgroup.subtree_control
+for u in 1000 1001 1002 1003 1004; do
+    mkdir $cg/user.slice/user-$u.slice
+    [ $u = 1001 ] || echo "+cpu +memory +pids" > $cg/user.slice/user-$u.slice/cgroup.subtree_control
+done
+# user 1001's slice offers no memory controller to the tree delegated to it.
+echo "+cpu +pids" > $cg/user.slice/user-1001.slice/cgroup.subtree_control
+mkdir $cg/user.slice/session-1.scope $cg/system.slice/podvisor-test.service
+# A delegation as systemd makes it (Delegate=yes): the directory and the files that move
+# processes and enable controllers belong to the user; podvisor is started in a leaf of it.
+delegate() {
+    mkdir -p $1 $1/session.scope
+    chown $2:$2 $1 $1/cgroup.procs $1/cgroup.subtree_control $1/cgroup.threads
+    chown -R $2:$2 $1/session.scope
+}
+delegate $cg/user.slice/user-1000.slice/user@1000.service 1000
+delegate $cg/user.slice/user-1001.slice/user@1001.service 1001
+delegate $cg/user.slice/user-1003.slice/user@1003.service 1003
+delegate $cg/user.slice/user-1004.slice/user@1004.service 1004
+mkdir $cg/user.slice/user-1002.slice/session-2.scope
+
+tests="@TESTS@"
+# run NAME CGROUP UID FILTER [ENV...]: the tests matching FILTER, started from CGROUP as UID.
+run() {
+    name=$1 dir=$2 uid=$3 filter=$4
+    shift 4
+    echo "VM-SCENARIO $name"
+    sh -c "echo \$\$ > $dir/cgroup.procs && exec /usr/bin/setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$dir $* $tests --ignored --test-threads=1 $filter" </dev/null 2>&1
+    echo "VM-RESULT $name $?"
+}
+run session $cg/user.slice/session-1.scope 0 guest_v2::placement:: PODVISOR_VM_TOP=$cg
+run service $cg/system.slice/podvisor-test.service 0 guest_v2::placement:: PODVISOR_VM_TOP=$cg
+run root $cg 0 guest_v2::placement:: PODVISOR_VM_TOP=$cg
+run rootless $cg/user.slice/user-1000.slice/user@1000.service/session.scope 1000 guest_v2::placement:: PODVISOR_VM_TOP=$cg/user.slice/user-1000.slice/user@1000.service
+run rootless-top $cg/user.slice/user-1004.slice/user@1004.service/session.scope 1004 guest_v2::rootless_top:: PODVISOR_VM_TOP=$cg/user.slice/user-1004.slice/user@1004.service
+run no-memory-controller $cg/user.slice/user-1001.slice/user@1001.service/session.scope 1001 guest_v2::errors::controller_missing
+run not-delegated $cg/user.slice/user-1002.slice/session-2.scope 1002 guest_v2::errors::not_delegated
+run busy $cg/user.slice/user-1003.slice/user@1003.service 1003 guest_v2::errors::busy
+run read-only $cg/user.slice/session-1.scope 0 guest_v2::errors::read_only
+echo "VM-LEFT $(find $cg -name 'podvisor*' | tr '\n' ' ')"
+echo VM-DONE
+poweroff -f
+"#;
+
+/// Every scenario's `guest_v2` tests pass in the VM, on cgroup v2 laid out as systemd does.
+#[test]
+fn cgroup_v2_in_a_vm() {
+    let Some(assets) = Assets::find("cgroup_v2_in_a_vm") else {
+        return;
+    };
+    let fs = cgroup_v2_initramfs(&assets);
+    let archive = fs.archive();
+    let started = Instant::now();
+    let console = boot(&assets, &archive, 1536, Duration::from_secs(900));
+    eprintln!(
+        "the cgroup v2 VM ran for {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Kept for a look after the run (CI prints where it is).
+    let kept = assets_dir().join("cgroup-v2-console.txt");
+    if std::fs::write(&kept, &console).is_ok() {
+        eprintln!("its console: {}", kept.display());
+    }
+    let results = results(&console);
+    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "session",
+            "service",
+            "root",
+            "rootless",
+            "rootless-top",
+            "no-memory-controller",
+            "not-delegated",
+            "busy",
+            "read-only"
+        ],
+        "{console}"
+    );
+    assert!(
+        results.iter().all(|(_, code)| *code == 0),
+        "{results:?}\n{console}"
+    );
+    // Every scenario ran tests: a filter that matched nothing would pass silently.
+    let ran = console
+        .lines()
+        .filter(|l| l.starts_with("test result: ok.") && !l.contains(" 0 passed"))
+        .count();
+    assert_eq!(ran, results.len(), "{console}");
+    let left = console
+        .lines()
+        .find_map(|l| l.strip_prefix("VM-LEFT"))
+        .unwrap_or_else(|| panic!("{console}"));
+    // What podvisor moves itself into may stay (empty); no pod cgroup or parent does.
+    let left: Vec<&str> = left
+        .split_whitespace()
+        .filter(|p| !p.ends_with("/podvisor.scope") && !p.contains("podvisor-test.service"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}\n{console}");
+}
