@@ -72,7 +72,7 @@ mod placement {
         let pid = running_pid(&r);
         let instance = cgroup_of(pid);
         let pod_dir = recorded(&r).unwrap();
-        assert_eq!(pod_dir.parent().unwrap(), top.join("podvisor.slice"));
+        assert_eq!(pod_dir.parent().unwrap(), top.join("podvisor"));
         assert_eq!(instance, pod_dir.join("app-1"));
         assert_eq!(read(&instance, "memory.max"), (64 << 20).to_string());
         assert_eq!(read(&instance, "memory.swap.max"), "0");
@@ -81,7 +81,7 @@ mod placement {
         // 100m: 102 shares, weight 1 + (102 - 2) × 9999 / 262142.
         assert_eq!(read(&instance, "cpu.weight"), "4");
         assert_eq!(read(&pod_dir, "pids.max"), "50");
-        for dir in [top.join("podvisor.slice"), pod_dir.clone()] {
+        for dir in [top.join("podvisor"), pod_dir.clone()] {
             let enabled = read(&dir, "cgroup.subtree_control");
             assert_eq!(enabled, "cpu memory pids", "{}", dir.display());
             assert_eq!(read(&dir, "cgroup.procs"), "", "{}", dir.display());
@@ -95,7 +95,7 @@ mod placement {
         assert!(note.starts_with("v2, cgroupfs driver ("), "{note}");
         stop(&mut p);
         assert!(!pod_dir.exists(), "{}", pod_dir.display());
-        assert!(!top.join("podvisor.slice").exists());
+        assert!(!top.join("podvisor").exists());
         assert!(!r.dir.file("state").join("cgroups").exists());
     }
 
@@ -185,10 +185,10 @@ mod rootless_top {
         );
         let mut p = Run::new("sh").args(["-c", &script]).start();
         let pid = running_pid(&r);
-        assert_eq!(cgroup_of(p.init_pid()), top.join("podvisor.scope"));
+        assert_eq!(cgroup_of(p.init_pid()), top.join("podvisor-supervisor"));
         let pod_dir = recorded(&r).unwrap();
         assert_eq!(cgroup_of(pid), pod_dir.join("app-1"));
-        assert_eq!(pod_dir.parent().unwrap(), top.join("podvisor.slice"));
+        assert_eq!(pod_dir.parent().unwrap(), top.join("podvisor"));
         assert_eq!(read(&cgroup_of(pid), "memory.max"), (32 << 20).to_string());
         stop(&mut p);
         assert!(!pod_dir.exists());
@@ -221,7 +221,7 @@ mod errors {
         assert!(recorded(&r).is_none());
         let mut dir = Some(start.as_path());
         while let Some(d) = dir.filter(|d| d.starts_with("/sys/fs/cgroup")) {
-            assert!(!d.join("podvisor.slice").exists(), "{}", d.display());
+            assert!(!d.join("podvisor").exists(), "{}", d.display());
             dir = d.parent();
         }
         let r = pod_run(&pod("Never", UNLIMITED));
@@ -271,10 +271,10 @@ mod errors {
         assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
         assert!(
             out.stderr
-                .contains("/sys/fs/cgroup/podvisor.slice: the cgroup filesystem is read-only"),
+                .contains("/sys/fs/cgroup/podvisor: the cgroup filesystem is read-only"),
             "{out:?}"
         );
-        assert!(!Path::new("/sys/fs/cgroup/podvisor.slice").exists());
+        assert!(!Path::new("/sys/fs/cgroup/podvisor").exists());
         assert!(!r.dir.file("state").join("logs").join("app").exists());
     }
 }

@@ -172,35 +172,43 @@ impl Initramfs {
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).unwrap();
     }
 
-    /// The archive (newc, uncompressed: qemu hands it to the kernel as it is).
-    pub fn archive(&self) -> PathBuf {
+    /// The archive (newc, uncompressed: qemu hands it to the kernel as it is): the files of
+    /// `base` first when given (a root filesystem; what is put together here wins), then the
+    /// files put together here.
+    pub fn archive(&self, base: Option<&Path>) -> PathBuf {
         let out = self.root.file("../initramfs.cpio");
         let mut w = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
-        let mut entries = Vec::new();
-        collect(&self.root.file(""), Path::new(""), &mut entries);
-        entries.sort();
-        for (ino, rel) in entries.iter().enumerate() {
-            let path = self.root.file("").join(rel);
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let data = if meta.file_type().is_symlink() {
-                std::fs::read_link(&path)
-                    .unwrap()
-                    .into_os_string()
-                    .into_encoded_bytes()
-            } else if meta.is_file() {
-                std::fs::read(&path).unwrap()
-            } else {
-                Vec::new()
-            };
-            cpio_entry(
-                &mut w,
-                ino as u32 + 1,
-                rel.to_str().unwrap(),
-                meta.mode(),
-                &data,
-            );
+        let mut ino = 1;
+        let own = self.root.file("");
+        for dir in base.into_iter().chain([own.as_path()]) {
+            let mut entries = Vec::new();
+            collect(dir, Path::new(""), &mut entries);
+            entries.sort();
+            for rel in entries {
+                let path = dir.join(&rel);
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let data = if meta.file_type().is_symlink() {
+                    std::fs::read_link(&path)
+                        .unwrap()
+                        .into_os_string()
+                        .into_encoded_bytes()
+                } else if meta.is_file() {
+                    std::fs::read(&path).unwrap()
+                } else if meta.is_dir() {
+                    Vec::new()
+                } else {
+                    // Device nodes, sockets, fifos: the guest's devtmpfs has what it needs.
+                    continue;
+                };
+                let header = cpio_header(ino, rel.to_str().unwrap(), &meta, data.len());
+                w.write_all(&header).unwrap();
+                w.write_all(&data).unwrap();
+                w.write_all(&vec![0; (4 - data.len() % 4) % 4]).unwrap();
+                ino += 1;
+            }
         }
-        cpio_entry(&mut w, 0, "TRAILER!!!", 0, &[]);
+        let trailer = cpio_fields(0, "TRAILER!!!", [0; 3], 0);
+        w.write_all(&trailer).unwrap();
         w.flush().unwrap();
         out
     }
@@ -210,22 +218,26 @@ fn collect(base: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(base.join(rel)).unwrap().flatten() {
         let r = rel.join(e.file_name());
         out.push(r.clone());
-        if e.file_type().unwrap().is_dir() {
+        if e.file_type().unwrap().is_dir() && r != Path::new("dev") {
             collect(base, &r, out);
         }
     }
 }
 
-/// One entry of a newc ("070701") archive: header, name, data, each padded to 4 bytes.
-fn cpio_entry(w: &mut impl Write, ino: u32, name: &str, mode: u32, data: &[u8]) {
+/// The header of one entry of a newc ("070701") archive, with its name, padded to 4 bytes.
+fn cpio_header(ino: u32, name: &str, meta: &std::fs::Metadata, size: usize) -> Vec<u8> {
+    cpio_fields(ino, name, [meta.mode(), meta.uid(), meta.gid()], size)
+}
+
+fn cpio_fields(ino: u32, name: &str, [mode, uid, gid]: [u32; 3], size: usize) -> Vec<u8> {
     let fields = [
         ino,
         mode,
-        0,
-        0,
+        uid,
+        gid,
         1,
         0,
-        data.len() as u32,
+        size as u32,
         0,
         0,
         0,
@@ -237,23 +249,21 @@ fn cpio_entry(w: &mut impl Write, ino: u32, name: &str, mode: u32, data: &[u8]) 
     for f in fields {
         header.push_str(&format!("{f:08X}"));
     }
-    w.write_all(header.as_bytes()).unwrap();
-    w.write_all(name.as_bytes()).unwrap();
-    w.write_all(&[0]).unwrap();
-    let pad = |n: usize| (4 - n % 4) % 4;
-    w.write_all(&vec![0; pad(110 + name.len() + 1)]).unwrap();
-    w.write_all(data).unwrap();
-    w.write_all(&vec![0; pad(data.len())]).unwrap();
+    let mut bytes = header.into_bytes();
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.push(0);
+    bytes.resize(bytes.len() + (4 - bytes.len() % 4) % 4, 0);
+    bytes
 }
 
-/// The first stage: onto a tmpfs, then the second stage there as PID 1.
+/// The first stage: onto a tmpfs, then `@NEXT@` there as PID 1.
 const INIT: &str = r#"#!/bin/busybox sh
 /bin/busybox mount -t tmpfs -o mode=755 root /newroot
 for d in /*; do
     case "$d" in /newroot|/proc|/sys|/dev|/init) ;; *) /bin/busybox cp -a "$d" /newroot/ ;; esac
 done
 /bin/busybox mkdir -p /newroot/proc /newroot/sys /newroot/dev
-exec /bin/busybox switch_root /newroot /stage2
+exec /bin/busybox switch_root /newroot @NEXT@
 "#;
 
 /// Boots `initramfs` and returns the serial console's text once the VM has powered off.
@@ -314,7 +324,17 @@ pub fn results(console: &str) -> Vec<(String, i32)> {
 /// binary's `guest_v2` tests run from each place.
 fn cgroup_v2_initramfs(assets: &Assets) -> Initramfs {
     let fs = Initramfs::new(assets);
-    fs.write("/init", INIT, 0o755);
+    fs.write("/init", &INIT.replace("@NEXT@", "/stage2"), 0o755);
+    fs.write(
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/tmp:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
+        0o644,
+    );
+    fs.write(
+        "/etc/group",
+        "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
+        0o644,
+    );
     fs.binary(&std::env::current_exe().unwrap());
     fs.binary(&podvisor());
     fs.binary(&testbin());
@@ -406,7 +426,7 @@ fn cgroup_v2_in_a_vm() {
         return;
     };
     let fs = cgroup_v2_initramfs(&assets);
-    let archive = fs.archive();
+    let archive = fs.archive(None);
     let started = Instant::now();
     let console = boot(&assets, &archive, 1536, Duration::from_secs(900));
     eprintln!(
@@ -452,7 +472,7 @@ fn cgroup_v2_in_a_vm() {
     // What podvisor moves itself into may stay (empty); no pod cgroup or parent does.
     let left: Vec<&str> = left
         .split_whitespace()
-        .filter(|p| !p.ends_with("/podvisor.scope") && !p.contains("podvisor-test.service"))
+        .filter(|p| !p.ends_with("/podvisor-supervisor") && !p.contains("podvisor-test.service"))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}\n{console}");
 }

@@ -16,6 +16,7 @@
 //! Never: a process that is not the pod's touched (podvisor moves only itself).
 
 mod pod;
+pub mod systemd;
 pub mod unified;
 
 use std::fmt;
@@ -111,8 +112,48 @@ pub enum CgroupError {
     Busy { path: String, pids: String },
     #[error("cgroup {path}: the cgroup filesystem is read-only here: mount /sys/fs/cgroup read-write (a container needs its own writable cgroup namespace), or run the pod without limits")]
     ReadOnly { path: String },
+    #[error("systemd: cannot {what}: {error} (or use --cgroup-driver cgroupfs)")]
+    Systemd { what: &'static str, error: String },
+    #[error("--cgroup-driver systemd: {why}: use --cgroup-driver cgroupfs")]
+    NoSystemd { why: &'static str },
     #[error(transparent)]
     State(#[from] StateError),
+}
+
+/// Who manages the pods' cgroups (`--cgroup-driver`), as the kubelet's `cgroupDriver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Driver {
+    /// systemd where it is PID 1 (and, for a user, where that user's manager answers) on
+    /// cgroup v2; cgroupfs otherwise.
+    #[default]
+    Auto,
+    /// A transient scope unit per pod, with `Delegate=yes`, asked for over D-Bus.
+    Systemd,
+    /// podvisor writes the cgroup tree itself.
+    Cgroupfs,
+}
+
+impl Driver {
+    /// The driver to use here: never `Auto`.
+    fn resolve(self, layout: &Layout, uid: u32) -> Result<Driver, CgroupError> {
+        let v2 = layout.version == Version::V2;
+        match self {
+            Driver::Cgroupfs => Ok(Driver::Cgroupfs),
+            Driver::Auto if v2 && systemd::available(uid) => Ok(Driver::Systemd),
+            Driver::Auto => Ok(Driver::Cgroupfs),
+            Driver::Systemd if !v2 => Err(CgroupError::NoSystemd {
+                why: "this host has cgroup v1, and podvisor's systemd driver needs cgroup v2",
+            }),
+            Driver::Systemd if !systemd::available(uid) => Err(CgroupError::NoSystemd {
+                why: if uid == 0 || !std::path::Path::new("/run/systemd/system").is_dir() {
+                    "systemd is not this host's init (no /run/systemd/system)"
+                } else {
+                    "this user's systemd manager is not reachable ($XDG_RUNTIME_DIR/bus)"
+                },
+            }),
+            Driver::Systemd => Ok(Driver::Systemd),
+        }
+    }
 }
 
 impl CgroupError {
@@ -124,6 +165,8 @@ impl CgroupError {
                 | CgroupError::NotDelegated { .. }
                 | CgroupError::Busy { .. }
                 | CgroupError::ReadOnly { .. }
+                | CgroupError::Systemd { .. }
+                | CgroupError::NoSystemd { .. }
         )
     }
 }
@@ -248,6 +291,7 @@ impl PodCgroups {
         plan: &podvisor_core::spec::plan::RunPlan,
         state_dir: &Path,
         pids_max: Option<u64>,
+        driver: Driver,
     ) -> Result<PodCgroups, Unenforceable> {
         let mut need = Vec::new();
         let limits = plan.exec.iter().map(|x| &x.resources);
@@ -262,28 +306,49 @@ impl PodCgroups {
             need.push("pids");
         }
         let made = Layout::detect().and_then(|layout| {
-            let Parents {
-                dirs: parents,
-                enabled,
-            } = layout.pod_parents(sys::getuid(), &need)?;
             let name = pod_cgroup_name(&plan.namespace, &plan.pod.name, state_dir);
+            let uid = sys::getuid();
+            let (parents, enabled, pod_name, note) = match driver.resolve(&layout, uid)? {
+                Driver::Systemd => {
+                    let description = format!("podvisor pod {}/{}", plan.namespace, plan.pod.name);
+                    let scope = systemd::start_scope(
+                        &layout.mount,
+                        uid,
+                        &systemd::unit_name(&name),
+                        &description,
+                        &need,
+                    )?;
+                    let note = format!(
+                        "v2, systemd driver ({} in {}; {})",
+                        scope.unit,
+                        systemd::SLICE,
+                        scope.enabled.join(" ")
+                    );
+                    let parents = vec![(Controller::Unified, scope.dir)];
+                    (parents, scope.enabled, "pod".to_string(), note)
+                }
+                _ => {
+                    let Parents { dirs, enabled } = layout.pod_parents(uid, &need)?;
+                    let note = match layout.version {
+                        Version::V1 => layout.to_string(),
+                        Version::V2 => format!(
+                            "v2, cgroupfs driver ({}; {})",
+                            dirs[0].1.display(),
+                            enabled.join(" ")
+                        ),
+                    };
+                    (dirs, enabled, name, note)
+                }
+            };
             let pod = PodCgroup::create(
                 layout.version,
                 &parents,
                 &enabled,
                 state_dir,
-                &name,
+                &pod_name,
                 &plan.pod_resources,
                 pids_max,
             )?;
-            let note = match layout.version {
-                Version::V1 => layout.to_string(),
-                Version::V2 => format!(
-                    "v2, cgroupfs driver ({}; {})",
-                    parents[0].1.display(),
-                    enabled.join(" ")
-                ),
-            };
             Ok((note, pod))
         });
         match made {

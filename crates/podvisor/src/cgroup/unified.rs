@@ -7,15 +7,17 @@
 //! its children may hold no process itself (the root excepted). podvisor's own cgroup holds
 //! podvisor (and usually the shell that started it), so the pods never go below it:
 //!
-//! - as root: `<cgroup2 mount>/podvisor.slice/POD/CONTAINER-N`, wherever podvisor was started
-//!   from (a login session's scope, a service, the root cgroup, a container's cgroup namespace);
+//! - as root: `<cgroup2 mount>/podvisor/POD/CONTAINER-N`, wherever podvisor was started from
+//!   (a login session's scope, a service, the root cgroup, a container's cgroup namespace);
 //! - as another user: the top of the subtree delegated to that user (the highest ancestor of
 //!   its own cgroup that it owns, as systemd's `Delegate=yes` or `user@UID.service` make it),
-//!   then `podvisor.slice/POD/CONTAINER-N` under it.
+//!   then `podvisor/POD/CONTAINER-N` under it.
 //!
 //! Where the top itself holds podvisor and nothing else (podvisor started in the delegated
 //! cgroup, or as PID 1 of a cgroup namespace), podvisor moves itself into a leaf,
-//! `podvisor.scope`, beside the pods, as container inits do. It never moves another process.
+//! `podvisor-supervisor`, beside the pods, as container inits do. It never moves another
+//! process. (The names are not systemd unit names: the systemd driver's slice is
+//! `podvisor.slice`, and the two never share a directory.)
 
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -26,10 +28,10 @@ use super::{io_err, CgroupError};
 use crate::process::sys;
 
 /// The parent of every pod cgroup, below the top of the writable tree.
-pub const PARENT: &str = "podvisor.slice";
+pub const PARENT: &str = "podvisor";
 
 /// The leaf podvisor moves itself into when it sits at the top of its delegation.
-pub const SELF_LEAF: &str = "podvisor.scope";
+pub const SELF_LEAF: &str = "podvisor-supervisor";
 
 /// The controllers podvisor enables where they are offered: those its limits and usage use.
 pub const WANTED: [&str; 3] = ["cpu", "memory", "pids"];
@@ -167,7 +169,7 @@ fn mkdir(dir: &Path) -> Result<(), CgroupError> {
     }
 }
 
-/// Makes the pod cgroup `dir`, and its parent (`podvisor.slice`) with `enable` enabled for
+/// Makes the pod cgroup `dir`, and its parent (`podvisor`) with `enable` enabled for
 /// its children when it is not there: another podvisor may remove an empty parent at any
 /// time, so a parent that went away meanwhile is made again.
 pub fn create_below_parent(dir: &Path, wanted: &[&'static str]) -> Result<(), CgroupError> {

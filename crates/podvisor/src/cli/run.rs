@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// needs cgroups
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pod_max_pids: Option<u64>,
+    /// Who manages the pods' cgroups, as the kubelet's cgroupDriver: systemd (a transient
+    /// scope per pod, Delegate=yes, over D-Bus), cgroupfs (podvisor writes the tree), or auto
+    /// (systemd where it is PID 1 on cgroup v2)
+    #[arg(long, value_name = "DRIVER", default_value = "auto", value_parser = cgroup_driver)]
+    cgroup_driver: crate::cgroup::Driver,
     /// No event lines on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -217,6 +222,7 @@ fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: Pod
         metrics,
         reset_state: a.reset_state,
         pod_max_pids: a.pod_max_pids,
+        cgroup_driver: a.cgroup_driver,
     };
     match supervisor::run(
         run_plan,
@@ -257,4 +263,14 @@ fn pod_uid() -> String {
         &h[17..20],
         &h[20..32]
     )
+}
+
+fn cgroup_driver(s: &str) -> Result<crate::cgroup::Driver, String> {
+    use crate::cgroup::Driver;
+    match s {
+        "auto" => Ok(Driver::Auto),
+        "systemd" => Ok(Driver::Systemd),
+        "cgroupfs" => Ok(Driver::Cgroupfs),
+        _ => Err("one of auto, systemd, cgroupfs".to_string()),
+    }
 }

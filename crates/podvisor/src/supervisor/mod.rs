@@ -95,6 +95,8 @@ pub struct Settings {
     pub reset_state: bool,
     /// `--pod-max-pids`: the pod cgroup's pids limit (the kubelet's `podPidsLimit`).
     pub pod_max_pids: Option<u64>,
+    /// `--cgroup-driver`.
+    pub cgroup_driver: crate::cgroup::Driver,
 }
 
 /// Why a run did not start or ended early.
@@ -171,7 +173,12 @@ pub fn run(
     };
     info.annotations
         .insert("podvisor.io/root".into(), root_note.into());
-    let cgroups = PodCgroups::set_up(&plan, &state_dir, settings.pod_max_pids)?;
+    let cgroups = PodCgroups::set_up(
+        &plan,
+        &state_dir,
+        settings.pod_max_pids,
+        settings.cgroup_driver,
+    )?;
     info.annotations
         .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
     // A `medium: Memory` emptyDir is a tmpfs in podvisor's own mount namespace: its
