@@ -278,3 +278,132 @@ mod errors {
         assert!(!r.dir.file("state").join("logs").join("app").exists());
     }
 }
+
+/// In the VM that boots systemd (`vm::systemd_driver_in_a_vm`): the systemd driver, chosen by
+/// `auto`, as root (the system manager) and as an ordinary user (the user's manager over the
+/// user bus). `PODVISOR_VM_SLICE` is where the pods' scopes must be.
+mod systemd {
+    use super::*;
+
+    fn systemctl(args: &[&str]) -> String {
+        let user = !is_root();
+        let out = Run::new("systemctl")
+            .args(user.then_some("--user"))
+            .args(args)
+            .output();
+        out.stdout.trim().to_string()
+    }
+
+    /// The unit of the pod cgroup `pod_dir` (`…/UNIT.scope/pod`).
+    fn unit_of(pod_dir: &Path) -> String {
+        let scope = pod_dir.parent().unwrap();
+        scope.file_name().unwrap().to_str().unwrap().to_string()
+    }
+
+    fn wait_gone(unit: &str, scope: &Path) {
+        wait_until("systemd removes the scope", || {
+            systemctl(&["show", "-p", "LoadState", "--value", unit]) == "not-found"
+                && !scope.exists()
+        });
+    }
+
+    /// podvisor in the scope's `supervisor` leaf, the pod and its instances beside it with
+    /// the kubelet's numbers, the scope delegated; nothing left once the run ends.
+    #[test]
+    #[ignore = "runs in the systemd VM (vm::systemd_driver_in_a_vm)"]
+    fn a_pod_gets_a_delegated_scope_with_the_limits_below_it() {
+        let slice = env_path("PODVISOR_VM_SLICE");
+        let r = pod_run(&pod(
+            "Never",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 64Mi, cpu: 250m}, requests: {cpu: 100m}}\n",
+        ));
+        let mut p = r.cmd(&["--pod-max-pids", "50"]).start();
+        let pid = running_pid(&r);
+        let pod_dir = recorded(&r).unwrap();
+        let scope = pod_dir.parent().unwrap().to_path_buf();
+        let unit = unit_of(&pod_dir);
+        assert!(
+            unit.starts_with("podvisor-ns_p-") && unit.ends_with(".scope"),
+            "{unit}"
+        );
+        assert_eq!(scope.parent().unwrap(), slice);
+        assert_eq!(pod_dir.file_name().unwrap(), "pod");
+        assert_eq!(cgroup_of(p.init_pid()), scope.join("supervisor"));
+        let instance = cgroup_of(pid);
+        assert_eq!(instance, pod_dir.join("app-1"));
+        assert_eq!(read(&instance, "memory.max"), (64 << 20).to_string());
+        assert_eq!(read(&instance, "memory.oom.group"), "1");
+        assert_eq!(read(&instance, "cpu.max"), "25000 100000");
+        assert_eq!(read(&instance, "cpu.weight"), "4");
+        assert_eq!(read(&pod_dir, "pids.max"), "50");
+        assert_eq!(read(&scope, "cgroup.subtree_control"), "cpu memory pids");
+        assert_eq!(
+            systemctl(&["show", "-p", "Delegate", "--value", &unit]),
+            "yes"
+        );
+        assert_eq!(
+            systemctl(&["show", "-p", "ActiveState", "--value", &unit]),
+            "active"
+        );
+        let s = status(&r);
+        let note = s["metadata"]["annotations"]["podvisor.io/cgroups"]
+            .as_str()
+            .unwrap();
+        assert!(
+            note.starts_with(&format!("v2, systemd driver ({unit} in podvisor.slice")),
+            "{note}"
+        );
+        stop(&mut p);
+        assert!(!pod_dir.exists());
+        wait_gone(&unit, &scope);
+    }
+
+    /// kill -9: the containers die with podvisor, the scope goes (empty) or is stopped by the
+    /// next run on the state dir, which starts a new one.
+    #[test]
+    #[ignore = "runs in the systemd VM (vm::systemd_driver_in_a_vm)"]
+    fn a_killed_runs_scope_gives_way_to_the_next() {
+        let r = pod_run(&pod(
+            "Always",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 16Mi}}\n",
+        ));
+        let mut first = r.cmd(&[]).start();
+        let pid = running_pid(&r);
+        let unit = unit_of(&recorded(&r).unwrap());
+        first.signal("KILL");
+        first.wait();
+        wait_until("the container is gone", || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        });
+        let mut second = r.cmd(&[]).start();
+        wait_until("a new instance runs", || {
+            container_pid(&r, 0).is_some_and(|p| p != pid)
+        });
+        let pod_dir = recorded(&r).unwrap();
+        assert_eq!(unit_of(&pod_dir), unit);
+        // The instance numbers go on from the saved state (app-2, …), in the new scope.
+        let instance = cgroup_of(container_pid(&r, 0).unwrap());
+        assert_eq!(instance.parent().unwrap(), pod_dir);
+        stop(&mut second);
+        wait_gone(&unit, pod_dir.parent().unwrap());
+    }
+
+    /// `--cgroup-driver cgroupfs` on a systemd host: podvisor writes its own parent.
+    #[test]
+    #[ignore = "runs in the systemd VM (vm::systemd_driver_in_a_vm)"]
+    fn cgroupfs_when_asked() {
+        let r = pod_run(&pod(
+            "Never",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 16Mi}}\n",
+        ));
+        let mut p = r.cmd(&["--cgroup-driver", "cgroupfs"]).start();
+        running_pid(&r);
+        let pod_dir = recorded(&r).unwrap();
+        assert_eq!(
+            pod_dir.parent().unwrap(),
+            Path::new("/sys/fs/cgroup/podvisor")
+        );
+        stop(&mut p);
+        assert!(!pod_dir.exists());
+    }
+}

@@ -86,48 +86,32 @@ impl Assets {
 
 /// An initramfs being put together in a directory, written out as a newc cpio archive.
 pub struct Initramfs {
-    pub root: TempDir,
+    /// `root/`, the tree; the archive and the console's text beside it.
+    dir: TempDir,
 }
 
 impl Initramfs {
     pub fn new(assets: &Assets) -> Initramfs {
         let fs = Initramfs {
-            root: TempDir::new(),
+            dir: TempDir::new(),
         };
-        for d in [
-            "bin",
-            "sbin",
-            "etc",
-            "proc",
-            "sys",
-            "dev",
-            "tmp",
-            "newroot",
-            "lib/modules",
-        ] {
-            std::fs::create_dir_all(fs.root.file(d)).unwrap();
+        for d in ["etc", "proc", "sys", "dev", "tmp", "newroot", "lib/modules"] {
+            std::fs::create_dir_all(fs.file(d)).unwrap();
         }
         fs.copy(&assets.busybox, Path::new("/bin/busybox"), false);
         fs.copy(&assets.overlay, Path::new("/lib/modules/overlay.ko"), false);
-        fs.write(
-            "/etc/passwd",
-            "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/tmp:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n",
-            0o644,
-        );
-        fs.write(
-            "/etc/group",
-            "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
-            0o644,
-        );
         fs
+    }
+
+    /// A path inside the tree being put together.
+    pub fn file(&self, rel: &str) -> PathBuf {
+        self.dir.file("root").join(rel)
     }
 
     /// A file at `dest` inside; `strip`ped of debug information when asked (a debug build's
     /// binaries are mostly that).
     pub fn copy(&self, src: &Path, dest: &Path, strip: bool) {
-        let to = self
-            .root
-            .file(dest.strip_prefix("/").unwrap().to_str().unwrap());
+        let to = self.file(dest.strip_prefix("/").unwrap().to_str().unwrap());
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         let stripped = strip
             && Command::new("strip")
@@ -155,9 +139,7 @@ impl Initramfs {
                 .filter(|l| l.starts_with('/'));
             if let Some(lib) = lib {
                 let lib = Path::new(lib);
-                let inside = self
-                    .root
-                    .file(lib.strip_prefix("/").unwrap().to_str().unwrap());
+                let inside = self.file(lib.strip_prefix("/").unwrap().to_str().unwrap());
                 if !inside.exists() {
                     self.copy(&std::fs::canonicalize(lib).unwrap(), lib, false);
                 }
@@ -166,7 +148,7 @@ impl Initramfs {
     }
 
     pub fn write(&self, dest: &str, text: &str, mode: u32) {
-        let to = self.root.file(dest.strip_prefix('/').unwrap());
+        let to = self.file(dest.strip_prefix('/').unwrap());
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::write(&to, text).unwrap();
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -176,10 +158,10 @@ impl Initramfs {
     /// `base` first when given (a root filesystem; what is put together here wins), then the
     /// files put together here.
     pub fn archive(&self, base: Option<&Path>) -> PathBuf {
-        let out = self.root.file("../initramfs.cpio");
+        let out = self.dir.file("initramfs.cpio");
         let mut w = std::io::BufWriter::new(std::fs::File::create(&out).unwrap());
         let mut ino = 1;
-        let own = self.root.file("");
+        let own = self.file("");
         for dir in base.into_iter().chain([own.as_path()]) {
             let mut entries = Vec::new();
             collect(dir, Path::new(""), &mut entries);
@@ -200,7 +182,13 @@ impl Initramfs {
                     // Device nodes, sockets, fifos: the guest's devtmpfs has what it needs.
                     continue;
                 };
-                let header = cpio_header(ino, rel.to_str().unwrap(), &meta, data.len());
+                // The base's merged-/usr links (bin -> usr/bin) stay links: what goes below
+                // them goes where they point (the kernel would replace a link by a directory).
+                let name = match base {
+                    Some(b) if dir != b => through_links(b, &rel),
+                    _ => rel.clone(),
+                };
+                let header = cpio_header(ino, name.to_str().unwrap(), &meta, data.len());
                 w.write_all(&header).unwrap();
                 w.write_all(&data).unwrap();
                 w.write_all(&vec![0; (4 - data.len() % 4) % 4]).unwrap();
@@ -211,6 +199,19 @@ impl Initramfs {
         w.write_all(&trailer).unwrap();
         w.flush().unwrap();
         out
+    }
+}
+
+/// `rel` with its first component replaced by where it links to in `base`, if it is a
+/// relative link there.
+fn through_links(base: &Path, rel: &Path) -> PathBuf {
+    let mut parts = rel.components();
+    let Some(first) = parts.next() else {
+        return rel.to_path_buf();
+    };
+    match std::fs::read_link(base.join(first)) {
+        Ok(target) if target.is_relative() => target.join(parts.as_path()),
+        _ => rel.to_path_buf(),
     }
 }
 
@@ -266,9 +267,18 @@ done
 exec /bin/busybox switch_root /newroot @NEXT@
 "#;
 
-/// Boots `initramfs` and returns the serial console's text once the VM has powered off.
-pub fn boot(assets: &Assets, initramfs: &Path, memory_mib: u32, limit: Duration) -> String {
-    let console = initramfs.with_file_name("console.txt");
+/// Boots `initramfs` and returns the serial console's text once the VM has powered off. The
+/// console is written as it comes to `target/vm/NAME-console.txt`, to be read during a run
+/// and after it.
+pub fn boot(
+    assets: &Assets,
+    name: &str,
+    initramfs: &Path,
+    memory_mib: u32,
+    limit: Duration,
+) -> String {
+    let console = assets_dir().join(format!("{name}-console.txt"));
+    eprintln!("{name}: the VM's console is {}", console.display());
     let mut qemu = Command::new(&assets.qemu)
         .args(["-machine", "q35", "-accel", "tcg", "-smp", "2"])
         .args(["-m", &memory_mib.to_string()])
@@ -402,7 +412,7 @@ run() {
     name=$1 dir=$2 uid=$3 filter=$4
     shift 4
     echo "VM-SCENARIO $name"
-    sh -c "echo \$\$ > $dir/cgroup.procs && exec /usr/bin/setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$dir $* $tests --ignored --test-threads=1 $filter" </dev/null 2>&1
+    sh -c "echo \$\$ > $dir/cgroup.procs && exec /usr/bin/setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$dir $* $tests --color never --ignored --test-threads=1 $filter" </dev/null 2>&1
     echo "VM-RESULT $name $?"
 }
 run session $cg/user.slice/session-1.scope 0 guest_v2::placement:: PODVISOR_VM_TOP=$cg
@@ -428,16 +438,18 @@ fn cgroup_v2_in_a_vm() {
     let fs = cgroup_v2_initramfs(&assets);
     let archive = fs.archive(None);
     let started = Instant::now();
-    let console = boot(&assets, &archive, 1536, Duration::from_secs(900));
+    let console = boot(
+        &assets,
+        "cgroup-v2",
+        &archive,
+        1536,
+        Duration::from_secs(600),
+    );
     eprintln!(
         "the cgroup v2 VM ran for {:.1} s",
         started.elapsed().as_secs_f64()
     );
     // Kept for a look after the run (CI prints where it is).
-    let kept = assets_dir().join("cgroup-v2-console.txt");
-    if std::fs::write(&kept, &console).is_ok() {
-        eprintln!("its console: {}", kept.display());
-    }
     let results = results(&console);
     let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
@@ -475,4 +487,145 @@ fn cgroup_v2_in_a_vm() {
         .filter(|p| !p.ends_with("/podvisor-supervisor") && !p.contains("podvisor-test.service"))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}\n{console}");
+}
+
+/// The Debian root filesystem that boots systemd, made by `scripts/vm-assets`.
+fn systemd_root(test: &str) -> Option<PathBuf> {
+    let root = assets_dir().join("systemd-root");
+    if root.join("etc/os-release").is_file() {
+        return Some(root);
+    }
+    let msg = format!(
+        "{test}: no systemd root filesystem in {} (run scripts/vm-assets as root)",
+        root.display()
+    );
+    assert!(
+        std::env::var_os("PODVISOR_VM_REQUIRED").is_none(),
+        "{msg}; PODVISOR_VM_REQUIRED is set"
+    );
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+/// What the systemd VM runs once it has booted: from this unit's own cgroup (a service), as
+/// root through the system manager, then as user 1000 through that user's manager, which
+/// logind starts for a lingering user; then it powers off.
+const SYSTEMD_UNIT: &str = "[Unit]
+Description=podvisor's VM tests
+After=systemd-logind.service dbus.service systemd-user-sessions.service
+[Service]
+Type=oneshot
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/ttyS0
+ExecStart=/podvisor-vmtest
+[Install]
+WantedBy=multi-user.target
+";
+
+const SYSTEMD_SCRIPT: &str = r#"#!/bin/sh
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+echo "VM-KERNEL $(uname -r) $(systemctl --version | head -n 1)"
+chmod 1777 /tmp
+/bin/busybox insmod /lib/modules/overlay.ko
+useradd -m -u 1000 user
+loginctl enable-linger user
+i=0
+while ! [ -S /run/user/1000/bus ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+tests="@TESTS@"
+here=/sys/fs/cgroup/system.slice/podvisor-vmtest.service
+run() {
+    name=$1 uid=$2
+    shift 2
+    echo "VM-SCENARIO $name"
+    setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$here "$@" </dev/null 2>&1
+    echo "VM-RESULT $name $?"
+}
+run systemd-root 0 PODVISOR_VM_SLICE=/sys/fs/cgroup/podvisor.slice $tests --color never --ignored --test-threads=1 guest_v2::systemd:: guest_v2::placement::a_memory_hog
+run systemd-rootless 1000 XDG_RUNTIME_DIR=/run/user/1000 DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1000/bus PODVISOR_VM_SLICE=/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/podvisor.slice $tests --color never --ignored --test-threads=1 guest_v2::systemd::a_ guest_v2::placement::a_memory_hog
+# podvisor.slice is systemd's (a slice unit, as kubepods.slice): what podvisor makes is in it.
+echo "VM-LEFT $(find /sys/fs/cgroup \( -name 'podvisor-*' -o -name podvisor \) | grep -v -e podvisor-vmtest.service | tr '\n' ' ')"
+echo VM-DONE
+systemctl poweroff -ff
+"#;
+
+/// The systemd driver in a VM that boots systemd (Debian 12's), as root and rootless.
+#[test]
+fn systemd_driver_in_a_vm() {
+    let Some(assets) = Assets::find("systemd_driver_in_a_vm") else {
+        return;
+    };
+    let Some(root) = systemd_root("systemd_driver_in_a_vm") else {
+        return;
+    };
+    let fs = Initramfs::new(&assets);
+    fs.write("/init", &INIT.replace("@NEXT@", "/sbin/init"), 0o755);
+    let me = std::env::current_exe().unwrap();
+    fs.binary(&me);
+    fs.binary(&podvisor());
+    fs.binary(&testbin());
+    let bin = match std::env::var_os("PODVISOR_BIN") {
+        Some(b) => format!("PODVISOR_BIN={}", Path::new(&b).display()),
+        None => String::new(),
+    };
+    fs.write(
+        "/podvisor-vmtest",
+        &SYSTEMD_SCRIPT
+            .replace("@TESTS@", me.to_str().unwrap())
+            .replace("@BIN@", &bin),
+        0o755,
+    );
+    fs.write(
+        "/etc/systemd/system/podvisor-vmtest.service",
+        SYSTEMD_UNIT,
+        0o644,
+    );
+    let wants = fs.file("etc/systemd/system/multi-user.target.wants");
+    std::fs::create_dir_all(&wants).unwrap();
+    std::os::unix::fs::symlink(
+        "/etc/systemd/system/podvisor-vmtest.service",
+        wants.join("podvisor-vmtest.service"),
+    )
+    .unwrap();
+    // The controllers a user's manager delegates, as podman's rootless docs set them.
+    fs.write(
+        "/etc/systemd/system/user@.service.d/delegate.conf",
+        "[Service]\nDelegate=cpu cpuset io memory pids\n",
+        0o644,
+    );
+    fs.write("/etc/hostname", "podvisor-vm\n", 0o644);
+    // No udev in this root: no device unit would ever come up for a getty to wait on; and no
+    // progress lines on the console the results are read from.
+    for unit in ["serial-getty@ttyS0.service", "getty.target"] {
+        std::os::unix::fs::symlink("/dev/null", fs.file("etc/systemd/system").join(unit)).unwrap();
+    }
+    fs.write(
+        "/etc/systemd/system.conf.d/quiet.conf",
+        "[Manager]\nShowStatus=no\n",
+        0o644,
+    );
+    let archive = fs.archive(Some(&root));
+    let started = Instant::now();
+    let console = boot(&assets, "systemd", &archive, 2048, Duration::from_secs(600));
+    eprintln!(
+        "the systemd VM ran for {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let results = results(&console);
+    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["systemd-root", "systemd-rootless"], "{console}");
+    assert!(
+        results.iter().all(|(_, code)| *code == 0),
+        "{results:?}\n{console}"
+    );
+    let ran = console
+        .lines()
+        .filter(|l| l.starts_with("test result: ok.") && !l.contains(" 0 passed"))
+        .count();
+    assert_eq!(ran, results.len(), "{console}");
+    let left = console
+        .lines()
+        .find_map(|l| l.strip_prefix("VM-LEFT"))
+        .unwrap_or_else(|| panic!("{console}"));
+    assert!(left.trim().is_empty(), "left behind: {left}\n{console}");
 }
