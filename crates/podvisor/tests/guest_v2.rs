@@ -93,6 +93,19 @@ mod placement {
             .as_str()
             .unwrap();
         assert!(note.starts_with("v2, cgroupfs driver ("), "{note}");
+        // Usage from the instance's cgroup, as on v1.
+        let usage = s["metadata"]["annotations"]["podvisor.io/usage.app"]
+            .as_str()
+            .unwrap();
+        assert!(
+            usage.starts_with("cpu=") && usage.contains(" memory="),
+            "{usage}"
+        );
+        let text = client(&r, &["describe"]).stdout;
+        assert!(
+            text.contains("Cgroups:      v2, cgroupfs driver ("),
+            "{text}"
+        );
         stop(&mut p);
         assert!(!pod_dir.exists(), "{}", pod_dir.display());
         assert!(!top.join("podvisor").exists());
