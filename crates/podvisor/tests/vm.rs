@@ -599,6 +599,13 @@ fn systemd_driver_in_a_vm() {
     for unit in ["serial-getty@ttyS0.service", "getty.target"] {
         std::os::unix::fs::symlink("/dev/null", fs.file("etc/systemd/system").join(unit)).unwrap();
     }
+    // The binaries under test may live under /tmp (a clone's target/): systemd-tmpfiles
+    // empties /tmp at boot unless told otherwise.
+    fs.write(
+        "/etc/tmpfiles.d/tmp.conf",
+        "d /tmp 1777 root root -\n",
+        0o644,
+    );
     fs.write(
         "/etc/systemd/system.conf.d/quiet.conf",
         "[Manager]\nShowStatus=no\n",
