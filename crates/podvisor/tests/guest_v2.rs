@@ -401,6 +401,40 @@ mod systemd {
         wait_gone(&unit, pod_dir.parent().unwrap());
     }
 
+    /// `podvisor run` as a systemd service (its main process): it moves into the pod's scope,
+    /// and the service still ends with podvisor's exit code.
+    #[test]
+    #[ignore = "runs in the systemd VM (vm::systemd_driver_in_a_vm)"]
+    fn as_a_service() {
+        let r = pod_run(&pod(
+            "Never",
+            "  containers:\n  - name: app\n    command: [sh, -c, 'sleep 2; exit 3']\n    resources: {limits: {memory: 16Mi}}\n",
+        ));
+        let out = Run::new("systemd-run")
+            .args([
+                "--wait",
+                "--collect",
+                "--quiet",
+                "--unit",
+                "podvisor-as-service",
+            ])
+            .arg(podvisor())
+            .args(["run", "-q", "--state-dir"])
+            .arg(r.dir.file("state"))
+            .arg("--events")
+            .arg(r.dir.file("events.json"))
+            .arg(r.dir.file("pod.yaml"))
+            .output_within(std::time::Duration::from_secs(60));
+        // The pod failed (exit 3): podvisor run exits 1, and so does the service.
+        assert_eq!(out.code(), 1, "{out:?}");
+        assert!(
+            r.events().iter().any(|e| e["reason"] == "Started"),
+            "{:?}",
+            r.events()
+        );
+        assert!(recorded(&r).is_none());
+    }
+
     /// `--cgroup-driver cgroupfs` on a systemd host: podvisor writes its own parent.
     #[test]
     #[ignore = "runs in the systemd VM (vm::systemd_driver_in_a_vm)"]
