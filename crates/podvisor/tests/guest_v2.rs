@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::harness::*;
 use crate::probes::stop;
-use crate::resources::{container_pid, status};
+use crate::resources::{assert_usage, container_pid, status};
 
 fn env_path(name: &str) -> PathBuf {
     PathBuf::from(
@@ -94,13 +94,7 @@ mod placement {
             .unwrap();
         assert!(note.starts_with("v2, cgroupfs driver ("), "{note}");
         // Usage from the instance's cgroup, as on v1.
-        let usage = s["metadata"]["annotations"]["podvisor.io/usage.app"]
-            .as_str()
-            .unwrap();
-        assert!(
-            usage.starts_with("cpu=") && usage.contains(" memory="),
-            "{usage}"
-        );
+        assert_usage(&s, "app");
         let text = client(&r, &["describe"]).stdout;
         assert!(
             text.contains("Cgroups:      v2, cgroupfs driver ("),
@@ -410,20 +404,18 @@ mod systemd {
             "Never",
             "  containers:\n  - name: app\n    command: [sh, -c, 'sleep 2; exit 3']\n    resources: {limits: {memory: 16Mi}}\n",
         ));
-        let out = Run::new("systemd-run")
-            .args([
-                "--wait",
-                "--collect",
-                "--quiet",
-                "--unit",
-                "podvisor-as-service",
-            ])
-            .arg(podvisor())
-            .args(["run", "-q", "--state-dir"])
-            .arg(r.dir.file("state"))
-            .arg("--events")
-            .arg(r.dir.file("events.json"))
-            .arg(r.dir.file("pod.yaml"))
+        let out = r
+            .cmd_under(
+                &[
+                    "systemd-run",
+                    "--wait",
+                    "--collect",
+                    "--quiet",
+                    "--unit",
+                    "podvisor-as-service",
+                ],
+                &[],
+            )
             .output_within(std::time::Duration::from_secs(60));
         // The pod failed (exit 3): podvisor run exits 1, and so does the service.
         assert_eq!(out.code(), 1, "{out:?}");

@@ -517,8 +517,16 @@ impl PodRun {
     }
 
     pub fn cmd(&self, extra: &[&str]) -> Run {
-        Run::new(podvisor())
-            .args(["run", "-q", "--state-dir"])
+        self.cmd_under(&[], extra)
+    }
+
+    /// `cmd`, run by `wrapper` (`setpriv …`, `systemd-run …`) when it is not empty.
+    pub fn cmd_under(&self, wrapper: &[&str], extra: &[&str]) -> Run {
+        let run = match wrapper.split_first() {
+            Some((program, args)) => Run::new(program).args(args).arg(podvisor()),
+            None => Run::new(podvisor()),
+        };
+        run.args(["run", "-q", "--state-dir"])
             .arg(self.dir.file("state"))
             .arg("--events")
             .arg(self.dir.file("events.json"))

@@ -16,6 +16,17 @@ pub fn status(r: &PodRun) -> Value {
     serde_json::from_str(&client(r, &["status", "-o", "json"]).stdout).unwrap()
 }
 
+/// The status shows `container`'s usage, read from its cgroup.
+pub fn assert_usage(s: &Value, container: &str) {
+    let usage = s["metadata"]["annotations"][format!("podvisor.io/usage.{container}")]
+        .as_str()
+        .unwrap();
+    assert!(
+        usage.starts_with("cpu=") && usage.contains(" memory="),
+        "{usage}"
+    );
+}
+
 /// The running instance's pid of container `i`, from its containerID.
 pub fn container_pid(r: &PodRun, i: usize) -> Option<i32> {
     // Until the run serves its socket, there is no status yet.
@@ -168,13 +179,7 @@ fn a_cpu_limit_throttles_and_usage_comes_from_the_cgroup() {
     let metric: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(metric >= u1 * 0.9 && metric < u1 + 0.5, "{line} vs {u1}");
     let s = status(&r);
-    let usage = s["metadata"]["annotations"]["podvisor.io/usage.spin"]
-        .as_str()
-        .unwrap();
-    assert!(
-        usage.starts_with("cpu=") && usage.contains(" memory="),
-        "{usage}"
-    );
+    assert_usage(&s, "spin");
     let text = client(&r, &["describe"]).stdout;
     for line in [
         "Cgroups:      v1 (memory, cpu, cpuacct, pids)",

@@ -148,14 +148,16 @@ fn without_root_a_user_namespace_gives_the_same_root_of_its_own() {
         ),
     ));
     std::fs::set_permissions(r.dir.file(""), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut p = Run::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .arg(podvisor())
-        .args(["run", "-q", "--state-dir"])
-        .arg(r.dir.file("state"))
-        .arg("--events")
-        .arg(r.dir.file("events.json"))
-        .arg(r.dir.file("pod.yaml"))
+    let mut p = r
+        .cmd_under(
+            &[
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+            ],
+            &[],
+        )
         .start();
     // The exec probe reads the container's own /tmp and /etc: it joined its namespaces.
     wait_until("the app is ready", || {

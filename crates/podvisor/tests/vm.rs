@@ -147,6 +147,24 @@ impl Initramfs {
         }
     }
 
+    /// This test binary, the binaries under test (also a `PODVISOR_BIN`), and the script at
+    /// `dest` that runs the guest tests: `script` with `@TESTS@` (this binary's path) and
+    /// `@BIN@` (the `PODVISOR_BIN=…` to pass on, if any) filled in.
+    pub fn tests(&self, dest: &str, script: &str) {
+        let me = std::env::current_exe().unwrap();
+        self.binary(&me);
+        self.binary(&podvisor());
+        self.binary(&testbin());
+        let bin = match std::env::var_os("PODVISOR_BIN") {
+            Some(b) => format!("PODVISOR_BIN={}", Path::new(&b).display()),
+            None => String::new(),
+        };
+        let script = script
+            .replace("@TESTS@", me.to_str().unwrap())
+            .replace("@BIN@", &bin);
+        self.write(dest, &script, 0o755);
+    }
+
     pub fn write(&self, dest: &str, text: &str, mode: u32) {
         let to = self.file(dest.strip_prefix('/').unwrap());
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
@@ -345,24 +363,9 @@ fn cgroup_v2_initramfs(assets: &Assets) -> Initramfs {
         "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
         0o644,
     );
-    fs.binary(&std::env::current_exe().unwrap());
-    fs.binary(&podvisor());
-    fs.binary(&testbin());
     // util-linux's, which can set the real uid (busybox's cannot).
     fs.binary(Path::new("/usr/bin/setpriv"));
-    let me = std::env::current_exe().unwrap();
-    // The binary under test, also when PODVISOR_BIN names another build.
-    let bin = match std::env::var_os("PODVISOR_BIN") {
-        Some(b) => format!("PODVISOR_BIN={}", Path::new(&b).display()),
-        None => String::new(),
-    };
-    fs.write(
-        "/stage2",
-        &STAGE2
-            .replace("@TESTS@", me.to_str().unwrap())
-            .replace("@BIN@", &bin),
-        0o755,
-    );
+    fs.tests("/stage2", STAGE2);
     fs
 }
 
@@ -437,24 +440,13 @@ fn cgroup_v2_in_a_vm() {
     };
     let fs = cgroup_v2_initramfs(&assets);
     let archive = fs.archive(None);
-    let started = Instant::now();
-    let console = boot(
+    // What podvisor moves itself into may stay (empty); no pod cgroup or parent does.
+    run_vm(
         &assets,
         "cgroup-v2",
         &archive,
         1536,
-        Duration::from_secs(600),
-    );
-    eprintln!(
-        "the cgroup v2 VM ran for {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    // Kept for a look after the run (CI prints where it is).
-    let results = results(&console);
-    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names,
-        [
+        &[
             "session",
             "service",
             "root",
@@ -463,15 +455,36 @@ fn cgroup_v2_in_a_vm() {
             "no-memory-controller",
             "not-delegated",
             "busy",
-            "read-only"
+            "read-only",
         ],
-        "{console}"
+        |p| p.ends_with("/podvisor-supervisor") || p.contains("podvisor-test.service"),
     );
+}
+
+/// Boots the VM and checks what it reported: each scenario in `scenarios`, in order, exited
+/// 0 having run at least one test (a filter that matched nothing would pass silently), and
+/// no cgroup the run made is left (`VM-LEFT`) but those `may_stay`.
+fn run_vm(
+    assets: &Assets,
+    name: &str,
+    archive: &Path,
+    memory_mib: u32,
+    scenarios: &[&str],
+    may_stay: impl Fn(&str) -> bool,
+) {
+    let started = Instant::now();
+    let console = boot(assets, name, archive, memory_mib, Duration::from_secs(600));
+    eprintln!(
+        "the {name} VM ran for {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let results = results(&console);
+    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, scenarios, "{console}");
     assert!(
         results.iter().all(|(_, code)| *code == 0),
         "{results:?}\n{console}"
     );
-    // Every scenario ran tests: a filter that matched nothing would pass silently.
     let ran = console
         .lines()
         .filter(|l| l.starts_with("test result: ok.") && !l.contains(" 0 passed"))
@@ -481,11 +494,7 @@ fn cgroup_v2_in_a_vm() {
         .lines()
         .find_map(|l| l.strip_prefix("VM-LEFT"))
         .unwrap_or_else(|| panic!("{console}"));
-    // What podvisor moves itself into may stay (empty); no pod cgroup or parent does.
-    let left: Vec<&str> = left
-        .split_whitespace()
-        .filter(|p| !p.ends_with("/podvisor-supervisor") && !p.contains("podvisor-test.service"))
-        .collect();
+    let left: Vec<&str> = left.split_whitespace().filter(|p| !may_stay(p)).collect();
     assert!(left.is_empty(), "left behind: {left:?}\n{console}");
 }
 
@@ -560,21 +569,7 @@ fn systemd_driver_in_a_vm() {
     };
     let fs = Initramfs::new(&assets);
     fs.write("/init", &INIT.replace("@NEXT@", "/sbin/init"), 0o755);
-    let me = std::env::current_exe().unwrap();
-    fs.binary(&me);
-    fs.binary(&podvisor());
-    fs.binary(&testbin());
-    let bin = match std::env::var_os("PODVISOR_BIN") {
-        Some(b) => format!("PODVISOR_BIN={}", Path::new(&b).display()),
-        None => String::new(),
-    };
-    fs.write(
-        "/podvisor-vmtest",
-        &SYSTEMD_SCRIPT
-            .replace("@TESTS@", me.to_str().unwrap())
-            .replace("@BIN@", &bin),
-        0o755,
-    );
+    fs.tests("/podvisor-vmtest", SYSTEMD_SCRIPT);
     fs.write(
         "/etc/systemd/system/podvisor-vmtest.service",
         SYSTEMD_UNIT,
@@ -612,27 +607,12 @@ fn systemd_driver_in_a_vm() {
         0o644,
     );
     let archive = fs.archive(Some(&root));
-    let started = Instant::now();
-    let console = boot(&assets, "systemd", &archive, 2048, Duration::from_secs(600));
-    eprintln!(
-        "the systemd VM ran for {:.1} s",
-        started.elapsed().as_secs_f64()
+    run_vm(
+        &assets,
+        "systemd",
+        &archive,
+        2048,
+        &["systemd-root", "systemd-rootless"],
+        |_| false,
     );
-    let results = results(&console);
-    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["systemd-root", "systemd-rootless"], "{console}");
-    assert!(
-        results.iter().all(|(_, code)| *code == 0),
-        "{results:?}\n{console}"
-    );
-    let ran = console
-        .lines()
-        .filter(|l| l.starts_with("test result: ok.") && !l.contains(" 0 passed"))
-        .count();
-    assert_eq!(ran, results.len(), "{console}");
-    let left = console
-        .lines()
-        .find_map(|l| l.strip_prefix("VM-LEFT"))
-        .unwrap_or_else(|| panic!("{console}"));
-    assert!(left.trim().is_empty(), "left behind: {left}\n{console}");
 }

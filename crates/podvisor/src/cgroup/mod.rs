@@ -19,7 +19,6 @@ mod pod;
 pub mod systemd;
 pub mod unified;
 
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -67,25 +66,14 @@ pub struct Layout {
     mount: PathBuf,
 }
 
-impl fmt::Display for Layout {
-    /// `v1 (memory, cpu, cpuacct, pids)` or `v2 (memory cpu pids)`, for `describe`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.version {
-            Version::V1 => {
-                let names: Vec<_> = self.roots.iter().map(|(c, _)| c.v1_name()).collect();
-                write!(f, "v1 ({})", names.join(", "))
-            }
-            Version::V2 => write!(f, "v2 ({})", self.roots[0].1.display()),
-        }
-    }
-}
-
-/// Where pod cgroups go: a directory per hierarchy, and on v2 the controllers enabled for
-/// the pods' children.
+/// Where the pod's cgroup goes: `name` under a directory per hierarchy, with (v2) the
+/// controllers enabled for its children; and for `describe`, how it was placed.
 #[derive(Debug)]
-struct Parents {
-    dirs: Vec<(Controller, PathBuf)>,
+struct Placement {
+    parents: Vec<(Controller, PathBuf)>,
     enabled: Vec<&'static str>,
+    name: String,
+    note: String,
 }
 
 /// Why the pod cannot have cgroups.
@@ -137,21 +125,18 @@ impl Driver {
     /// The driver to use here: never `Auto`.
     fn resolve(self, layout: &Layout, uid: u32) -> Result<Driver, CgroupError> {
         let v2 = layout.version == Version::V2;
+        let unavailable = || systemd::unavailable(uid);
         match self {
             Driver::Cgroupfs => Ok(Driver::Cgroupfs),
-            Driver::Auto if v2 && systemd::available(uid) => Ok(Driver::Systemd),
+            Driver::Auto if v2 && unavailable().is_none() => Ok(Driver::Systemd),
             Driver::Auto => Ok(Driver::Cgroupfs),
             Driver::Systemd if !v2 => Err(CgroupError::NoSystemd {
                 why: "this host has cgroup v1, and podvisor's systemd driver needs cgroup v2",
             }),
-            Driver::Systemd if !systemd::available(uid) => Err(CgroupError::NoSystemd {
-                why: if uid == 0 || !std::path::Path::new("/run/systemd/system").is_dir() {
-                    "systemd is not this host's init (no /run/systemd/system)"
-                } else {
-                    "this user's systemd manager is not reachable ($XDG_RUNTIME_DIR/bus)"
-                },
-            }),
-            Driver::Systemd => Ok(Driver::Systemd),
+            Driver::Systemd => match unavailable() {
+                Some(why) => Err(CgroupError::NoSystemd { why }),
+                None => Ok(Driver::Systemd),
+            },
         }
     }
 }
@@ -193,19 +178,51 @@ impl Layout {
             .collect()
     }
 
-    /// Where pod cgroups go for a process of `uid`, made ready. `need`: the controllers the
-    /// pod's limits cannot do without.
-    fn pod_parents(&self, uid: u32, need: &[&'static str]) -> Result<Parents, CgroupError> {
-        match self.version {
-            Version::V1 => Ok(Parents {
-                dirs: self.roots.clone(),
-                enabled: Vec::new(),
-            }),
-            Version::V2 => {
+    /// Where the pod cgroup `name` goes for a process of `uid` with `driver`, made ready.
+    /// `need`: the controllers the pod's limits cannot do without.
+    fn place(
+        &self,
+        driver: Driver,
+        uid: u32,
+        need: &[&'static str],
+        name: String,
+        description: &str,
+    ) -> Result<Placement, CgroupError> {
+        match (driver.resolve(self, uid)?, self.version) {
+            (Driver::Systemd, _) => {
+                let unit = systemd::unit_name(&name);
+                let scope = systemd::start_scope(uid, &unit, description, need)?;
+                Ok(Placement {
+                    note: format!(
+                        "v2, systemd driver ({unit} in {}; {})",
+                        systemd::SLICE,
+                        scope.enabled.join(" ")
+                    ),
+                    parents: vec![(Controller::Unified, scope.dir)],
+                    enabled: scope.enabled,
+                    name: "pod".to_string(),
+                })
+            }
+            (_, Version::V1) => {
+                let names: Vec<_> = self.roots.iter().map(|(c, _)| c.v1_name()).collect();
+                Ok(Placement {
+                    note: format!("v1 ({})", names.join(", ")),
+                    parents: self.roots.clone(),
+                    enabled: Vec::new(),
+                    name,
+                })
+            }
+            (_, Version::V2) => {
                 let (parent, enabled) = unified::place(&self.mount, &self.roots[0].1, uid, need)?;
-                Ok(Parents {
-                    dirs: vec![(Controller::Unified, parent)],
+                Ok(Placement {
+                    note: format!(
+                        "v2, cgroupfs driver ({}; {})",
+                        parent.display(),
+                        enabled.join(" ")
+                    ),
+                    parents: vec![(Controller::Unified, parent)],
                     enabled,
+                    name,
                 })
             }
         }
@@ -307,49 +324,18 @@ impl PodCgroups {
         }
         let made = Layout::detect().and_then(|layout| {
             let name = pod_cgroup_name(&plan.namespace, &plan.pod.name, state_dir);
-            let uid = sys::getuid();
-            let (parents, enabled, pod_name, note) = match driver.resolve(&layout, uid)? {
-                Driver::Systemd => {
-                    let description = format!("podvisor pod {}/{}", plan.namespace, plan.pod.name);
-                    let scope = systemd::start_scope(
-                        &layout.mount,
-                        uid,
-                        &systemd::unit_name(&name),
-                        &description,
-                        &need,
-                    )?;
-                    let note = format!(
-                        "v2, systemd driver ({} in {}; {})",
-                        scope.unit,
-                        systemd::SLICE,
-                        scope.enabled.join(" ")
-                    );
-                    let parents = vec![(Controller::Unified, scope.dir)];
-                    (parents, scope.enabled, "pod".to_string(), note)
-                }
-                _ => {
-                    let Parents { dirs, enabled } = layout.pod_parents(uid, &need)?;
-                    let note = match layout.version {
-                        Version::V1 => layout.to_string(),
-                        Version::V2 => format!(
-                            "v2, cgroupfs driver ({}; {})",
-                            dirs[0].1.display(),
-                            enabled.join(" ")
-                        ),
-                    };
-                    (dirs, enabled, name, note)
-                }
-            };
+            let description = format!("podvisor pod {}/{}", plan.namespace, plan.pod.name);
+            let at = layout.place(driver, sys::getuid(), &need, name, &description)?;
             let pod = PodCgroup::create(
                 layout.version,
-                &parents,
-                &enabled,
+                &at.parents,
+                &at.enabled,
                 state_dir,
-                &pod_name,
+                &at.name,
                 &plan.pod_resources,
                 pids_max,
             )?;
-            Ok((note, pod))
+            Ok((at.note, pod))
         });
         match made {
             Ok((note, pod)) => Ok(PodCgroups {
@@ -429,7 +415,11 @@ mod tests {
         let own = "8:pids:/\n4:memory:/a/b\n2:cpuacct:/\n1:cpu:/\n0::/\n";
         let l = layout_from(&mountinfo::parse(mountinfo), own).unwrap();
         assert_eq!(l.version, Version::V1);
-        assert_eq!(l.to_string(), "v1 (memory, cpu, cpuacct, pids)");
+        let at = l
+            .place(Driver::Auto, 0, &["memory"], "p".into(), "")
+            .unwrap();
+        assert_eq!(at.note, "v1 (memory, cpu, cpuacct, pids)");
+        assert_eq!(at.parents, l.roots);
         assert_eq!(
             l.dirs(Path::new("p")),
             vec![

@@ -230,14 +230,7 @@ impl InstanceCgroup {
     /// (a daemon that called setsid) goes with it too.
     pub fn kill_all(&self) {
         for (_, dir) in &self.dirs {
-            // v2 on 5.14+: the kernel kills them all, also a process forking meanwhile.
-            let kill = dir.join("cgroup.kill");
-            if kill.exists() && write_file(&kill, "1").is_ok() {
-                continue;
-            }
-            for pid in procs_of(dir) {
-                let _ = sys::send_signal(pid, libc::SIGKILL);
-            }
+            kill(dir);
         }
     }
 
@@ -262,6 +255,19 @@ pub(super) fn keyed(text: &str, key: &str) -> Option<u64> {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
     })
+}
+
+/// SIGKILL to every process in the cgroup `dir`: one write of `cgroup.kill` where the kernel
+/// has it (v2, 5.14+; it takes the whole subtree, also a process forking meanwhile), else a
+/// signal to each process listed.
+fn kill(dir: &Path) {
+    let file = dir.join("cgroup.kill");
+    if file.exists() && write_file(&file, "1").is_ok() {
+        return;
+    }
+    for pid in procs_of(dir) {
+        let _ = sys::send_signal(pid, libc::SIGKILL);
+    }
 }
 
 pub(super) fn procs_of(dir: &Path) -> Vec<i32> {
@@ -358,19 +364,12 @@ fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
     if !dir.exists() {
         return Ok(());
     }
-    // v2 on 5.14+: one write kills every process in the tree, also those forking meanwhile.
-    let kill = dir.join("cgroup.kill");
-    if kill.exists() {
-        let _ = write_file(&kill, "1");
-    }
     let mut all = Vec::new();
     collect_dirs(dir, &mut all);
     let deadline = Instant::now() + PATIENCE;
     for d in all.iter().rev() {
         loop {
-            for pid in procs_of(d) {
-                let _ = sys::send_signal(pid, libc::SIGKILL);
-            }
+            kill(d);
             match std::fs::remove_dir(d) {
                 Ok(()) => break,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => break,

@@ -21,8 +21,8 @@ use zbus::blocking::Connection;
 use zbus::zvariant::Value;
 
 use super::pod::write_file;
-use super::unified::{self, WANTED};
-use super::{io_err, CgroupError};
+use super::unified;
+use super::{io_err, CgroupError, Layout};
 use crate::process::sys;
 
 /// The slice every pod's scope goes in.
@@ -38,13 +38,17 @@ const DEST: &str = "org.freedesktop.systemd1";
 const PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 
-/// Whether systemd is this host's init (`sd_booted()`), and for a user other than root,
-/// whether that user's manager answers on its bus.
-pub fn available(uid: u32) -> bool {
+/// Why the systemd driver cannot be used by `uid` here: systemd is not this host's init
+/// (`sd_booted()`), or, for a user other than root, that user's manager does not answer on
+/// its bus. `None`: it can.
+pub fn unavailable(uid: u32) -> Option<&'static str> {
     if !Path::new("/run/systemd/system").is_dir() {
-        return false;
+        return Some("systemd is not this host's init (no /run/systemd/system)");
     }
-    uid == 0 || user_bus().is_some_and(|p| p.exists())
+    if uid != 0 && !user_bus().is_some_and(|p| p.exists()) {
+        return Some("this user's systemd manager is not reachable ($XDG_RUNTIME_DIR/bus)");
+    }
+    None
 }
 
 /// The user bus's socket, where `systemd --user` and its D-Bus listen.
@@ -79,7 +83,6 @@ pub struct Scope {
 
 /// Starts the pod's scope (stopping one a dead run left) and moves podvisor into it.
 pub fn start_scope(
-    mount: &Path,
     uid: u32,
     unit: &str,
     description: &str,
@@ -117,7 +120,9 @@ pub fn start_scope(
     // The job moves podvisor into the scope's cgroup: that is when it is ready.
     let deadline = Instant::now() + PATIENCE;
     let dir = loop {
-        if let Some(dir) = own_cgroup(mount).filter(|d| d.ends_with(unit)) {
+        // Read as at start (/proc/self/cgroup under the unified mount).
+        let own = Layout::detect().ok().map(|l| l.roots[0].1.clone());
+        if let Some(dir) = own.filter(|d| d.ends_with(unit)) {
             break dir;
         }
         if Instant::now() > deadline {
@@ -128,39 +133,25 @@ pub fn start_scope(
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    let offered = std::fs::read_to_string(dir.join("cgroup.controllers"))
-        .map_err(io_err(&dir.join("cgroup.controllers"), "read"))?;
-    let offered: Vec<&str> = offered.split_whitespace().collect();
-    if let Some(missing) = need.iter().find(|c| !offered.contains(c)) {
-        return Err(CgroupError::ControllerMissing {
-            path: dir.display().to_string(),
-            controller: missing,
-            offered: offered.join(" "),
-            fix: if uid == 0 {
-                "systemd did not delegate it to the scope: enable it for podvisor.slice"
-            } else {
-                "the user's manager does not delegate it: add Delegate=cpu cpuset io memory pids to user@.service (a drop-in in /etc/systemd/system/user@.service.d/)"
-            },
-        });
-    }
+    let enabled = unified::usable(
+        &dir,
+        need,
+        if uid == 0 {
+            "systemd did not delegate it to the scope: enable it for podvisor.slice"
+        } else {
+            "the user's manager does not delegate it: add Delegate=cpu cpuset io memory pids to user@.service (a drop-in in /etc/systemd/system/user@.service.d/)"
+        },
+    )?;
     let leaf = dir.join(SUPERVISOR);
     std::fs::create_dir(&leaf).map_err(io_err(&leaf, "create"))?;
     let procs = leaf.join("cgroup.procs");
     write_file(&procs, &pid.to_string()).map_err(io_err(&procs, "move podvisor into"))?;
-    let enabled: Vec<&'static str> = WANTED.into_iter().filter(|c| offered.contains(c)).collect();
     unified::enable(&dir, &enabled)?;
     Ok(Scope {
         unit: unit.to_string(),
         dir,
         enabled,
     })
-}
-
-/// This process's cgroup directory on the unified hierarchy mounted at `mount`.
-fn own_cgroup(mount: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    Some(mount.join(path.trim_start_matches('/')))
 }
 
 /// A scope of this name that a dead run left is stopped (its processes killed) and waited

@@ -50,32 +50,35 @@ pub fn place(
     } else {
         delegation_top(mount, own, uid)?
     };
-    let offered = controllers(&top)?;
-    if let Some(missing) = need.iter().find(|c| !offered.contains(&c.to_string())) {
-        return Err(CgroupError::ControllerMissing {
-            path: top.display().to_string(),
-            controller: missing,
-            offered: offered.join(" "),
-            fix: if uid == 0 {
-                "enable it in the parent's cgroup.subtree_control"
-            } else {
-                "have it delegated (systemd: Delegate=yes, e.g. systemd-run --user --scope -p Delegate=yes), or use --cgroup-driver systemd"
-            },
-        });
-    }
-    let enable: Vec<&'static str> = WANTED
-        .into_iter()
-        .filter(|c| offered.contains(&c.to_string()))
-        .collect();
+    let fix = if uid == 0 {
+        "enable it in the parent's cgroup.subtree_control"
+    } else {
+        "have it delegated (systemd: Delegate=yes, e.g. systemd-run --user --scope -p Delegate=yes), or use --cgroup-driver systemd"
+    };
+    let enable = usable(&top, need, fix)?;
     enable_at_top(&top, own, &enable)?;
     Ok((top.join(PARENT), enable))
 }
 
-/// The controllers `dir` offers its children (`cgroup.controllers`).
-fn controllers(dir: &Path) -> Result<Vec<String>, CgroupError> {
+/// Of the controllers podvisor enables (`WANTED`), those `dir` offers its children
+/// (`cgroup.controllers`); a controller of `need` it does not offer is an error with `fix`.
+pub fn usable(
+    dir: &Path,
+    need: &[&'static str],
+    fix: &'static str,
+) -> Result<Vec<&'static str>, CgroupError> {
     let path = dir.join("cgroup.controllers");
     let text = std::fs::read_to_string(&path).map_err(io_err(&path, "read"))?;
-    Ok(text.split_whitespace().map(str::to_string).collect())
+    let offered: Vec<&str> = text.split_whitespace().collect();
+    if let Some(missing) = need.iter().find(|c| !offered.contains(c)) {
+        return Err(CgroupError::ControllerMissing {
+            path: dir.display().to_string(),
+            controller: missing,
+            offered: offered.join(" "),
+            fix,
+        });
+    }
+    Ok(WANTED.into_iter().filter(|c| offered.contains(c)).collect())
 }
 
 /// The highest ancestor of `own` (itself included) that `uid` owns, with the files that make
