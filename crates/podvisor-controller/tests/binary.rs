@@ -186,7 +186,7 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
     };
     let webhook_port = free();
     let certs = TempDir::new("binary-certs");
-    webhook::webhook_certs(&certs.0);
+    webhook::rcgen_certs(&certs.0);
     let mut controller = Controller(
         Command::new(env!("CARGO_BIN_EXE_podvisor-controller"))
             .args([

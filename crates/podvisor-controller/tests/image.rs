@@ -1,6 +1,6 @@
 //! The controller's image, built `FROM scratch` by scripts/build-images and run by a real
 //! Docker engine: it holds the static build, runs as an unprivileged user, prints the CRD, and
-//! without a cluster says so and exits 1 instead of crashing. SKIPPED without a Docker engine.
+//! without a cluster says so and exits 1 instead of crashing. Says `skipped:` without a Docker engine.
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ fn the_controller_image_runs_its_static_build_from_scratch() {
         .status()
         .is_ok_and(|s| s.success())
     {
-        eprintln!("SKIPPED (no Docker engine)");
+        crate::skip("no Docker engine");
         return;
     }
     let tag = format!("pvtest-controller-{}", std::process::id());

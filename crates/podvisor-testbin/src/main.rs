@@ -51,6 +51,7 @@ extern "C" fn main(
         Some("serve") => serve(&args[1..]),
         Some("alloc") => alloc(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
         Some("spin") => spin(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0)),
+        Some("masked") => masked(&args[1..]),
         Some("sleep") => {
             let secs: f64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0);
             std::thread::sleep(Duration::from_secs_f64(secs));
@@ -58,13 +59,29 @@ extern "C" fn main(
         }
         _ => {
             eprintln!(
-                "usage: podvisor-testbin exit|die|signals|report|zombies|orphans|serve|sleep ..."
+                "usage: podvisor-testbin exit|die|signals|report|zombies|orphans|serve|masked|sleep ..."
             );
             2
         }
     };
     let _ = std::io::stdout().flush();
     code
+}
+
+/// Blocks SIGUSR1, ignores SIGUSR2, SIGPIPE and SIGXFSZ (as a Python or a shell that set
+/// them would), then execs its arguments: what a program started under such a parent inherits.
+fn masked(cmd: &[String]) -> i32 {
+    sys::block(libc::SIGUSR1);
+    for sig in [libc::SIGUSR2, libc::SIGPIPE, libc::SIGXFSZ] {
+        sys::ignore(sig);
+    }
+    if cmd.is_empty() {
+        eprintln!("usage: podvisor-testbin masked CMD [ARG...]");
+        return 2;
+    }
+    let e = sys::exec(cmd);
+    eprintln!("podvisor-testbin: {}: {e}", cmd[0]);
+    127
 }
 
 fn parse_sig(s: &str) -> i32 {

@@ -64,6 +64,17 @@ pub fn wait_signal(set: &libc::sigset_t) -> io::Result<(i32, i32)> {
     }
 }
 
+/// Adds `sig` to the blocked set.
+pub fn block(sig: i32) {
+    // SAFETY: a set initialised by sigemptyset; a bad number only makes the calls fail.
+    unsafe {
+        let mut one = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(one.as_mut_ptr());
+        libc::sigaddset(one.as_mut_ptr(), sig);
+        libc::pthread_sigmask(libc::SIG_BLOCK, one.as_ptr(), std::ptr::null_mut());
+    }
+}
+
 pub fn ignore(sig: i32) {
     // SAFETY: installing SIG_IGN runs no code of ours.
     unsafe { libc::signal(sig, libc::SIG_IGN) };
@@ -125,4 +136,22 @@ pub fn ids() -> (i32, i32, i32, i32) {
 pub fn foreground_group() -> i32 {
     // SAFETY: tcgetpgrp only reads.
     unsafe { libc::tcgetpgrp(0) }
+}
+
+/// execvp, without std's Command, which sets SIGPIPE back to its default in the child.
+pub fn exec(cmd: &[String]) -> io::Error {
+    let args: Vec<std::ffi::CString> = match cmd
+        .iter()
+        .map(|a| std::ffi::CString::new(a.as_bytes()))
+        .collect()
+    {
+        Ok(args) => args,
+        Err(e) => return io::Error::new(io::ErrorKind::InvalidInput, e),
+    };
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: argv is a null-terminated array of pointers to NUL-terminated strings that
+    // outlive the call; execvp returns only on failure.
+    unsafe { libc::execvp(argv[0], argv.as_ptr()) };
+    io::Error::last_os_error()
 }

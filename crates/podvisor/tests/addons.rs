@@ -64,7 +64,7 @@ fn a_crashing_node_agent_is_staged_off() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: node is not installed (examples/addons/node needs it)");
+        skip("node is not installed (examples/addons/node needs it)");
         return;
     }
     let r = example_run("examples/addons/node/pod.yaml", &[]);

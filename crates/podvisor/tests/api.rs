@@ -380,7 +380,7 @@ fn metrics_over_http() {
 #[test]
 fn volumes_are_shared_and_a_pod_restart_wipes_empty_dirs() {
     if !is_root() {
-        eprintln!("SKIPPED: volumes need root (a mount namespace per container)");
+        skip("volumes need root (a mount namespace per container)");
         return;
     }
     let dir = TempDir::new();

@@ -10,7 +10,7 @@ fn podvisor_cmd(args: &[&str]) -> Output {
 fn require_full_build() -> bool {
     let out = podvisor_cmd(&["--version"]);
     if out.stdout.contains("init-only") {
-        eprintln!("SKIPPED: the PID 1 build has no clap command line");
+        skip("the PID 1 build has no clap command line");
         return false;
     }
     true

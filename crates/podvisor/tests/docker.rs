@@ -5,7 +5,8 @@
 //!
 //! The images come from `scripts/build-images` with a tag of the test's own; every container,
 //! volume, Compose project and image tag a test makes is removed when it ends, also when it
-//! fails. Without a Docker engine the tests say SKIPPED.
+//! fails. Without a Docker engine, or without Debian's busybox-static to build the images from,
+//! the tests say skipped.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -19,14 +20,29 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Whether a Docker engine answers; when not, why.
+/// Whether a Docker engine answers and the images can be built (scripts/build-images makes
+/// them from Debian's static busybox); when not, why.
 fn engine() -> Result<(), String> {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     PROBE
-        .get_or_init(|| match Command::new("docker").arg("info").output() {
-            Ok(o) if o.status.success() => Ok(()),
-            Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
-            Err(e) => Err(format!("docker: {e}")),
+        .get_or_init(|| {
+            match Command::new("docker").arg("info").output() {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => {
+                    let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                    return Err(format!("no Docker engine: {why}"));
+                }
+                Err(e) => return Err(format!("no Docker engine: docker: {e}")),
+            }
+            let ldd = Command::new("ldd").arg("/bin/busybox").output();
+            match ldd {
+                Ok(o) if String::from_utf8_lossy(&o.stdout).contains("not a dynamic")
+                    || String::from_utf8_lossy(&o.stderr).contains("not a dynamic") =>
+                {
+                    Ok(())
+                }
+                _ => Err("busybox-static not installed (the test images are built from /bin/busybox; apt-get install busybox-static)".to_string()),
+            }
         })
         .clone()
 }
@@ -34,7 +50,7 @@ fn engine() -> Result<(), String> {
 macro_rules! require_docker {
     () => {
         if let Err(why) = engine() {
-            eprintln!("SKIPPED (no Docker engine): {why}");
+            skip(&why);
             return;
         }
     };
@@ -517,7 +533,7 @@ fn the_compose_example_escalates_across_restart_on_failure() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED (no docker-compose)");
+        skip("no docker-compose");
         return;
     }
     let images = Images::build();

@@ -201,7 +201,7 @@ fn the_add_on_is_cleared_when_the_app_crashes_without_it() {
 #[test]
 fn a_pod_restart_reruns_init_and_wipes_empty_dirs_then_it_gives_up() {
     if !is_root() {
-        eprintln!("SKIPPED: emptyDir volumes need root (a mount namespace per container)");
+        skip("emptyDir volumes need root (a mount namespace per container)");
         return;
     }
     let dir = TempDir::new();

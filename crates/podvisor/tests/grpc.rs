@@ -1,7 +1,7 @@
-//! The grpc probe through the binary: against grpcio's health server (plain-literal trailers),
-//! and against a server on Python's h2 whose HPACK encoder Huffman-codes and indexes, as
+//! The grpc probe through the binary: against tonic-health's server, and against a server that
+//! writes its HTTP/2 frames by hand with an HPACK encoder that Huffman-codes and indexes, as
 //! grpc-go's and Envoy's do; and header blocks that must fail cleanly (malformed, oversized,
-//! bad Huffman padding).
+//! bad Huffman padding). Both servers are podvisor-testservers.
 
 use std::time::Duration;
 
@@ -11,31 +11,17 @@ use crate::harness::*;
 use crate::probes::{free_port, pod_with, stop};
 
 fn grpc_pod(port: u16, status_file: &std::path::Path, extra: &str) -> String {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/health_server.py");
     format!(
-        "  containers:\n  - name: app\n    command: [/usr/bin/python3, {script}, '{port}', {status}{extra}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1, failureThreshold: 1}}\n",
-        script = script.display(),
+        "  containers:\n  - name: app\n    command: [{server}, grpc-health, '{port}', {status}{extra}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1, failureThreshold: 1}}\n",
+        server = testservers().display(),
         status = status_file.display()
     )
-}
-
-fn require_grpcio() {
-    let ok = std::process::Command::new("/usr/bin/python3")
-        .args(["-c", "import grpc"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "the gRPC probe tests need Debian's python3-grpcio (apt-get install -y python3-grpcio; .ci/run does it)"
-    );
 }
 
 #[test]
 fn grpc_liveness_serving_and_not_serving() {
     // e2e: "should *not* be restarted with a GRPC liveness probe" and "should be restarted
     // with a GRPC liveness probe".
-    require_grpcio();
     let dir = TempDir::new();
     let status = dir.file("status");
     std::fs::write(&status, "SERVING").unwrap();
@@ -63,7 +49,6 @@ fn grpc_liveness_serving_and_not_serving() {
 
 #[test]
 fn grpc_probe_against_a_server_without_the_health_service() {
-    require_grpcio();
     let dir = TempDir::new();
     let port = free_port();
     let r = PodRun::new(&pod_with(
@@ -88,27 +73,14 @@ fn grpc_probe_against_a_server_without_the_health_service() {
     stop(&mut p);
 }
 
-fn require_h2() {
-    let ok = std::process::Command::new("/usr/bin/python3")
-        .args(["-c", "import h2, hpack"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "the gRPC probe tests need Debian's python3-h2 (apt-get install -y python3-h2; .ci/run does it)"
-    );
-}
-
 /// A pod whose container is the h2 health server in `mode`, probed by liveness.
 fn h2_pod(port: u16, mode: &str) -> PodRun {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/h2_health.py");
     PodRun::new(&pod_with(
         "Always",
         1,
         &format!(
-            "  containers:\n  - name: app\n    command: [/usr/bin/python3, {}, '{port}', {mode}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1, failureThreshold: 1}}\n",
-            script.display()
+            "  containers:\n  - name: app\n    command: [{}, h2-health, '{port}', {mode}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1, failureThreshold: 1}}\n",
+            testservers().display()
         ),
     ))
 }
@@ -129,7 +101,6 @@ fn first_liveness_failure(r: &PodRun) -> String {
 
 #[test]
 fn huffman_coded_and_indexed_trailers_are_read() {
-    require_h2();
     // SERVING, its message split over two DATA frames: healthy, never killed.
     let r = h2_pod(free_port(), "serving");
     let mut p = r.cmd(&[]).start();
@@ -152,7 +123,6 @@ fn huffman_coded_and_indexed_trailers_are_read() {
 
 #[test]
 fn header_blocks_that_cannot_be_read_fail_cleanly() {
-    require_h2();
     for (mode, want) in [
         ("malformed", "Liveness probe failed: error: health rpc probe failed: connection error: the server's header block cannot be decoded (HPACK: "),
         ("oversized", "Liveness probe failed: error: health rpc probe failed: the server's header block is larger than 16384 bytes"),

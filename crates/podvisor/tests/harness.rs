@@ -39,6 +39,18 @@ pub fn testbin() -> PathBuf {
     path
 }
 
+/// The probe tests' servers (gRPC health, HTTP/2 frames, HTTPS), built next to podvisor by
+/// `cargo test --workspace`.
+pub fn testservers() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_podvisor")).with_file_name("podvisor-testservers");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo test --workspace` (or `cargo build -p podvisor-testservers`)",
+        path.display()
+    );
+    path
+}
+
 /// A directory with `tini` and `dumb-init` links to the podvisor binary.
 pub fn persona_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -73,14 +85,25 @@ pub fn pid_namespace() -> Result<(), String> {
         .clone()
 }
 
+/// Says that a test, or a part of one, did not run and why: `skipped: WHY` in the output even
+/// when the test passes (written to stderr past libtest's capture). With `PODVISOR_NO_SKIP`
+/// set (CI sets it) a skip is a failure instead: there, everything must run.
+pub fn skip(why: &str) {
+    assert!(
+        std::env::var_os("PODVISOR_NO_SKIP").is_none(),
+        "skipped: {why} (PODVISOR_NO_SKIP is set: on CI every test must run)"
+    );
+    let _ = writeln!(std::io::stderr(), "skipped: {why}");
+}
+
 /// Skips the calling test, loudly, when there is no PID namespace to be had.
 #[macro_export]
 macro_rules! require_pid_namespace {
     () => {
         if let Err(why) = $crate::harness::pid_namespace() {
-            eprintln!(
-                "SKIPPED: this test needs a PID namespace (unshare -p -f --mount-proc): {why}"
-            );
+            $crate::harness::skip(&format!(
+                "this test needs a PID namespace (unshare -p -f --mount-proc): {why}"
+            ));
             return;
         }
     };

@@ -498,23 +498,16 @@ fn mask_and_ignored(out: &Output) -> (String, String) {
 
 #[test]
 fn the_child_gets_back_the_inherited_mask_and_dispositions() {
-    // Python blocks USR1 and ignores USR2 and PIPE (and whatever Python ignores itself), then
-    // execs its arguments: the child must see the same with podvisor init in between as
-    // without it, not podvisor's own mask or its ignored SIGTTIN/SIGTTOU.
-    let py = r#"
-import os, signal, sys
-signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
-signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-os.execv(sys.argv[1], sys.argv[1:])
-"#;
-    let direct = Run::new("python3")
-        .args(["-c", py])
+    // The testbin blocks USR1 and ignores USR2, PIPE and XFSZ, then execs its arguments: the
+    // child must see the same with podvisor init in between as without it, not podvisor's own
+    // mask or its ignored SIGTTIN/SIGTTOU.
+    let direct = Run::new(testbin())
+        .arg("masked")
         .arg(testbin())
         .arg("report")
         .output();
-    let through = Run::new("python3")
-        .args(["-c", py])
+    let through = Run::new(testbin())
+        .arg("masked")
         .arg(podvisor())
         .args(["init", "-q", "--"])
         .arg(testbin())
@@ -527,8 +520,8 @@ os.execv(sys.argv[1], sys.argv[1:])
         ("SigBlk 0000000000000200", mask_and_ignored(&direct).1)
     );
     // The dumb-init persona, which starts its child another way (a new session), too.
-    let dumb = Run::new("python3")
-        .args(["-c", py])
+    let dumb = Run::new(testbin())
+        .arg("masked")
         .arg(persona_dir().join("dumb-init"))
         .arg(testbin())
         .arg("report")
@@ -590,7 +583,7 @@ fn have_script() -> bool {
 #[test]
 fn on_a_terminal_the_child_owns_the_foreground_and_gets_ctrl_c() {
     if !have_script() {
-        eprintln!("SKIPPED: script(1) from util-linux is needed for a pseudo-terminal");
+        skip("script(1) from util-linux is needed for a pseudo-terminal");
         return;
     }
     let cmd = format!(

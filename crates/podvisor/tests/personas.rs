@@ -16,10 +16,10 @@ fn real(name: &str) -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
-        eprintln!(
-            "SKIPPED side-by-side part: {} is not installed (apt-get install {name})",
+        skip(&format!(
+            "side-by-side part: {name} not installed ({} is missing; apt-get install {name})",
             path.display()
-        );
+        ));
         None
     }
 }

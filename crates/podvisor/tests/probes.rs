@@ -622,30 +622,11 @@ fn https_probes_accept_a_self_signed_certificate() {
     // The kubelet's prober does not verify certificates (InsecureSkipVerify): a self-signed one
     // is fine; the status code still decides.
     let dir = TempDir::new();
-    let (cert, key, log) = (dir.file("cert.pem"), dir.file("key.pem"), dir.file("log"));
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args(["-subj", "/CN=localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        made,
-        "the https test needs the openssl command (apt-get install -y openssl)"
-    );
+    let log = dir.file("log");
     let port = free_port();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/https_server.py");
     let spec = format!(
-        "  containers:\n  - name: app\n    command: [python3, {script}, '{port}', {cert}, {key}, {log}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    readinessProbe: {{httpGet: {{scheme: HTTPS, path: /healthz, port: {port}}}, periodSeconds: 1}}\n    livenessProbe: {{httpGet: {{scheme: HTTPS, path: /fail, port: {port}}}, initialDelaySeconds: 2, periodSeconds: 1, failureThreshold: 1}}\n",
-        script = script.display(),
-        cert = cert.display(),
-        key = key.display(),
+        "  containers:\n  - name: app\n    command: [{server}, https, '{port}', {log}]\n    startupProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1, failureThreshold: 30}}\n    readinessProbe: {{httpGet: {{scheme: HTTPS, path: /healthz, port: {port}}}, periodSeconds: 1}}\n    livenessProbe: {{httpGet: {{scheme: HTTPS, path: /fail, port: {port}}}, initialDelaySeconds: 2, periodSeconds: 1, failureThreshold: 1}}\n",
+        server = testservers().display(),
         log = log.display()
     );
     let r = PodRun::new(&pod_with("Always", 1, &spec));

@@ -56,7 +56,7 @@ fn cgroups_here() -> bool {
         .lines()
         .any(|l| l.contains(" - cgroup ") && l.ends_with(",memory"));
     if !(is_root() && v1) {
-        eprintln!("SKIPPED: needs root and cgroup v1 with the memory controller");
+        skip("needs root and cgroup v1 with the memory controller");
         return false;
     }
     true
@@ -236,7 +236,7 @@ fn cgroups_left_by_a_killed_run_are_removed_by_the_next() {
 #[test]
 fn a_limit_that_cannot_be_enforced_is_refused() {
     if !is_root() {
-        eprintln!("SKIPPED: needs root to become nobody");
+        skip("needs root to become nobody");
         return;
     }
     let r = PodRun::new(&pod(

@@ -26,7 +26,7 @@ fn root_listing() -> BTreeSet<String> {
 #[test]
 fn writes_outside_volumes_go_with_the_instance_and_tmp_starts_empty() {
     if !is_root() {
-        eprintln!("SKIPPED: a private root needs root");
+        skip("a private root needs root");
         return;
     }
     let tag = format!("podvisor-rootfs-{}", std::process::id());
@@ -62,7 +62,7 @@ fn writes_outside_volumes_go_with_the_instance_and_tmp_starts_empty() {
 #[test]
 fn probes_and_hooks_see_the_containers_root() {
     if !is_root() {
-        eprintln!("SKIPPED: a private root needs root");
+        skip("a private root needs root");
         return;
     }
     // The hook writes into the container's own /tmp; the container waits for it and then
@@ -88,7 +88,7 @@ fn probes_and_hooks_see_the_containers_root() {
 #[test]
 fn a_read_only_root_takes_no_writes_but_its_volumes_do() {
     if !is_root() {
-        eprintln!("SKIPPED: a private root needs root");
+        skip("a private root needs root");
         return;
     }
     let r = PodRun::new(&private_pod(
@@ -124,11 +124,11 @@ fn user_namespaces_for_nobody() -> bool {
 #[test]
 fn without_root_a_user_namespace_gives_the_same_root_of_its_own() {
     if !is_root() {
-        eprintln!("SKIPPED: needs root to become nobody");
+        skip("needs root to become nobody");
         return;
     }
     if !user_namespaces_for_nobody() {
-        eprintln!("SKIPPED: this kernel gives nobody no user namespace");
+        skip("this kernel gives nobody no user namespace");
         return;
     }
     let tag = format!("podvisor-rootless-{}", std::process::id());

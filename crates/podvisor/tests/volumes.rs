@@ -57,7 +57,7 @@ stringData: {token: s3cret}
 #[test]
 fn api_volumes_are_read_only_with_their_values_and_modes() {
     if !is_root() {
-        eprintln!("SKIPPED: volumes need root");
+        skip("volumes need root");
         return;
     }
     let r = PodRun::new(POD);
@@ -209,7 +209,7 @@ fn a_host_path_of_the_wrong_type_holds_the_pod_until_it_is_right() {
 #[test]
 fn a_memory_empty_dir_is_a_tmpfs_charged_to_the_writer_and_its_size_limit_evicts() {
     if !is_root() {
-        eprintln!("SKIPPED: a tmpfs needs root");
+        skip("a tmpfs needs root");
         return;
     }
     // Written past its sizeLimit: the pod is evicted, Failed (exit 1), with the kubelet's words.
