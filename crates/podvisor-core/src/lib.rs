@@ -7,6 +7,8 @@
 
 pub mod backoff;
 pub mod clock;
+#[cfg(feature = "supervision")]
+pub mod document;
 pub mod duration;
 pub mod escalation;
 pub mod lifecycle;

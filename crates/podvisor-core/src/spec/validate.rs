@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{Manifest, Problems, SpecError, WorkloadKind};
-use crate::stage::StagePolicy;
 
 /// Adds every problem of `manifest` to `errors`.
 pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
@@ -504,35 +503,9 @@ fn validate_supervision(sup: &super::Supervision, w: &super::Workload, p: &mut P
                 );
             }
         }
-        for e in StagePolicy::problems(s.debug_after_restarts, s.disable_after_restarts) {
-            let field = format!("spec.stagedInstrumentation.{}", e.field());
-            let message = e.to_string();
-            let message = message
-                .split_once(": ")
-                .map_or(message.as_str(), |(_, m)| m);
-            p.push(&field, message);
-        }
-        if let Err(e) = s.verdict_after() {
-            p.push(
-                "spec.stagedInstrumentation.verdictAfter",
-                format!("Invalid value: {e}"),
-            );
-        } else if s.verdict_after().is_ok_and(|d| d.is_zero()) {
-            p.push(
-                "spec.stagedInstrumentation.verdictAfter",
-                "Invalid value: \"0s\": must be longer than zero",
-            );
-        }
     }
-    if let Some(r) = &sup.spec.pod_restart {
-        for e in r.problems() {
-            let field = format!("spec.podRestart.{}", e.field());
-            let message = e.to_string();
-            let message = message
-                .split_once(": ")
-                .map_or(message.as_str(), |(_, m)| m);
-            p.push(&field, message);
-        }
+    for (field, message) in sup.problems() {
+        p.push(&field, message);
     }
 }
 

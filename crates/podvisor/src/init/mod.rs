@@ -11,7 +11,6 @@
 
 pub mod args;
 pub mod staged;
-mod yaml;
 
 use std::ffi::OsString;
 use std::io::Write;

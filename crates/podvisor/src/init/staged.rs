@@ -1,5 +1,5 @@
 //! Staged instrumentation in a container: `podvisor init --supervision FILE --state-dir DIR
-//! [--lock-dir DIR] [--container NAME] -- CMD` (seed 000).
+//! [--lock-dir DIR] [--container NAME] -- CMD` (docs/escalation.md).
 //!
 //! The container's runtime (the kubelet, Docker) restarts the container; podvisor, its PID 1,
 //! counts the starts in DIR (an emptyDir: it survives container restarts, not the pod) and gives
@@ -24,11 +24,10 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use podvisor_core::duration::parse_duration;
+use podvisor_core::document::supervision;
 use podvisor_core::record::InitRecord;
 use podvisor_core::stage::{Stage, StagePolicy, StagedEnv, STAGE_VAR};
 
-use super::yaml::{self, Node, Pos};
 use crate::state::StateFile;
 
 /// The lock file's name, in the lock dir.
@@ -57,221 +56,17 @@ pub struct Staging {
     pub env: StagedEnv,
 }
 
-/// Reads the Supervision document. `Err` holds every problem, one `FILE:LINE:COL: FIELD:
-/// MESSAGE` line each.
+/// Reads the Supervision document with the core's reader, the one `podvisor run` uses. `Err`
+/// holds every problem, one `FILE:LINE:COL: FIELD: MESSAGE` line each.
 pub fn read_supervision(file: &str, text: &str) -> Result<Staging, String> {
-    let root = yaml::parse(text).map_err(|e| format!("{file}:{}: {}", e.pos, e.message))?;
-    let mut p = Problems {
-        file,
-        lines: Vec::new(),
-    };
-    let mut s = Staging {
-        enabled: false,
-        containers: None,
-        policy: StagePolicy::default(),
-        env: StagedEnv::default(),
-    };
-    let top = p.map(&root, "");
-    let mut have_staging = false;
-    for (key, pos, v) in top {
-        match key.as_str() {
-            "apiVersion" => {
-                let got = p.string(v, "apiVersion");
-                if got.as_deref().is_some_and(|g| g != "podvisor.io/v1alpha1") {
-                    p.push(
-                        v.pos(),
-                        "apiVersion",
-                        "Unsupported value: expected \"podvisor.io/v1alpha1\"",
-                    );
-                }
-            }
-            "kind" => {
-                if p.string(v, "kind")
-                    .as_deref()
-                    .is_some_and(|k| k != "Supervision")
-                {
-                    p.push(v.pos(), "kind", "Unsupported value: expected \"Supervision\" (the file holds just the Supervision document)");
-                }
-            }
-            "metadata" => {
-                for (k, kpos, _) in p.map(v, "metadata") {
-                    if !["name", "namespace", "labels", "annotations"].contains(&k.as_str()) {
-                        p.push(*kpos, "metadata", &format!("unknown field {k:?}"));
-                    }
-                }
-            }
-            "spec" => {
-                for (k, kpos, v) in p.map(v, "spec") {
-                    match k.as_str() {
-                        "stagedInstrumentation" => {
-                            have_staging = true;
-                            staging(&mut p, v, &mut s);
-                        }
-                        "podRestart" => p.push(
-                            *kpos,
-                            "spec.podRestart",
-                            "Forbidden: a container cannot restart its own pod: podRestart is for podvisor run and the cluster controller",
-                        ),
-                        _ => p.push(*kpos, "spec", &format!("unknown field {k:?}")),
-                    }
-                }
-            }
-            _ => p.push(*pos, "", &format!("unknown field {key:?}")),
-        }
-    }
-    for required in ["apiVersion", "kind"] {
-        if !top.iter().any(|(k, _, _)| k == required) {
-            p.push(root.pos(), required, "Required value");
-        }
-    }
-    if !have_staging && p.lines.is_empty() {
-        p.push(
-            root.pos(),
-            "spec.stagedInstrumentation",
-            "Required value: podvisor init --supervision applies staged instrumentation",
-        );
-    }
-    if p.lines.is_empty() {
-        Ok(s)
-    } else {
-        Err(p.lines.join("\n"))
-    }
-}
-
-fn staging(p: &mut Problems<'_>, node: &Node, s: &mut Staging) {
-    const F: &str = "spec.stagedInstrumentation";
-    s.enabled = true;
-    let (mut debug, mut disable, mut logging) = (None, None, false);
-    let mut thresholds_at = node.pos();
-    for (k, kpos, v) in p.map(node, F) {
-        let field = format!("{F}.{k}");
-        match k.as_str() {
-            "enabled" => s.enabled = p.boolean(v, &field).unwrap_or(true),
-            "containers" => {
-                s.containers = Some(p.strings(v, &field));
-            }
-            "env" => s.env.env = p.string_map(v, &field),
-            "debugEnv" => s.env.debug_env = p.string_map(v, &field),
-            "debugAfterRestarts" => {
-                debug = p.count(v, &field);
-                thresholds_at = v.pos();
-            }
-            "disableAfterRestarts" => {
-                disable = p.count(v, &field);
-                thresholds_at = v.pos();
-            }
-            "logging" => logging = p.boolean(v, &field).unwrap_or(false),
-            // Verdicts need the container's run times, which only the runtime sees: the
-            // field is checked, as in `podvisor run`, and not used here.
-            "verdictAfter" => {
-                if let Some(d) = p.string(v, &field) {
-                    if let Err(e) = parse_duration(&d) {
-                        p.push(v.pos(), &field, &format!("Invalid value: {e}"));
-                    }
-                }
-            }
-            _ => p.push(*kpos, F, &format!("unknown field {k:?}")),
-        }
-    }
-    for e in StagePolicy::problems(debug, disable) {
-        let text = e.to_string();
-        let message = text.split_once(": ").map_or(text.as_str(), |(_, m)| m);
-        p.push(thresholds_at, &format!("{F}.{}", e.field()), message);
-    }
-    if let Ok(policy) = StagePolicy::new(debug, disable, logging) {
-        s.policy = policy;
-    }
-}
-
-/// Problems found so far.
-struct Problems<'a> {
-    file: &'a str,
-    lines: Vec<String>,
-}
-
-impl Problems<'_> {
-    fn push(&mut self, pos: Pos, field: &str, message: &str) {
-        if field.is_empty() {
-            self.lines.push(format!("{}:{pos}: {message}", self.file));
-        } else {
-            self.lines
-                .push(format!("{}:{pos}: {field}: {message}", self.file));
-        }
-    }
-
-    fn map<'n>(&mut self, n: &'n Node, field: &str) -> &'n [(String, Pos, Node)] {
-        match n {
-            Node::Map(entries, _) => entries,
-            other => {
-                self.push(other.pos(), field, "Invalid value: expected a mapping");
-                &[]
-            }
-        }
-    }
-
-    fn string(&mut self, n: &Node, field: &str) -> Option<String> {
-        match n {
-            Node::Scalar(s, _) => Some(s.clone()),
-            other => {
-                self.push(other.pos(), field, "Invalid value: expected a string");
-                None
-            }
-        }
-    }
-
-    fn boolean(&mut self, n: &Node, field: &str) -> Option<bool> {
-        match self.string(n, field)?.as_str() {
-            "true" => Some(true),
-            "false" => Some(false),
-            other => {
-                self.push(
-                    n.pos(),
-                    field,
-                    &format!("Invalid value: {other:?}: expected true or false"),
-                );
-                None
-            }
-        }
-    }
-
-    fn count(&mut self, n: &Node, field: &str) -> Option<u32> {
-        let s = self.string(n, field)?;
-        match s.parse::<u32>() {
-            Ok(v) => Some(v),
-            Err(_) => {
-                self.push(
-                    n.pos(),
-                    field,
-                    &format!("Invalid value: {s:?}: expected a whole number, 0 or more"),
-                );
-                None
-            }
-        }
-    }
-
-    fn strings(&mut self, n: &Node, field: &str) -> Vec<String> {
-        match n {
-            Node::Seq(items, _) => items
-                .iter()
-                .enumerate()
-                .filter_map(|(i, item)| self.string(item, &format!("{field}[{i}]")))
-                .collect(),
-            other => {
-                self.push(other.pos(), field, "Invalid value: expected a list");
-                Vec::new()
-            }
-        }
-    }
-
-    fn string_map(&mut self, n: &Node, field: &str) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for (k, _, v) in self.map(n, field) {
-            if let Some(v) = self.string(v, &format!("{field}.{k}")) {
-                out.push((k.clone(), v));
-            }
-        }
-        out
-    }
+    let sup = supervision::read_for_container(file, text).map_err(|e| e.to_string())?;
+    let staged = sup.spec.staged_instrumentation.unwrap_or_default();
+    Ok(Staging {
+        enabled: staged.is_enabled(),
+        policy: staged.policy().map_err(|e| format!("{file}: {e}"))?,
+        env: staged.staged_env(),
+        containers: staged.containers,
+    })
 }
 
 /// What a container start found in the lock dir.
@@ -281,7 +76,7 @@ pub enum Lock {
     Made,
     /// The lock already existed.
     Present,
-    /// It could not be made: no lock dir, or a read-only one (seed 000's case d).
+    /// It could not be made: no lock dir, or a read-only one (case d above).
     Unusable(String),
 }
 
@@ -433,8 +228,8 @@ mod tests {
             lines,
             [
                 "s.yaml:4:75: spec.stagedInstrumentation: unknown field \"colour\"",
-                "s.yaml:4:103: spec.stagedInstrumentation.verdictAfter: Invalid value: invalid duration \"10x\": unknown unit \"x\" (ns, us, ms, s, m, h)",
-                "s.yaml:4:72: spec.stagedInstrumentation.disableAfterRestarts: Invalid value: 2: must be >= debugAfterRestarts (5)",
+                "s.yaml:4:50: spec.stagedInstrumentation.disableAfterRestarts: Invalid value: 2: must be >= debugAfterRestarts (5)",
+                "s.yaml:4:89: spec.stagedInstrumentation.verdictAfter: Invalid value: invalid duration \"10x\": unknown unit \"x\" (ns, us, ms, s, m, h)",
                 "s.yaml:5:3: spec.podRestart: Forbidden: a container cannot restart its own pod: podRestart is for podvisor run and the cluster controller",
             ]
         );
@@ -445,9 +240,12 @@ mod tests {
         );
         let e = read_supervision(
             "s.yaml",
-            "spec: {stagedInstrumentation: {debugAfterRestarts: -1}}\n",
+            "apiVersion: podvisor.io/v1alpha1\nkind: Supervision\nspec: {stagedInstrumentation: {debugAfterRestarts: -1}}\n",
         )
         .unwrap_err();
-        assert!(e.contains("expected a whole number"), "{e}");
+        assert!(
+            e.starts_with("s.yaml:3:52: spec.stagedInstrumentation.debugAfterRestarts: "),
+            "{e}"
+        );
     }
 }

@@ -1,15 +1,20 @@
-//! podvisor's own document, `Supervision`: staged instrumentation (seed 000) and whole-pod
-//! restarts (seed 001), as the user wrote them. Validation (`validate.rs`) checks them through
-//! the core's own types (`stage::StagePolicy`, `escalation::PodRestartPolicy`), which the plan
-//! then carries. Unknown fields are reported by the loader (serde_ignored), like those of the
-//! Kubernetes types.
+//! podvisor's own document, `Supervision`: staged instrumentation and whole-pod restarts
+//! (docs/escalation.md), as the user wrote them. `problems` checks them through the core's own
+//! types (`stage::StagePolicy`, `escalation::PodRestartPolicy`), which the plan then carries,
+//! so that `run`, `init` and the controller refuse the same values with the same words. Unknown
+//! fields are reported by the reader (serde_ignored), like those of the Kubernetes types.
+//!
+//! One schema and one reader for both builds: `podvisor run` reads the document beside a pod
+//! (`spec::load`), `podvisor init --supervision FILE` reads a file holding just this document
+//! (`read_for_container`), in the small PID 1 build too.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+use super::yaml::{self, Document};
+use super::{typed, Problems, SpecError, SpecErrors};
 use crate::duration::{parse_duration, DurationError};
 use crate::escalation::{PodRestartPolicy, PodRestartPolicyError};
 use crate::stage::{StagePolicy, StagePolicyError, StagedEnv, DEFAULT_VERDICT_AFTER};
@@ -22,9 +27,32 @@ pub struct Supervision {
     pub api_version: String,
     pub kind: String,
     #[serde(default)]
-    pub metadata: ObjectMeta,
+    pub metadata: Metadata,
     #[serde(default)]
     pub spec: SupervisionSpec,
+}
+
+/// The document's metadata: what one written by hand, or exported from a cluster (`kubectl get
+/// supervision NAME -o yaml`), holds. podvisor uses none of it; the fields an API server writes
+/// are accepted so that an exported document reads as it is.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    pub generate_name: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub generation: Option<i64>,
+    pub creation_timestamp: Option<String>,
+    pub deletion_timestamp: Option<String>,
+    pub finalizers: Option<Vec<String>>,
+    pub owner_references: Option<serde_json::Value>,
+    pub managed_fields: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -187,4 +215,121 @@ impl PodRestart {
             self.max_pod_restarts,
         )?)
     }
+}
+
+impl Supervision {
+    /// Every value that cannot be used, as (field path, message); what the pod holds (the
+    /// containers named) is checked by the pod's validation.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut push = |field: String, message: String| out.push((field, message));
+        // The errors' texts start with their field: the path says it.
+        let bare = |text: String| match text.split_once(": ") {
+            Some((_, m)) => m.to_string(),
+            None => text,
+        };
+        if let Some(s) = &self.spec.staged_instrumentation {
+            const F: &str = "spec.stagedInstrumentation";
+            for e in StagePolicy::problems(s.debug_after_restarts, s.disable_after_restarts) {
+                push(format!("{F}.{}", e.field()), bare(e.to_string()));
+            }
+            match s.verdict_after() {
+                Err(e) => push(format!("{F}.verdictAfter"), format!("Invalid value: {e}")),
+                Ok(d) if d.is_zero() => push(
+                    format!("{F}.verdictAfter"),
+                    "Invalid value: \"0s\": must be longer than zero".to_string(),
+                ),
+                Ok(_) => {}
+            }
+        }
+        if let Some(r) = &self.spec.pod_restart {
+            for e in r.problems() {
+                push(
+                    format!("spec.podRestart.{}", e.field()),
+                    bare(e.to_string()),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Reads a file that holds just a Supervision document, for a container's PID 1 (`podvisor
+/// init --supervision FILE`): the same reader, schema and checks as `podvisor run`, plus what
+/// a container can use: staged instrumentation is required, `podRestart` refused (a container
+/// cannot restart its own pod). `Err` holds every problem with its line:column.
+pub fn read_for_container(file: &str, text: &str) -> Result<Supervision, SpecErrors> {
+    let fail = |errors: Vec<SpecError>| SpecErrors {
+        file: file.to_string(),
+        errors,
+    };
+    let documents = yaml::parse_documents(text).map_err(|e| {
+        fail(vec![SpecError {
+            path: String::new(),
+            pos: e.pos,
+            message: e.message,
+        }])
+    })?;
+    let [doc] = documents.as_slice() else {
+        return Err(fail(vec![SpecError {
+            path: String::new(),
+            pos: documents.get(1).map(|d| d.pos),
+            message: format!(
+                "expected exactly one document, a Supervision; found {}",
+                documents.len()
+            ),
+        }]));
+    };
+    let mut errors = Vec::new();
+    let sup = read_one(doc, &mut errors);
+    match sup {
+        Some(sup) if errors.is_empty() => Ok(sup),
+        _ => Err(fail(errors)),
+    }
+}
+
+fn read_one(doc: &Document, errors: &mut Vec<SpecError>) -> Option<Supervision> {
+    let mut p = Problems {
+        doc,
+        prefix: String::new(),
+        errors,
+    };
+    if !doc.value.is_object() {
+        p.push(
+            "",
+            "the document must be a mapping with apiVersion and kind",
+        );
+        return None;
+    }
+    let field = |key: &str| doc.value.get(key).and_then(|v| v.as_str());
+    for (key, want) in [("apiVersion", API_VERSION), ("kind", "Supervision")] {
+        match field(key) {
+            None => p.push(key, "Required value"),
+            Some(got) if got != want => p.push(
+                key,
+                format!("Unsupported value: {got:?}: expected {want:?} (the file holds just the Supervision document)"),
+            ),
+            Some(_) => {}
+        }
+    }
+    if !p.errors.is_empty() {
+        return None;
+    }
+    let sup: Supervision = typed(doc, p.errors)?;
+    for (field, message) in sup.problems() {
+        p.push(&field, message);
+    }
+    if sup.spec.pod_restart.is_some() {
+        p.push(
+            "spec.podRestart",
+            "Forbidden: a container cannot restart its own pod: podRestart is for podvisor run and the cluster controller",
+        );
+    }
+    if sup.spec.staged_instrumentation.is_none() {
+        p.push(
+            "spec.stagedInstrumentation",
+            "Required value: podvisor init --supervision applies staged instrumentation",
+        );
+    }
+    Some(sup)
 }

@@ -4,7 +4,7 @@
 //! `serde_ignored`), which report problems as field paths; the index turns each path back into
 //! the place in the file where the user wrote it.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -109,7 +109,7 @@ pub struct Document {
     pub value: Value,
     /// Position of the document itself (its first line).
     pub pos: Pos,
-    positions: HashMap<String, Pos>,
+    positions: BTreeMap<String, Pos>,
 }
 
 impl Document {
@@ -148,13 +148,11 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, SyntaxError> {
                 line: l.line(),
                 column: l.column(),
             });
-            // The error's own text repeats the location (and a snippet): we print our own.
-            let message = e.without_snippet().to_string();
+            // The message alone, without the location and snippet the error's own text adds
+            // (we print our own; and the PID 1 build then links no snippet renderer).
+            use serde_saphyr::MessageFormatter;
+            let message = serde_saphyr::DefaultMessageFormatter.format_message(&e);
             let message = message.lines().next().unwrap_or("invalid YAML");
-            let message = match message.rfind(" at line ") {
-                Some(i) => &message[..i],
-                None => message,
-            };
             SyntaxError {
                 pos,
                 message: message.to_string(),
@@ -165,7 +163,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, SyntaxError> {
         .filter(|d| !matches!(d.value, Node::Null))
         .map(|d| {
             let pos = pos_of(&d);
-            let mut positions = HashMap::new();
+            let mut positions = BTreeMap::new();
             let value = to_json(d.value, String::new(), &mut positions);
             Document {
                 value,
@@ -176,7 +174,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, SyntaxError> {
         .collect())
 }
 
-fn to_json(node: Node, path: String, positions: &mut HashMap<String, Pos>) -> Value {
+fn to_json(node: Node, path: String, positions: &mut BTreeMap<String, Pos>) -> Value {
     match node {
         Node::Null => Value::Null,
         Node::Bool(b) => Value::Bool(b),
