@@ -13,6 +13,9 @@ pub mod mountinfo;
 #[cfg(feature = "full")]
 pub mod probe;
 pub mod process;
+#[cfg(feature = "full")]
+pub mod rfc3339;
 pub mod state;
+pub mod stdio;
 #[cfg(feature = "full")]
 pub mod supervisor;

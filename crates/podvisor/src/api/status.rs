@@ -9,7 +9,7 @@ use podvisor_core::clock::Instant;
 use podvisor_core::lifecycle::{ContainerState, Kind, Pod};
 use serde_json::{json, Map, Value};
 
-use crate::supervisor::events::rfc3339_millis;
+use crate::rfc3339::rfc3339_millis;
 
 /// What the status needs beyond the core: the manifest's metadata and spec, and times.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

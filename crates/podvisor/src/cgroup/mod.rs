@@ -15,6 +15,7 @@
 //!
 //! Never: a process that is not the pod's touched (podvisor moves only itself).
 
+mod fs;
 mod pod;
 pub mod systemd;
 pub mod unified;

@@ -5,13 +5,14 @@
 //! removes what a run killed with -9 left.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use podvisor_core::spec::resources::{cpu_quota, cpu_shares, cpu_weight, Resources, CPU_PERIOD_US};
 
+use super::fs::{procs_of, write_file};
 use super::{io_err, unified, CgroupError, Controller, Version};
 use crate::process::sys;
 use crate::state::StateFile;
@@ -270,14 +271,6 @@ fn kill(dir: &Path) {
     }
 }
 
-pub(super) fn procs_of(dir: &Path) -> Vec<i32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 /// Which cgroup `apply` writes: the pod's or a container instance's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
@@ -351,11 +344,6 @@ fn apply(
         }
     }
     Ok(())
-}
-
-pub(super) fn write_file(path: &Path, value: &str) -> io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
-    f.write_all(value.as_bytes())
 }
 
 /// Removes a cgroup directory and its children, deepest first, killing what runs in them and

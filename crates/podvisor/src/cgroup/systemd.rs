@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use zbus::blocking::Connection;
 use zbus::zvariant::Value;
 
-use super::pod::write_file;
+use super::fs::write_file;
 use super::unified;
 use super::{io_err, CgroupError, Layout};
 use crate::process::sys;

@@ -23,7 +23,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::pod::{procs_of, write_file};
+use super::fs::{procs_of, write_file};
 use super::{io_err, CgroupError};
 use crate::process::sys;
 

@@ -2,9 +2,9 @@
 //! Each subcommand lives in a thin file of its own.
 
 use std::ffi::OsString;
-use std::io::Write;
 
 use crate::init::{self, args::Persona};
+pub use crate::stdio::{write_err, write_out};
 
 #[cfg(feature = "full")]
 mod args;
@@ -102,17 +102,4 @@ fn dispatch(argv: Vec<OsString>) -> i32 {
             2
         }
     }
-}
-
-/// Writes to stdout, ignoring failure (a closed stdout must not make PID 1 panic, which
-/// `print!` would).
-pub fn write_out(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
-/// Writes to stderr, ignoring failure.
-pub fn write_err(text: &str) {
-    let _ = std::io::stderr().write_all(text.as_bytes());
 }

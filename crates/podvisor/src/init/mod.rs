@@ -35,8 +35,8 @@ pub fn main(persona: Persona, prog: &str, args: &[OsString]) -> i32 {
     let config = match args::parse(persona, prog, args, &env) {
         Ok(c) => c,
         Err(early) => {
-            crate::cli::write_out(&early.stdout);
-            crate::cli::write_err(&early.stderr);
+            crate::stdio::write_out(&early.stdout);
+            crate::stdio::write_err(&early.stderr);
             return early.code;
         }
     };

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use podvisor_core::lifecycle::InstanceId;
 
-use super::events::rfc3339_millis;
+use crate::rfc3339::rfc3339_millis;
 
 /// A line longer than this is written in parts (`P`), as the kubelet does.
 const MAX_LINE: usize = 16 * 1024;

@@ -7,7 +7,6 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 
 use super::c_string;
-use super::spawn::ContainerIo;
 
 /// A container's own root: an overlay of the host's `/` (read-only beneath) and an upper
 /// layer on a tmpfs that lives as long as the container's mount namespace, so what the
@@ -82,11 +81,14 @@ pub(super) struct MountStrings {
 }
 
 impl MountStrings {
-    pub(super) fn new(io: &ContainerIo) -> io::Result<MountStrings> {
+    pub(super) fn new(
+        mounts: &[BindMount],
+        root: Option<&PrivateRoot>,
+    ) -> io::Result<MountStrings> {
         let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
         let mut out = MountStrings::default();
-        let Some(root) = &io.root else {
-            for m in &io.mounts {
+        let Some(root) = root else {
+            for m in mounts {
                 out.mounts.push((
                     c(&m.source)?,
                     c(&m.target)?,
@@ -176,7 +178,7 @@ impl MountStrings {
                 *read_only,
             ));
         }
-        for m in &io.mounts {
+        for m in mounts {
             let target = inside(&m.target);
             // Each missing directory down to the mount point, made in the layer.
             let mut dirs = Vec::new();

@@ -187,7 +187,7 @@ pub fn spawn_with_terminal(
             // Opened with O_CLOEXEC: only the dup2'd copy reaches the program.
             stdin = dev_null()?;
             io_fds = Some((io.stdout, io.stderr));
-            mount_strings = MountStrings::new(io)?;
+            mount_strings = MountStrings::new(&io.mounts, io.root.as_ref())?;
             join_mounts = io.join_mounts.unwrap_or(-1);
             join_user = io.join_user.unwrap_or(-1);
             cgroups = io.cgroups.clone();
