@@ -210,28 +210,7 @@ impl Pod {
                 self.admitted_at.get_or_insert(now);
                 fx.extend(self.resumed_event(now));
             }
-            Input::Started(id) => {
-                let post_start = self.plan.containers[id.container].post_start;
-                if let Some(c) = self.current(id) {
-                    c.process = Process::Up {
-                        since: now,
-                        post_start,
-                    };
-                    let message = format!("Started container {}", c.name);
-                    fx.push(self.container_event(
-                        id.container,
-                        EventType::Normal,
-                        "Started",
-                        message,
-                    ));
-                    if post_start {
-                        // Not Running until postStart completes.
-                        fx.push(Effect::RunHook(id, Hook::PostStart));
-                    } else {
-                        self.become_running(id.container);
-                    }
-                }
-            }
+            Input::Started(id) => self.started(now, id, &mut fx),
             Input::HookDone(id, hook, result) => self.hook_done(now, id, hook, result, &mut fx),
             Input::Probed(id, kind, outcome) => {
                 // Most attempts change nothing published: then nothing else needs a look.
@@ -239,79 +218,8 @@ impl Pod {
                     return fx;
                 }
             }
-            Input::StartFailed(id, message) => {
-                if let Some(c) = self.current(id) {
-                    c.process = Process::Down;
-                    // containerd reports a failed start as exit code 128, reason StartError.
-                    c.state = ContainerState::Terminated {
-                        exit_code: 128,
-                        signal: None,
-                        reason: TerminatedReason::StartError,
-                        message: Some(message.clone()),
-                        started_at: None,
-                        finished_at: now,
-                    };
-                    let text = format!("Error: failed to start container {}: {message}", c.name);
-                    let mut e =
-                        self.container_event(id.container, EventType::Warning, "Failed", text);
-                    set_exit_code(&mut e, 128);
-                    fx.push(e);
-                }
-            }
-            Input::Exited(id, Exit { status, oom_killed }) => {
-                if let Some(c) = self.current(id) {
-                    let started_at = c.up_since();
-                    c.process = Process::Down;
-                    c.probes.clear();
-                    let code = status.code();
-                    let reason = if oom_killed {
-                        TerminatedReason::OOMKilled
-                    } else if code == 0 {
-                        TerminatedReason::Completed
-                    } else {
-                        TerminatedReason::Error
-                    };
-                    c.state = ContainerState::Terminated {
-                        exit_code: code,
-                        signal: match status {
-                            ExitStatus::Signal(s) => Some(s),
-                            ExitStatus::Code(_) => None,
-                        },
-                        reason,
-                        message: None,
-                        started_at,
-                        finished_at: now,
-                    };
-                    let debug = c.stage == Some(Stage::Debug);
-                    let name = c.name.clone();
-                    let kind = if code == 0 {
-                        EventType::Normal
-                    } else {
-                        EventType::Warning
-                    };
-                    let message = format!("Container {name} exited with code {code}");
-                    let mut e = self.container_event(id.container, kind, reason.as_str(), message);
-                    set_exit_code(&mut e, code);
-                    fx.push(e);
-                    if debug {
-                        // What helps to diagnose a crash while the add-on logs (seed 000's
-                        // Debug stage): how the instance ended, after how long, and its log.
-                        let ran = now.saturating_since(started_at.unwrap_or(now));
-                        let how = match status {
-                            ExitStatus::Code(c) => format!("exited with code {c}"),
-                            ExitStatus::Signal(s) => format!("was killed by signal {s}"),
-                        };
-                        let message = format!(
-                            "Container {name} {how} after {} in stage Debug",
-                            format_duration(Duration::from_millis(ran.as_millis() as u64))
-                        );
-                        let mut e = self.container_event(id.container, kind, "DebugExit", message);
-                        set_exit_code(&mut e, code);
-                        fx.push(e);
-                        fx.push(Effect::LogTail(id));
-                    }
-                }
-            }
+            Input::StartFailed(id, message) => self.start_failed(now, id, message, &mut fx),
+            Input::Exited(id, exit) => self.exited(now, id, exit, &mut fx),
             Input::Tick => {
                 self.run_due_probes(now, &mut fx);
                 let slow_due = matches!(self.slow_deadline, Some(Some(d)) if d <= now)
@@ -320,18 +228,7 @@ impl Pod {
                     return fx;
                 }
             }
-            Input::Evict(message) => {
-                if !matches!(self.phase, Phase::Succeeded | Phase::Failed) {
-                    fx.push(self.pod_event(EventType::Warning, "Evicted", message.clone()));
-                    self.phase = Phase::Failed;
-                    self.failure = Some(("Evicted".to_string(), message));
-                    let requested = self.stopping.is_some_and(|s| s.requested);
-                    self.begin_stop(now, requested);
-                    if let Some(s) = &mut self.stopping {
-                        s.grace = Duration::ZERO;
-                    }
-                }
-            }
+            Input::Evict(message) => self.evict(now, message, &mut fx),
             Input::Stop => match &mut self.stopping {
                 None => self.begin_stop(now, true),
                 // A stop during a whole-pod restart ends it there.
@@ -340,47 +237,177 @@ impl Pod {
                     s.requested = true;
                 }
             },
-            Input::RestartContainer(i) => {
-                // A regular init container runs once per pod start: restart the pod for that.
-                let restartable = self
-                    .plan
-                    .containers
-                    .get(i)
-                    .is_some_and(|p| p.kind != Kind::Init);
-                if self.stopping.is_none() && restartable {
-                    let c = &mut self.containers[i];
-                    c.next = Next::Now;
-                    let message = format!("Stopping container {} to restart it", c.name);
-                    let grace = self.plan.grace;
-                    self.begin_kill(i, now, grace, message, false, &mut fx);
-                }
-            }
-            Input::RestartPod => {
-                if self.stopping.is_none() && !self.phase.is_terminal() {
-                    fx.push(self.pod_event(
-                        EventType::Normal,
-                        "PodRestarting",
-                        "Restarting the pod: every container stops, emptyDir volumes are wiped, init containers run again".into(),
-                    ));
-                    self.begin_pod_restart(now);
-                }
-            }
+            Input::RestartContainer(i) => self.restart_container(now, i, &mut fx),
+            Input::RestartPod => self.restart_pod(now, &mut fx),
         }
         self.slow_deadline = None;
+        self.settle(now, &mut fx);
+        fx
+    }
+
+    /// The process of instance `id` runs: `Started`, then postStart or Running.
+    fn started(&mut self, now: Instant, id: InstanceId, fx: &mut Vec<Effect>) {
+        let post_start = self.plan.containers[id.container].post_start;
+        if let Some(c) = self.current(id) {
+            c.process = Process::Up {
+                since: now,
+                post_start,
+            };
+            let message = format!("Started container {}", c.name);
+            fx.push(self.container_event(id.container, EventType::Normal, "Started", message));
+            if post_start {
+                // Not Running until postStart completes.
+                fx.push(Effect::RunHook(id, Hook::PostStart));
+            } else {
+                self.become_running(id.container);
+            }
+        }
+    }
+
+    /// The process could not be started: containerd's exit code 128, reason StartError.
+    fn start_failed(
+        &mut self,
+        now: Instant,
+        id: InstanceId,
+        message: String,
+        fx: &mut Vec<Effect>,
+    ) {
+        if let Some(c) = self.current(id) {
+            c.process = Process::Down;
+            // containerd reports a failed start as exit code 128, reason StartError.
+            c.state = ContainerState::Terminated {
+                exit_code: 128,
+                signal: None,
+                reason: TerminatedReason::StartError,
+                message: Some(message.clone()),
+                started_at: None,
+                finished_at: now,
+            };
+            let text = format!("Error: failed to start container {}: {message}", c.name);
+            let mut e = self.container_event(id.container, EventType::Warning, "Failed", text);
+            set_exit_code(&mut e, 128);
+            fx.push(e);
+        }
+    }
+
+    /// The process of instance `id` ended: its terminated state and events (and in stage
+    /// Debug, how it ended and its log's tail).
+    fn exited(&mut self, now: Instant, id: InstanceId, exit: Exit, fx: &mut Vec<Effect>) {
+        let Exit { status, oom_killed } = exit;
+        if let Some(c) = self.current(id) {
+            let started_at = c.up_since();
+            c.process = Process::Down;
+            c.probes.clear();
+            let code = status.code();
+            let reason = if oom_killed {
+                TerminatedReason::OOMKilled
+            } else if code == 0 {
+                TerminatedReason::Completed
+            } else {
+                TerminatedReason::Error
+            };
+            c.state = ContainerState::Terminated {
+                exit_code: code,
+                signal: match status {
+                    ExitStatus::Signal(s) => Some(s),
+                    ExitStatus::Code(_) => None,
+                },
+                reason,
+                message: None,
+                started_at,
+                finished_at: now,
+            };
+            let debug = c.stage == Some(Stage::Debug);
+            let name = c.name.clone();
+            let kind = if code == 0 {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            let message = format!("Container {name} exited with code {code}");
+            let mut e = self.container_event(id.container, kind, reason.as_str(), message);
+            set_exit_code(&mut e, code);
+            fx.push(e);
+            if debug {
+                // What helps to diagnose a crash while the add-on logs (the
+                // Debug stage): how the instance ended, after how long, and its log.
+                let ran = now.saturating_since(started_at.unwrap_or(now));
+                let how = match status {
+                    ExitStatus::Code(c) => format!("exited with code {c}"),
+                    ExitStatus::Signal(s) => format!("was killed by signal {s}"),
+                };
+                let message = format!(
+                    "Container {name} {how} after {} in stage Debug",
+                    format_duration(Duration::from_millis(ran.as_millis() as u64))
+                );
+                let mut e = self.container_event(id.container, kind, "DebugExit", message);
+                set_exit_code(&mut e, code);
+                fx.push(e);
+                fx.push(Effect::LogTail(id));
+            }
+        }
+    }
+
+    /// The pod is evicted: Failed, every container killed at once.
+    fn evict(&mut self, now: Instant, message: String, fx: &mut Vec<Effect>) {
+        if !matches!(self.phase, Phase::Succeeded | Phase::Failed) {
+            fx.push(self.pod_event(EventType::Warning, "Evicted", message.clone()));
+            self.phase = Phase::Failed;
+            self.failure = Some(("Evicted".to_string(), message));
+            let requested = self.stopping.is_some_and(|s| s.requested);
+            self.begin_stop(now, requested);
+            if let Some(s) = &mut self.stopping {
+                s.grace = Duration::ZERO;
+            }
+        }
+    }
+
+    /// A user asked to restart container `i` (not a regular init container: that takes a
+    /// pod restart).
+    fn restart_container(&mut self, now: Instant, i: usize, fx: &mut Vec<Effect>) {
+        // A regular init container runs once per pod start: restart the pod for that.
+        let restartable = self
+            .plan
+            .containers
+            .get(i)
+            .is_some_and(|p| p.kind != Kind::Init);
+        if self.stopping.is_none() && restartable {
+            let c = &mut self.containers[i];
+            c.next = Next::Now;
+            let message = format!("Stopping container {} to restart it", c.name);
+            let grace = self.plan.grace;
+            self.begin_kill(i, now, grace, message, false, fx);
+        }
+    }
+
+    /// A user asked to restart the whole pod.
+    fn restart_pod(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        if self.stopping.is_none() && !self.phase.is_terminal() {
+            fx.push(self.pod_event(
+                EventType::Normal,
+                "PodRestarting",
+                "Restarting the pod: every container stops, emptyDir volumes are wiped, init containers run again".into(),
+            ));
+            self.begin_pod_restart(now);
+        }
+    }
+
+    /// After an input: readiness, what reconciling does about it, readiness again, and the
+    /// end of the pod as the step's last effect.
+    fn settle(&mut self, now: Instant, fx: &mut Vec<Effect>) {
         if self.admitted_at.is_some() {
             // Readiness flips caused by the input come before what reconciling does about it.
             self.update_started();
-            self.update_ready(&mut fx);
-            self.reconcile(now, &mut fx);
+            self.update_ready(fx);
+            self.reconcile(now, fx);
             self.update_started();
-            self.update_ready(&mut fx);
+            self.update_ready(fx);
             // Announced once the last readiness flips are out, so that it is the step's last
             // effect (a finished pod takes no more steps).
             if self.finished {
                 fx.push(Effect::Finished(self.phase));
             }
         }
-        fx
     }
 
     /// The container's status if `id` is its current instance.
