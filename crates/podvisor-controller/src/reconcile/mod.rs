@@ -32,6 +32,7 @@ use crate::decide::{self, Decision, History, PodSeen};
 use crate::metrics::Metrics;
 use crate::ratelimit::{Limits, RateLimiter};
 use owner::OwnerRead;
+use podvisor_core::escalation::PodRestartPolicy;
 use report::{patch_status, publish, status};
 
 /// The controller's name: field manager, event reporter.
@@ -160,7 +161,6 @@ pub async fn reconcile(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Actio
 
 async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Action, Error> {
     let now = (ctx.clock)();
-    let now_ms = now.as_millisecond().max(0) as u64;
     let ns = sup.namespace().unwrap_or_default();
     let sups: Api<Supervision> = Api::namespaced(ctx.client.clone(), &ns);
     ctx.metrics
@@ -198,18 +198,9 @@ async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let selector = selector.expect("checked");
-    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let listed = pod_api
-        .list(&ListParams::default().labels_from(&selector))
-        .await?;
-    let mut pods: Vec<Pod> = listed
-        .items
-        .into_iter()
-        .filter(|p| selector.matches(p.labels()))
-        .collect();
-    pods.sort_by_key(|p| p.name_any());
+    let pods = selected_pods(&ctx, &ns, &selector).await?;
     let sup_uid = sup.uid().unwrap_or_default();
-    forget_gone_pods(&ctx, &sup_uid, &pods, now_ms);
+    forget_gone_pods(&ctx, &sup_uid, &pods, now.as_millisecond().max(0) as u64);
     let selected = pods.len() as u32;
     if pods.is_empty() {
         let message = format!(
@@ -232,16 +223,8 @@ async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Acti
         let message = format!(
             "{selected} pods selected; no podRestart: only the webhook's staged instrumentation applies"
         );
-        let status = status(
-            &sup,
-            now,
-            selected,
-            0,
-            0,
-            ("True", "Supervising", message),
-            None,
-            None,
-        );
+        let ready = ("True", "Supervising", message);
+        let status = status(&sup, now, selected, 0, 0, ready, None, None);
         patch_status(&sups, &sup, status).await?;
         return Ok(Action::requeue(ctx.config.resync));
     };
@@ -249,29 +232,82 @@ async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Acti
     let mut report = Report::default();
     let mut owners: BTreeMap<String, OwnerRead> = BTreeMap::new();
     for pod in &pods {
+        let mut one = OnePod {
+            ctx: &ctx,
+            sup: &sup,
+            policy: &policy,
+            now,
+            owners: &mut owners,
+            report: &mut report,
+        };
+        one.supervise(pod).await?;
+    }
+    let st = summary(&sup, now, selected, &owners, &policy, &report);
+    patch_status(&sups, &sup, st).await?;
+    let next = report
+        .retry
+        .map_or(ctx.config.resync, |r| r.min(ctx.config.resync));
+    Ok(Action::requeue(next))
+}
+
+/// The pods the selector matches, by name.
+async fn selected_pods(
+    ctx: &Context,
+    ns: &str,
+    selector: &kube::core::Selector,
+) -> Result<Vec<Pod>, Error> {
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let listed = pod_api
+        .list(&ListParams::default().labels_from(selector))
+        .await?;
+    let mut pods: Vec<Pod> = listed
+        .items
+        .into_iter()
+        .filter(|p| selector.matches(p.labels()))
+        .collect();
+    pods.sort_by_key(|p| p.name_any());
+    Ok(pods)
+}
+
+/// One pass over one selected pod: what is seen of it, its owner's record, the decision and
+/// what is done about it.
+struct OnePod<'a> {
+    ctx: &'a Arc<Context>,
+    sup: &'a Supervision,
+    policy: &'a PodRestartPolicy,
+    now: Timestamp,
+    /// Owners read in this pass, by uid: each once.
+    owners: &'a mut BTreeMap<String, OwnerRead>,
+    report: &'a mut Report,
+}
+
+impl OnePod<'_> {
+    async fn supervise(&mut self, pod: &Pod) -> Result<(), Error> {
+        let (ctx, sup, policy) = (self.ctx, self.sup, self.policy);
+        let now_ms = self.now.as_millisecond().max(0) as u64;
         let uid = pod.uid().unwrap_or_default();
         let seen = {
             let mut st = ctx.state();
             let seen = st
                 .seen
-                .entry(sup_uid.clone())
+                .entry(sup.uid().unwrap_or_default())
                 .or_default()
                 .entry(uid.clone())
                 .or_default();
-            decide::observe(seen, pod, &policy, now_ms);
+            decide::observe(seen, pod, policy, now_ms);
             seen.clone()
         };
-        let restarted = seen_any_restart(pod);
         let owner_ref = decide::controller_owner(pod).cloned();
         let mut history = None;
         let mut refused = None;
-        if let (Some(o), true) = (&owner_ref, restarted) {
-            if !owners.contains_key(&o.uid) {
+        if let (Some(o), true) = (&owner_ref, seen_any_restart(pod)) {
+            if !self.owners.contains_key(&o.uid) {
+                let ns = sup.namespace().unwrap_or_default();
                 let read = owner::read_owner(&ctx.client, &ns, o).await?;
-                owners.insert(o.uid.clone(), read);
+                self.owners.insert(o.uid.clone(), read);
             }
-            match &owners[&o.uid] {
-                OwnerRead::Gone => continue,
+            match &self.owners[&o.uid] {
+                OwnerRead::Gone => return Ok(()),
                 OwnerRead::Refused(why) => refused = Some(why.clone()),
                 OwnerRead::Found(owner) => match &owner.history {
                     Ok(h) => history = Some(h.clone()),
@@ -280,65 +316,76 @@ async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Acti
                             "the record of {} {} cannot be read ({e}): refusing to act on its pods until it is fixed or removed",
                             o.kind, o.name
                         );
-                        publish(
-                            &ctx,
-                            &pod.object_ref(&()),
-                            EventType::Warning,
-                            "RecordUnreadable",
-                            &message,
-                        )
-                        .await;
-                        report.degraded.push(message);
-                        continue;
+                        let at = pod.object_ref(&());
+                        publish(ctx, &at, EventType::Warning, "RecordUnreadable", &message).await;
+                        self.report.degraded.push(message);
+                        return Ok(());
                     }
                 },
             }
         }
-        let decision = decide::decide(pod, &policy, &seen, history.as_ref(), now_ms);
+        let decision = decide::decide(pod, policy, &seen, history.as_ref(), now_ms);
         if let Some(why) = refused {
-            // The rule fired, but the owner cannot be used: reported once per pod.
-            if let Decision::Refresh {
-                container,
-                restarts,
-                ..
-            }
-            | Decision::GiveUp {
-                container,
-                restarts,
-            } = &decision
-            {
-                let message = format!(
-                    "Container {container} was restarted {restarts} times within {}, but {why}: not evicted",
-                    podvisor_core::duration::format_duration(policy.within)
-                );
-                if act::first_report(&ctx, &sup, &uid) {
-                    publish(
-                        &ctx,
-                        &pod.object_ref(&()),
-                        EventType::Warning,
-                        "PodRestartSkipped",
-                        &message,
-                    )
-                    .await;
-                }
-                report.degraded.push(message);
-            }
-            continue;
+            self.refused(pod, &uid, &decision, &why).await;
+            return Ok(());
         }
         act::act(
-            &ctx,
-            &sup,
+            ctx,
+            sup,
             pod,
             owner_ref.as_ref(),
-            &mut owners,
+            self.owners,
             decision,
-            &policy,
-            now,
-            &mut report,
+            policy,
+            self.now,
+            self.report,
         )
-        .await?;
+        .await
     }
 
+    /// The rule fired, but the owner cannot be used: reported once per pod.
+    async fn refused(&mut self, pod: &Pod, uid: &str, decision: &Decision, why: &str) {
+        let (Decision::Refresh {
+            container,
+            restarts,
+            ..
+        }
+        | Decision::GiveUp {
+            container,
+            restarts,
+        }) = decision
+        else {
+            return;
+        };
+        let message = format!(
+            "Container {container} was restarted {restarts} times within {}, but {why}: not evicted",
+            podvisor_core::duration::format_duration(self.policy.within)
+        );
+        if act::first_report(self.ctx, self.sup, uid) {
+            let at = pod.object_ref(&());
+            publish(
+                self.ctx,
+                &at,
+                EventType::Warning,
+                "PodRestartSkipped",
+                &message,
+            )
+            .await;
+        }
+        self.report.degraded.push(message);
+    }
+}
+
+/// The status after a pass: pods selected, the whole-pod restarts and give-ups their owners
+/// recorded, and what could not be done.
+fn summary(
+    sup: &Supervision,
+    now: Timestamp,
+    selected: u32,
+    owners: &BTreeMap<String, OwnerRead>,
+    policy: &PodRestartPolicy,
+    report: &Report,
+) -> crate::crd::SupervisionStatus {
     let histories: Vec<&History> = owners
         .values()
         .filter_map(OwnerRead::found)
@@ -371,8 +418,8 @@ async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Acti
             gave_up.join(", ")
         )
     });
-    let st = status(
-        &sup,
+    status(
+        sup,
         now,
         selected,
         restarts,
@@ -380,12 +427,7 @@ async fn reconcile_once(sup: Arc<Supervision>, ctx: Arc<Context>) -> Result<Acti
         ready,
         degraded,
         gave_up_msg,
-    );
-    patch_status(&sups, &sup, st).await?;
-    let next = report
-        .retry
-        .map_or(ctx.config.resync, |r| r.min(ctx.config.resync));
-    Ok(Action::requeue(next))
+    )
 }
 
 /// On an API error: retry with kube-runtime's backoff, never exit.

@@ -138,194 +138,178 @@ fn reset_low_fds(low: &LowFds, used: &[RawFd]) {
     }
 }
 
-/// As `spawn`; with `ChildSetup::Session` it also says why the child could not take stdin's
-/// terminal as its controlling terminal, if it could not (dumb-init reports it).
-pub fn spawn_with_terminal(
-    argv: &[OsString],
-    setup: ChildSetup,
-    inherited: &Inherited,
-) -> io::Result<(i32, Option<io::Error>)> {
-    let args: Vec<CString> = argv
-        .iter()
-        .map(|a| c_string(a.as_bytes()))
-        .collect::<io::Result<_>>()?;
-    if args.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
-    }
-    let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
+/// What a container's child needs, as C strings and descriptors, made before the clone: the
+/// child allocates nothing.
+#[derive(Default)]
+struct Prepared {
+    /// Owns what `env_ptrs` points at.
+    _env_strings: Vec<CString>,
+    env_ptrs: Vec<*const libc::c_char>,
+    cwd: Option<CString>,
+    cwd_optional: bool,
+    stdin: Option<RawFd>,
+    io_fds: Option<(RawFd, RawFd)>,
+    mount_strings: MountStrings,
+    join_mounts: Option<RawFd>,
+    join_user: Option<RawFd>,
+    cgroups: Vec<RawFd>,
+}
 
-    // Everything the child needs is prepared here, before the clone: the child allocates
-    // nothing.
-    let mut env_strings: Vec<CString> = Vec::new();
-    let mut env_ptrs: Vec<*const libc::c_char> = Vec::new();
-    let mut cwd: Option<CString> = None;
-    let mut cwd_optional = false;
-    let mut stdin: RawFd = -1;
-    let mut io_fds = None;
-    let mut mount_strings = MountStrings::default();
-    let mut join_mounts: RawFd = -1;
-    let mut join_user: RawFd = -1;
-    let mut cgroups: Vec<RawFd> = Vec::new();
-    let mode = match &setup {
-        ChildSetup::ProcessGroup => Mode::ProcessGroup,
-        ChildSetup::Session => Mode::TerminalSession,
-        ChildSetup::Container(io) => {
-            env_strings = io
-                .env
-                .iter()
-                .map(|e| c_string(e.as_bytes()))
-                .collect::<io::Result<_>>()?;
-            env_ptrs = env_strings.iter().map(|e| e.as_ptr()).collect();
-            env_ptrs.push(std::ptr::null());
-            cwd_optional = io.working_dir_optional;
-            cwd = io
+impl Prepared {
+    fn new(setup: &ChildSetup) -> io::Result<(Mode, Prepared)> {
+        let io = match setup {
+            ChildSetup::ProcessGroup => return Ok((Mode::ProcessGroup, Prepared::default())),
+            ChildSetup::Session => return Ok((Mode::TerminalSession, Prepared::default())),
+            ChildSetup::Container(io) => io,
+        };
+        let env_strings: Vec<CString> = io
+            .env
+            .iter()
+            .map(|e| c_string(e.as_bytes()))
+            .collect::<io::Result<_>>()?;
+        let mut env_ptrs: Vec<*const libc::c_char> =
+            env_strings.iter().map(|e| e.as_ptr()).collect();
+        env_ptrs.push(std::ptr::null());
+        let prepared = Prepared {
+            _env_strings: env_strings,
+            env_ptrs,
+            cwd: io
                 .working_dir
                 .as_ref()
                 .map(|d| c_string(d.as_os_str().as_bytes()))
-                .transpose()?;
+                .transpose()?,
+            cwd_optional: io.working_dir_optional,
             // Opened with O_CLOEXEC: only the dup2'd copy reaches the program.
-            stdin = dev_null()?;
-            io_fds = Some((io.stdout, io.stderr));
-            mount_strings = MountStrings::new(&io.mounts, io.root.as_ref())?;
-            join_mounts = io.join_mounts.unwrap_or(-1);
-            join_user = io.join_user.unwrap_or(-1);
-            cgroups = io.cgroups.clone();
-            Mode::Container
-        }
-    };
-    let dir_ptrs: Vec<Vec<*const libc::c_char>> = mount_strings
-        .mounts
-        .iter()
-        .map(|m| m.3.iter().map(|d| d.as_ptr()).collect())
-        .collect();
-    let mounts: Vec<MountSpec> = mount_strings
-        .mounts
-        .iter()
-        .zip(&dir_ptrs)
-        .map(|((s, t, ro, _, file, rro), dirs)| MountSpec {
-            source: s.as_ptr(),
-            target: t.as_ptr(),
-            read_only: *ro,
-            make_dirs: dirs.as_ptr(),
-            make_dir_count: dirs.len(),
-            make_file: *file,
-            recursive_read_only: *rro,
-        })
-        .collect();
-    let steps: Vec<RootlessStep> = mount_strings
-        .steps
-        .iter()
-        .map(|(kind, source, target, upper, work, flag)| RootlessStep {
-            kind: *kind,
-            source: source.as_ptr(),
-            target: target.as_ptr(),
-            upper: upper.as_ptr(),
-            work: work.as_ptr(),
-            flag: *flag,
-        })
-        .collect();
-    let rootless = mount_strings.rootless.as_ref();
-    let root_spec = mount_strings.root.as_ref().map(|r| RootSpec {
-        layer_dir: r[0].as_ptr(),
-        upper: r[1].as_ptr(),
-        work: r[2].as_ptr(),
-        merged: r[3].as_ptr(),
-        overlay_options: r[4].as_ptr(),
-        tmp: r[5].as_ptr(),
-        read_only: mount_strings.root_read_only,
-        uid_map: rootless.map_or(std::ptr::null(), |x| x[0].as_ptr()),
-        gid_map: rootless.map_or(std::ptr::null(), |x| x[1].as_ptr()),
-        upper_dir: rootless.map_or(std::ptr::null(), |x| x[2].as_ptr()),
-        steps: steps.as_ptr(),
-        step_count: steps.len(),
-    });
-    let new_user = rootless.is_some();
-    let mut plan = ChildPlan {
-        cgroups: cgroups.as_ptr(),
-        cgroup_count: cgroups.len(),
-        mounts: mounts.as_ptr(),
-        mount_count: mounts.len(),
-        join_user,
-        root: root_spec
-            .as_ref()
-            .map_or(std::ptr::null(), |r| r as *const RootSpec),
-        join_mounts,
-        argv: argv_ptrs.as_ptr(),
-        mode,
-        // SAFETY: isatty only inspects the descriptor.
-        on_terminal: mode == Mode::ProcessGroup && unsafe { libc::isatty(libc::STDIN_FILENO) == 1 },
-        mask: inherited.mask.0,
-        actions: inherited.actions.as_ptr(),
-        action_count: inherited.actions.len(),
-        envp: if env_ptrs.is_empty() {
-            std::ptr::null()
-        } else {
-            env_ptrs.as_ptr()
-        },
-        cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
-        cwd_optional,
-        stdin,
-        stdout: io_fds.map_or(-1, |f| f.0),
-        stderr: io_fds.map_or(-1, |f| f.1),
-        unshare_above: 0,
-        errno: 0,
-        failed_step: std::ptr::null(),
-        failed_path: std::ptr::null(),
-        tty_errno: 0,
-    };
-    // Container processes go through the reserved low descriptors, when there are some.
-    let low_guard = LOW_FDS.lock().unwrap_or_else(|e| e.into_inner());
-    let low = if mode == Mode::Container {
-        *low_guard
-    } else {
-        None
-    };
-    // Which kept descriptors hold something else than /dev/null until the child has exec'd.
-    let mut used: Vec<RawFd> = Vec::new();
-    if let Some(low) = low {
-        let mut placed = || {
-            used.push(low.stdout);
-            dup_onto(plan.stdout, low.stdout)?;
-            if plan.stderr != plan.stdout {
-                used.push(low.stderr);
-                dup_onto(plan.stderr, low.stderr)?;
-            }
-            if plan.join_mounts >= 0 {
-                used.push(low.mounts);
-                dup_onto(plan.join_mounts, low.mounts)?;
-            }
-            if plan.join_user >= 0 {
-                used.push(low.user);
-                dup_onto(plan.join_user, low.user)?;
-            }
-            Ok::<(), io::Error>(())
+            stdin: Some(dev_null()?),
+            io_fds: Some((io.stdout, io.stderr)),
+            mount_strings: MountStrings::new(&io.mounts, io.root.as_ref())?,
+            join_mounts: io.join_mounts,
+            join_user: io.join_user,
+            cgroups: io.cgroups.clone(),
         };
-        if let Err(e) = placed() {
-            reset_low_fds(&low, &used);
-            return Err(e);
+        Ok((Mode::Container, prepared))
+    }
+}
+
+/// The mounts and private-root steps of `MountStrings` as the child reads them: pointers
+/// into the strings, which must outlive this.
+struct MountPtrs {
+    /// Owns what each mount's `make_dirs` points at.
+    _dir_ptrs: Vec<Vec<*const libc::c_char>>,
+    mounts: Vec<MountSpec>,
+    steps: Vec<RootlessStep>,
+}
+
+impl MountPtrs {
+    fn new(strings: &MountStrings) -> MountPtrs {
+        let dir_ptrs: Vec<Vec<*const libc::c_char>> = strings
+            .mounts
+            .iter()
+            .map(|m| m.3.iter().map(|d| d.as_ptr()).collect())
+            .collect();
+        let mounts = strings
+            .mounts
+            .iter()
+            .zip(&dir_ptrs)
+            .map(|((s, t, ro, _, file, rro), dirs)| MountSpec {
+                source: s.as_ptr(),
+                target: t.as_ptr(),
+                read_only: *ro,
+                make_dirs: dirs.as_ptr(),
+                make_dir_count: dirs.len(),
+                make_file: *file,
+                recursive_read_only: *rro,
+            })
+            .collect();
+        let steps = strings
+            .steps
+            .iter()
+            .map(|(kind, source, target, upper, work, flag)| RootlessStep {
+                kind: *kind,
+                source: source.as_ptr(),
+                target: target.as_ptr(),
+                upper: upper.as_ptr(),
+                work: work.as_ptr(),
+                flag: *flag,
+            })
+            .collect();
+        MountPtrs {
+            _dir_ptrs: dir_ptrs,
+            mounts,
+            steps,
         }
-        plan.stdin = low.stdin;
-        plan.stderr = if plan.stderr == plan.stdout {
-            low.stdout
-        } else {
-            low.stderr
-        };
-        plan.stdout = low.stdout;
+    }
+
+    /// The private root, if there is one.
+    fn root(&self, strings: &MountStrings) -> Option<RootSpec> {
+        let rootless = strings.rootless.as_ref();
+        strings.root.as_ref().map(|r| RootSpec {
+            layer_dir: r[0].as_ptr(),
+            upper: r[1].as_ptr(),
+            work: r[2].as_ptr(),
+            merged: r[3].as_ptr(),
+            overlay_options: r[4].as_ptr(),
+            tmp: r[5].as_ptr(),
+            read_only: strings.root_read_only,
+            uid_map: rootless.map_or(std::ptr::null(), |x| x[0].as_ptr()),
+            gid_map: rootless.map_or(std::ptr::null(), |x| x[1].as_ptr()),
+            upper_dir: rootless.map_or(std::ptr::null(), |x| x[2].as_ptr()),
+            steps: self.steps.as_ptr(),
+            step_count: self.steps.len(),
+        })
+    }
+}
+
+/// Moves the child's descriptors onto the reserved low ones and points the plan at them;
+/// `used` says which hold something until the child has exec'd.
+fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -> io::Result<()> {
+    let mut placed = || {
+        used.push(low.stdout);
+        dup_onto(plan.stdout, low.stdout)?;
+        if plan.stderr != plan.stdout {
+            used.push(low.stderr);
+            dup_onto(plan.stderr, low.stderr)?;
+        }
         if plan.join_mounts >= 0 {
-            plan.join_mounts = low.mounts;
+            used.push(low.mounts);
+            dup_onto(plan.join_mounts, low.mounts)?;
         }
         if plan.join_user >= 0 {
-            plan.join_user = low.user;
+            used.push(low.user);
+            dup_onto(plan.join_user, low.user)?;
         }
-        let highest = low
-            .stdin
-            .max(low.stdout)
-            .max(low.stderr)
-            .max(low.mounts)
-            .max(low.user);
-        plan.unshare_above = highest + 1;
+        Ok::<(), io::Error>(())
+    };
+    if let Err(e) = placed() {
+        reset_low_fds(low, used);
+        return Err(e);
     }
+    plan.stdin = low.stdin;
+    plan.stderr = if plan.stderr == plan.stdout {
+        low.stdout
+    } else {
+        low.stderr
+    };
+    plan.stdout = low.stdout;
+    if plan.join_mounts >= 0 {
+        plan.join_mounts = low.mounts;
+    }
+    if plan.join_user >= 0 {
+        plan.join_user = low.user;
+    }
+    let highest = low
+        .stdin
+        .max(low.stdout)
+        .max(low.stderr)
+        .max(low.mounts)
+        .max(low.user);
+    plan.unshare_above = highest + 1;
+    Ok(())
+}
+
+/// Clones the child that runs `plan` (vfork semantics: back here once it has exec'd or
+/// exited); `new_user` gives it a user namespace of its own.
+fn clone_child(plan: &mut ChildPlan, new_user: bool) -> io::Result<i32> {
     // The child's stack: execvp's PATH search and script fallback use a few KiB of it. Left
     // uninitialised (nothing reads it before the child writes it) and under malloc's mmap
     // threshold, so that only the pages the child touches are ever faulted in.
@@ -343,64 +327,129 @@ pub fn spawn_with_terminal(
         flags |= libc::CLONE_FILES;
     }
     // SAFETY: with CLONE_VFORK this thread is suspended until the child execs or exits, so the
-    // child has sole use of `plan` and everything it points to (`args`, `argv_ptrs`,
-    // `env_strings`, `env_ptrs`, `cwd`, `stack`), which all outlive the call. The
-    // child runs `child_main` only, which makes plain syscalls and execvp/execvpe (no
-    // allocation, no lock) and never returns into our frames. Every signal is still blocked in
-    // the child (our mask is inherited) and we install no handlers, so nothing can run on its
-    // behalf while it shares our memory. With CLONE_FILES it shares our descriptor table too,
-    // and its first step is to take its own copy (of the kept low descriptors only), before
-    // it touches any descriptor.
+    // child has sole use of `plan` and everything it points to (the caller's strings and
+    // pointer arrays, and `stack`), which all outlive the call. The child runs `child_main`
+    // only, which makes plain syscalls and execvp/execvpe (no allocation, no lock) and never
+    // returns into our frames. Every signal is still blocked in the child (our mask is
+    // inherited) and we install no handlers, so nothing can run on its behalf while it shares
+    // our memory. With CLONE_FILES it shares our descriptor table too, and its first step is
+    // to take its own copy (of the kept low descriptors only), before it touches any
+    // descriptor.
     let pid = unsafe {
         libc::clone(
             child_main,
             top,
             flags,
-            &mut plan as *mut ChildPlan as *mut libc::c_void,
+            plan as *mut ChildPlan as *mut libc::c_void,
         )
     };
-    let clone_error = (pid == -1).then(io::Error::last_os_error);
+    drop(stack);
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pid)
+}
+
+/// The child `pid` failed before its exec and has exited (127): reaps it and says why, for a
+/// container with the step and the path it was about.
+fn child_failure(pid: i32, plan: &ChildPlan, mode: Mode) -> io::Error {
+    let mut status = 0;
+    // SAFETY: waiting for our own, already exited child; nobody else knows its pid.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let os = io::Error::from_raw_os_error(plan.errno);
+    if plan.failed_step.is_null() || mode != Mode::Container {
+        return os;
+    }
+    // SAFETY: `failed_step` is a static C string the child pointed at.
+    let step = unsafe { std::ffi::CStr::from_ptr(plan.failed_step) }.to_string_lossy();
+    let path = if plan.failed_path.is_null() {
+        String::new()
+    } else {
+        // SAFETY: one of the plan's C strings, alive until the caller returns.
+        let p = unsafe { std::ffi::CStr::from_ptr(plan.failed_path) };
+        format!(" {}", p.to_string_lossy())
+    };
+    io::Error::new(os.kind(), format!("{step}{path}: {os}"))
+}
+
+/// As `spawn`; with `ChildSetup::Session` it also says why the child could not take stdin's
+/// terminal as its controlling terminal, if it could not (dumb-init reports it).
+pub fn spawn_with_terminal(
+    argv: &[OsString],
+    setup: ChildSetup,
+    inherited: &Inherited,
+) -> io::Result<(i32, Option<io::Error>)> {
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| c_string(a.as_bytes()))
+        .collect::<io::Result<_>>()?;
+    if args.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
+    }
+    let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    // Everything the child needs is prepared here, before the clone, and lives until the end
+    // of this function: the child allocates nothing.
+    let (mode, prep) = Prepared::new(&setup)?;
+    let ptrs = MountPtrs::new(&prep.mount_strings);
+    let root_spec = ptrs.root(&prep.mount_strings);
+    let mut plan = ChildPlan {
+        cgroups: prep.cgroups.as_ptr(),
+        cgroup_count: prep.cgroups.len(),
+        mounts: ptrs.mounts.as_ptr(),
+        mount_count: ptrs.mounts.len(),
+        join_user: prep.join_user.unwrap_or(-1),
+        root: root_spec
+            .as_ref()
+            .map_or(std::ptr::null(), |r| r as *const RootSpec),
+        join_mounts: prep.join_mounts.unwrap_or(-1),
+        argv: argv_ptrs.as_ptr(),
+        mode,
+        // SAFETY: isatty only inspects the descriptor.
+        on_terminal: mode == Mode::ProcessGroup && unsafe { libc::isatty(libc::STDIN_FILENO) == 1 },
+        mask: inherited.mask.0,
+        actions: inherited.actions.as_ptr(),
+        action_count: inherited.actions.len(),
+        envp: if prep.env_ptrs.is_empty() {
+            std::ptr::null()
+        } else {
+            prep.env_ptrs.as_ptr()
+        },
+        cwd: prep.cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        cwd_optional: prep.cwd_optional,
+        stdin: prep.stdin.unwrap_or(-1),
+        stdout: prep.io_fds.map_or(-1, |f| f.0),
+        stderr: prep.io_fds.map_or(-1, |f| f.1),
+        unshare_above: 0,
+        errno: 0,
+        failed_step: std::ptr::null(),
+        failed_path: std::ptr::null(),
+        tty_errno: 0,
+    };
+    // Container processes go through the reserved low descriptors, when there are some.
+    let low_guard = LOW_FDS.lock().unwrap_or_else(|e| e.into_inner());
+    let low = if mode == Mode::Container {
+        *low_guard
+    } else {
+        None
+    };
+    // Which kept descriptors hold something else than /dev/null until the child has exec'd.
+    let mut used: Vec<RawFd> = Vec::new();
+    if let Some(low) = &low {
+        place_on_low_fds(&mut plan, low, &mut used)?;
+    }
+    let new_user = prep.mount_strings.rootless.is_some();
+    let pid = clone_child(&mut plan, new_user);
     // The child has exec'd or exited: the kept descriptors let go of its pipes again.
-    if let Some(low) = low {
-        reset_low_fds(&low, &used);
+    if let Some(low) = &low {
+        reset_low_fds(low, &used);
     }
     drop(low_guard);
-    if let Some(e) = clone_error {
-        return Err(e);
-    }
+    let pid = pid?;
     if plan.errno != 0 {
-        // The child has exited (127). Reap it here: nobody else knows its pid.
-        let mut status = 0;
-        // SAFETY: waiting for our own, already exited child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        let os = io::Error::from_raw_os_error(plan.errno);
-        if plan.failed_step.is_null() || mode != Mode::Container {
-            return Err(os);
-        }
-        // A step before the exec: say which, for a container (and the path it was about;
-        // both still alive: static, or ours until the end of this function).
-        // SAFETY: `failed_step` is a static C string the child pointed at.
-        let step = unsafe { std::ffi::CStr::from_ptr(plan.failed_step) }.to_string_lossy();
-        let path = if plan.failed_path.is_null() {
-            String::new()
-        } else {
-            // SAFETY: one of the plan's C strings, alive until the drop below.
-            let p = unsafe { std::ffi::CStr::from_ptr(plan.failed_path) };
-            format!(" {}", p.to_string_lossy())
-        };
-        return Err(io::Error::new(os.kind(), format!("{step}{path}: {os}")));
+        return Err(child_failure(pid, &plan, mode));
     }
-    drop((
-        stack,
-        env_strings,
-        cwd,
-        mounts,
-        root_spec,
-        steps,
-        dir_ptrs,
-        mount_strings,
-        cgroups,
-    ));
+    drop((root_spec, ptrs, prep));
     let terminal = (plan.tty_errno != 0).then(|| io::Error::from_raw_os_error(plan.tty_errno));
     Ok((pid, terminal))
 }
