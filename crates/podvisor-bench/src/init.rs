@@ -18,7 +18,7 @@ pub fn init_bench(args: &[String]) {
     ] {
         if !path.exists() {
             eprintln!(
-                "error: {what} not found at {} (see README: Benchmarks)",
+                "error: {what} not found at {} (see docs/benchmarks.md)",
                 path.display()
             );
             std::process::exit(2);

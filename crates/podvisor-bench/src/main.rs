@@ -1,5 +1,5 @@
 //! `podvisor-bench init`: the PID 1 figures of podvisor's init build beside tini and dumb-init
-//! (Debian's packages), measured in one run and printed with ratios. See README.md.
+//! (Debian's packages), measured in one run and printed with ratios. See docs/benchmarks.md.
 //!
 //! Each figure is a median over repeated runs, with the programs interleaved so that a change
 //! in machine load hits all of them alike:

@@ -1,6 +1,5 @@
 //! Tests against a real cluster (kind or k3s), which these machines cannot run: ignored by
-//! default. To run them, on a machine with a cluster and `kubectl` pointing at it (README:
-//! "In a cluster"): build and load the images, apply deploy/, then
+//! default. To run them, on a machine with a cluster and `kubectl` pointing at it (docs/cluster.md): build and load the images, apply deploy/, then
 //!
 //!     PODVISOR_CLUSTER_TESTS=1 cargo test -p podvisor-controller --test tests cluster -- --ignored
 //!
@@ -37,7 +36,7 @@ fn eventually(args: &[&str], within: Duration, ok: impl Fn(&str) -> bool) -> Str
 }
 
 #[test]
-#[ignore = "needs a Kubernetes cluster (kind or k3s): PODVISOR_CLUSTER_TESTS=1, see README"]
+#[ignore = "needs a Kubernetes cluster (kind or k3s): PODVISOR_CLUSTER_TESTS=1, see docs/cluster.md"]
 fn the_example_app_is_injected_and_its_agent_disabled_by_its_stages() {
     assert!(
         wanted(),

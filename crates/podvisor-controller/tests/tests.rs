@@ -3,7 +3,7 @@
 //! as the API server does, the webhook as a real HTTPS server, and the deploy/ manifests.
 //!
 //! No Kubernetes API server runs on these machines; the tests that need a real cluster are in
-//! `cluster.rs`, ignored unless PODVISOR_CLUSTER_TESTS=1 (README: "In a cluster").
+//! `cluster.rs`, ignored unless PODVISOR_CLUSTER_TESTS=1 (docs/cluster.md).
 
 mod api;
 mod binary;

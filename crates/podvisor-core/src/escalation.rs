@@ -1,4 +1,4 @@
-//! Whole-pod restart and giving up (seed 001): when restarting one container does not help,
+//! Whole-pod restart and giving up (docs/escalation.md): when restarting one container does not help,
 //! refresh the pod's shared context; past a limit, stop trying.
 //!
 //! A leaf shared by `podvisor run` and the cluster controller. A container that exits having

@@ -1,7 +1,7 @@
 //! The probe worker: when a probe runs and what its outcomes publish, per container instance.
 //!
-//! Reproduces pkg/kubelet/prober/worker.go (../shared/seeds/003) in its newer, instance-bound
-//! form (KUBELET.md §2.2): a worker per probe of a container instance; initial results
+//! Reproduces pkg/kubelet/prober/worker.go in its newer, instance-bound form
+//! (docs/kubelet.md, Probes): a worker per probe of a container instance; initial results
 //! readiness Failure, liveness Success, startup Unknown; nothing runs before
 //! `initialDelaySeconds` after the start; then every `periodSeconds`; liveness and readiness
 //! idle until startup has succeeded, and readiness runs at once when it does; equal results in

@@ -1,4 +1,4 @@
-//! Staged instrumentation (seed 000): which stage a container start runs in, the environment
+//! Staged instrumentation (docs/escalation.md): which stage a container start runs in, the environment
 //! each stage gives it, and the verdict on the add-on once it has been switched off.
 //!
 //! A leaf shared by `podvisor run`, `podvisor init --supervision` and the cluster controller:
@@ -17,7 +17,7 @@ use crate::clock::Instant;
 /// The variable every staged start gets, holding its stage's name.
 pub const STAGE_VAR: &str = "PODVISOR_INSTR_STAGE";
 
-/// `debugAfterRestarts` and `disableAfterRestarts` when not given (seed 000).
+/// `debugAfterRestarts` and `disableAfterRestarts` when not given.
 pub const DEFAULT_DEBUG_AFTER: u32 = 3;
 pub const DEFAULT_DISABLE_AFTER: u32 = 6;
 

@@ -1,4 +1,4 @@
-//! The add-on examples of examples/addons and examples/cluster, run as README says (from the
+//! The add-on examples of examples/addons and examples/cluster, run as docs/escalation.md says (from the
 //! repository's root): a faulty LD_PRELOAD agent and a faulty Node.js agent are staged off.
 
 use std::path::PathBuf;

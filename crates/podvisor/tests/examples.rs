@@ -1,4 +1,4 @@
-//! Every example in examples/ runs as README.md says it does.
+//! Every example in examples/ runs as README.md and docs/ say it does.
 
 use std::path::PathBuf;
 
@@ -10,7 +10,7 @@ fn example(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// The init example of README. `--wait-all` lets the helpers finish; their
+/// The init example of docs/guide.md. `--wait-all` lets the helpers finish; their
 /// zombies are reaped, and the app's exit code comes through.
 #[test]
 fn init_example_app() {

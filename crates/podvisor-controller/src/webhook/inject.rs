@@ -7,7 +7,7 @@
 //! - the Supervision's staged instrumentation as a document in the pod annotation
 //!   `podvisor.io/supervision`, mounted as a file by a downwardAPI volume (so the stage env
 //!   `podvisor init` applies is the Supervision's, read-only, without a ConfigMap to manage);
-//! - an emptyDir for the start counts (it survives container restarts, not the pod: seed 000),
+//! - an emptyDir for the start counts (it survives container restarts, not the pod: docs/escalation.md),
 //!   with a directory per container that `podvisor init` makes (`--state-dir
 //!   /podvisor/state/NAME`), so each container counts its own starts whatever user it runs as
 //!   (a subPath directory would be made by the kubelet, owned by root);

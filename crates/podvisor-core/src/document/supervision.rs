@@ -62,7 +62,7 @@ pub struct SupervisionSpec {
     pub pod_restart: Option<PodRestart>,
 }
 
-/// Restart-aware instrumentation stages (seed 000): each container start runs Nominal, then
+/// Restart-aware instrumentation stages (docs/escalation.md): each container start runs Nominal, then
 /// Debug, then Disabled as its restarts pile up. Defaults: `debugAfterRestarts` 3,
 /// `disableAfterRestarts` 6, `verdictAfter` 10m.
 ///
@@ -146,7 +146,7 @@ impl StagedInstrumentation {
     }
 }
 
-/// Whole-pod restarts (seed 001): when restarting one container does not help, refresh the
+/// Whole-pod restarts (docs/escalation.md): when restarting one container does not help, refresh the
 /// pod's shared context; past a limit, give up. Also the Supervision CRD's block.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -90,7 +90,7 @@ pub enum EventType {
     Warning,
 }
 
-/// An event as SPEC.md describes them; the shell adds the time.
+/// An event as docs/events.md lists them; the shell adds the time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     pub kind: EventType,

@@ -13,7 +13,8 @@
 //! probes (one `probe::Worker` per probe of the running instance; the shell runs the attempts);
 //! postStart and preStop hooks; readiness as `ready`, conditions and Ready/NotReady events.
 //!
-//! Rules are those of pkg/kubelet (see ../shared/KUBELET.md §3–§4), each cited where applied.
+//! Rules are those of pkg/kubelet (docs/kubelet.md: Restarts, Lifecycle), each cited where
+//! applied.
 //!
 //! One file per concern: `plan` (what runs), `io` (inputs and effects), `container` (one
 //! container's status), `reconcile` (starts and restarts), `probes`, `hooks`, `stop` (kills and

@@ -1,10 +1,11 @@
-//! The pod's phase and conditions, computed from the containers (KUBELET.md §4.6, §4.7).
+//! The pod's phase and conditions, computed from the containers (`getPhase` in
+//! pkg/kubelet/kubelet_pods.go, pkg/kubelet/status/generate.go; docs/kubelet.md, Pod phase).
 
 use super::reconcile::NextStart;
 use super::{ContainerState, Kind, Phase, Pod};
 
 impl Pod {
-    /// §4.6, for the containers as they stand.
+    /// `getPhase`, for the containers as they stand.
     pub(super) fn compute_phase(&self) -> Phase {
         if self.phase.is_terminal() {
             return self.phase;
@@ -84,7 +85,7 @@ impl Pod {
     }
 
     /// After a requested stop, the pod ends Succeeded if every main container's last exit was
-    /// 0, else Failed (as a deleted pod's final phase, §4.6 rule 4).
+    /// 0, else Failed (as a deleted pod's final phase in `getPhase`).
     pub(super) fn compute_phase_after_stop(&self) -> Phase {
         let all_zero = self
             .containers
@@ -121,7 +122,7 @@ impl Pod {
     }
 
     /// PodScheduled, Initialized, ContainersReady and Ready, as pkg/kubelet/status/generate.go
-    /// computes them (KUBELET.md §4.3, §4.7).
+    /// computes them (pkg/kubelet/status/generate.go; docs/kubelet.md, Pod conditions).
     pub fn conditions(&self) -> Vec<Condition> {
         let cond = |kind, status, reason: Option<&str>, message: Option<String>| Condition {
             kind,

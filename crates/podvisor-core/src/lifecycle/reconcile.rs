@@ -2,8 +2,10 @@
 //! containers are started, restarted or left backing off, or the pod restarts or gives up.
 //!
 //! `decide` is the one place that answers "what happens next to this container": its restart
-//! policy and exit-code rules (KUBELET.md §3.3, §3.4), a failed init container under `Never`
-//! (§4.3), the escalation rules of `Supervision.spec.podRestart`, and CrashLoopBackOff (§3.1).
+//! policy and exit-code rules (pkg/kubelet/container/helpers.go, pkg/api/v1/pod/util.go), a
+//! failed init container under `Never`
+//! (docs/kubelet.md: Init containers), the escalation rules of `Supervision.spec.podRestart`,
+//! and CrashLoopBackOff (docs/kubelet.md: Restarts).
 //! Reconciling, the phase, the deadlines and the probe-kill message all use its answer.
 
 use std::time::Duration;
@@ -123,7 +125,7 @@ impl Pod {
             }
         }
         // Init containers and sidecars, in order: each regular init container must complete,
-        // each sidecar must be running, before the next one starts (KUBELET.md §3.6, §4.3).
+        // each sidecar must be running, before the next one starts (docs/kubelet.md: Sidecars, Init containers).
         let mut init_done = true;
         for i in 0..self.containers.len() {
             match self.plan.containers[i].kind {

@@ -115,7 +115,8 @@ impl Pod {
     }
 
     /// Sends SIGTERM to each container being killed once its preStop is over (or abandoned at
-    /// the end of the grace) and, in a pod stop, its turn has come; SIGKILL when due (§4.2).
+    /// the end of the grace) and, in a pod stop, its turn has come; SIGKILL when due (`killContainer` in
+    /// pkg/kubelet/kuberuntime/kuberuntime_container.go).
     pub(super) fn drive_kills(&mut self, now: Instant, fx: &mut Vec<Effect>) {
         // Sidecars wait for every main container and the sidecars after them to be gone.
         let mains_running = self
@@ -165,7 +166,8 @@ impl Pod {
     }
 
     /// Stopping: every running container is killed at once with the pod's grace, counted from
-    /// the stop; sidecars get SIGTERM once no main container runs, last sidecar first (§4.2).
+    /// the stop; sidecars get SIGTERM once no main container runs, last sidecar first
+    /// (pkg/kubelet/kuberuntime/kuberuntime_termination_order.go).
     pub(super) fn reconcile_stop(&mut self, now: Instant, fx: &mut Vec<Effect>) {
         let Some(stopping) = self.stopping else {
             return;

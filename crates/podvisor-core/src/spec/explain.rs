@@ -3,7 +3,7 @@
 //! backoff schedule, the stage schedule, and warnings (with the fix) for settings that will
 //! crash-loop or never become ready.
 //!
-//! The arithmetic follows the kubelet's prober worker (KUBELET.md §2.2): a probe runs every
+//! The arithmetic follows the kubelet's prober worker (pkg/kubelet/prober/worker.go): a probe runs every
 //! `periodSeconds`, an attempt lasts up to `timeoutSeconds`, `failureThreshold` failures in a
 //! row publish Failure, `successThreshold` successes publish Success, nothing runs before
 //! `initialDelaySeconds`, and liveness and readiness wait for startup.

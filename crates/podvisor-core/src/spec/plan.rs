@@ -66,7 +66,7 @@ impl HostPathType {
 /// The pod annotation that gives containers the host's root read-write (`writable`).
 pub const HOST_ROOT: &str = "podvisor.io/host-root";
 
-/// The pod's IP, and the host's, as SPEC.md fixes them.
+/// The pod's IP, and the host's (docs/pods.md).
 pub const POD_IP: &str = "127.0.0.1";
 
 /// How to run one container, its probes and its hooks.

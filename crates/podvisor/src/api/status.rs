@@ -56,7 +56,7 @@ pub fn pod_json(
         metadata["labels"] = json!(info.labels);
     }
     // podvisor's own annotations: each staged container's stage and verdict, and the
-    // whole-pod restarts (SPEC.md, Files).
+    // whole-pod restarts (docs/state.md).
     let mut annotations = info.annotations.clone();
     for c in pod.containers() {
         if let Some(stage) = c.stage {

@@ -70,7 +70,7 @@ pub fn default_state_dir(namespace: &str, pod: &str) -> PathBuf {
 /// Where state dirs live by default: `/var/lib/podvisor` for root, else
 /// `$XDG_STATE_HOME/podvisor` (or `~/.local/state/podvisor`).
 pub fn state_base() -> PathBuf {
-    // Root (the owner of /proc/self) gets the system directory, as SPEC.md says.
+    // Root (the owner of /proc/self) gets the system directory (docs/state.md).
     let root = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false);

@@ -1,4 +1,4 @@
-//! Events as SPEC.md describes them: a readable line each on stderr, and with `--events FILE`
+//! Events as docs/events.md lists them: a readable line each on stderr, and with `--events FILE`
 //! (or `-` for stdout) one JSON object per line.
 
 use std::io::Write;
