@@ -206,106 +206,15 @@ impl PodRecord {
         for (n, key, value) in lines {
             let f = Fields { line: n, key };
             if key == "container" {
-                r.containers.push(ContainerRecord {
-                    name: f.word(value)?.to_string(),
-                    restart_count: 0,
-                    instance: 0,
-                    next: NextRecord::Policy,
-                    stage: None,
-                    disabled_at: None,
-                    verdict: None,
-                    ever_started: false,
-                    backoff: None,
-                    window: Vec::new(),
-                    state: StateRecord::Waiting,
-                    last: None,
-                    process: None,
-                });
+                r.containers.push(ContainerRecord::named(f.word(value)?));
                 continue;
             }
             let Some(c) = r.containers.last_mut() else {
-                match key {
-                    "pod" => r.pod = f.word(value)?.to_string(),
-                    "uid" => r.uid = f.word(value)?.to_string(),
-                    "created" => r.created = f.num(value)?,
-                    "saved" => r.saved = f.num(value)?,
-                    "saved-by" => r.saved_by = f.num(value)?,
-                    "boot" => r.boot = f.word(value)?.to_string(),
-                    "pod-restarts" => r.pod_restarts = f.num(value)?,
-                    "ended" => r.ended = Some(f.word(value)?.to_string()),
-                    _ => return Err(f.bad("unknown field")),
-                }
+                pod_field(&mut r, &f, key, value)?;
                 seen.push(key);
                 continue;
             };
-            match key {
-                "restarts" => c.restart_count = f.num(value)?,
-                "instance" => c.instance = f.num(value)?,
-                "next" => {
-                    c.next = match value {
-                        "first" => NextRecord::First,
-                        "policy" => NextRecord::Policy,
-                        _ => return Err(f.bad(&format!("{value:?} is not first or policy"))),
-                    }
-                }
-                "stage" => {
-                    c.stage = Some(
-                        Stage::parse(value)
-                            .ok_or_else(|| f.bad(&format!("{value:?} is not a stage")))?,
-                    )
-                }
-                "disabled-at" => c.disabled_at = Some(f.num(value)?),
-                "verdict" => {
-                    c.verdict = Some(
-                        Verdict::parse(value)
-                            .ok_or_else(|| f.bad(&format!("{value:?} is not a verdict")))?,
-                    )
-                }
-                "ever-started" => c.ever_started = value == "yes",
-                "backoff" => {
-                    let v = f.nums::<u64>(value, 2)?;
-                    c.backoff = Some((v[0], v[1]));
-                }
-                "window" => c.window = f.nums(value, usize::MAX)?,
-                "state" => {
-                    let mut words = value.split(' ');
-                    c.state = match (words.next(), words.next(), words.next()) {
-                        (Some("waiting"), None, _) => StateRecord::Waiting,
-                        (Some("running"), Some(at), None) => StateRecord::Running(f.num(at)?),
-                        (Some("terminated"), None, _) => StateRecord::Terminated(ExitRecord {
-                            exit_code: 0,
-                            signal: None,
-                            reason: String::new(),
-                            message: None,
-                            started: None,
-                            finished: 0,
-                        }),
-                        _ => return Err(f.bad(&format!("{value:?} is not a state"))),
-                    }
-                }
-                "state-exit" => match &mut c.state {
-                    StateRecord::Terminated(e) => *e = f.exit(value)?,
-                    _ => return Err(f.bad("an exit for a state that is not terminated")),
-                },
-                "state-message" => match &mut c.state {
-                    StateRecord::Terminated(e) => e.message = Some(unescape(value)),
-                    _ => return Err(f.bad("a message for a state that is not terminated")),
-                },
-                "last-exit" => c.last = Some(f.exit(value)?),
-                "last-message" => match &mut c.last {
-                    Some(e) => e.message = Some(unescape(value)),
-                    None => return Err(f.bad("a message before its exit")),
-                },
-                "process" => {
-                    let v = f.nums::<u64>(value, 2)?;
-                    let pid = i32::try_from(v[0]).map_err(|_| f.bad("pid out of range"))?;
-                    c.process = Some(ProcessRecord {
-                        pid,
-                        start_ticks: v[1],
-                    });
-                }
-                _ => return Err(f.bad("unknown field")),
-            }
+            container_field(c, &f, key, value)?;
         }
         for required in ["pod", "uid", "created", "saved", "boot"] {
             if !seen.contains(&required) {
@@ -317,6 +226,120 @@ impl PodRecord {
             }
         }
         Ok(r)
+    }
+}
+
+/// A pod-level field of a pod record.
+fn pod_field(r: &mut PodRecord, f: &Fields<'_>, key: &str, value: &str) -> Result<(), RecordError> {
+    match key {
+        "pod" => r.pod = f.word(value)?.to_string(),
+        "uid" => r.uid = f.word(value)?.to_string(),
+        "created" => r.created = f.num(value)?,
+        "saved" => r.saved = f.num(value)?,
+        "saved-by" => r.saved_by = f.num(value)?,
+        "boot" => r.boot = f.word(value)?.to_string(),
+        "pod-restarts" => r.pod_restarts = f.num(value)?,
+        "ended" => r.ended = Some(f.word(value)?.to_string()),
+        _ => return Err(f.bad("unknown field")),
+    }
+    Ok(())
+}
+
+/// A field of the container record being read.
+fn container_field(
+    c: &mut ContainerRecord,
+    f: &Fields<'_>,
+    key: &str,
+    value: &str,
+) -> Result<(), RecordError> {
+    match key {
+        "restarts" => c.restart_count = f.num(value)?,
+        "instance" => c.instance = f.num(value)?,
+        "next" => {
+            c.next = match value {
+                "first" => NextRecord::First,
+                "policy" => NextRecord::Policy,
+                _ => return Err(f.bad(&format!("{value:?} is not first or policy"))),
+            }
+        }
+        "stage" => {
+            c.stage = Some(
+                Stage::parse(value).ok_or_else(|| f.bad(&format!("{value:?} is not a stage")))?,
+            )
+        }
+        "disabled-at" => c.disabled_at = Some(f.num(value)?),
+        "verdict" => {
+            c.verdict = Some(
+                Verdict::parse(value)
+                    .ok_or_else(|| f.bad(&format!("{value:?} is not a verdict")))?,
+            )
+        }
+        "ever-started" => c.ever_started = value == "yes",
+        "backoff" => {
+            let v = f.nums::<u64>(value, 2)?;
+            c.backoff = Some((v[0], v[1]));
+        }
+        "window" => c.window = f.nums(value, usize::MAX)?,
+        "state" => {
+            let mut words = value.split(' ');
+            c.state = match (words.next(), words.next(), words.next()) {
+                (Some("waiting"), None, _) => StateRecord::Waiting,
+                (Some("running"), Some(at), None) => StateRecord::Running(f.num(at)?),
+                (Some("terminated"), None, _) => StateRecord::Terminated(ExitRecord {
+                    exit_code: 0,
+                    signal: None,
+                    reason: String::new(),
+                    message: None,
+                    started: None,
+                    finished: 0,
+                }),
+                _ => return Err(f.bad(&format!("{value:?} is not a state"))),
+            }
+        }
+        "state-exit" => match &mut c.state {
+            StateRecord::Terminated(e) => *e = f.exit(value)?,
+            _ => return Err(f.bad("an exit for a state that is not terminated")),
+        },
+        "state-message" => match &mut c.state {
+            StateRecord::Terminated(e) => e.message = Some(unescape(value)),
+            _ => return Err(f.bad("a message for a state that is not terminated")),
+        },
+        "last-exit" => c.last = Some(f.exit(value)?),
+        "last-message" => match &mut c.last {
+            Some(e) => e.message = Some(unescape(value)),
+            None => return Err(f.bad("a message before its exit")),
+        },
+        "process" => {
+            let v = f.nums::<u64>(value, 2)?;
+            let pid = i32::try_from(v[0]).map_err(|_| f.bad("pid out of range"))?;
+            c.process = Some(ProcessRecord {
+                pid,
+                start_ticks: v[1],
+            });
+        }
+        _ => return Err(f.bad("unknown field")),
+    }
+    Ok(())
+}
+
+impl ContainerRecord {
+    /// A container's record before its fields are read.
+    fn named(name: &str) -> ContainerRecord {
+        ContainerRecord {
+            name: name.to_string(),
+            restart_count: 0,
+            instance: 0,
+            next: NextRecord::Policy,
+            stage: None,
+            disabled_at: None,
+            verdict: None,
+            ever_started: false,
+            backoff: None,
+            window: Vec::new(),
+            state: StateRecord::Waiting,
+            last: None,
+            process: None,
+        }
     }
 }
 

@@ -75,31 +75,25 @@ pub(crate) async fn act(
     now: Timestamp,
     report: &mut Report,
 ) -> Result<(), Error> {
-    let now_ms = now.as_millisecond().max(0) as u64;
-    let within = format_duration(policy.within);
-    let ns = pod.namespace().unwrap_or_default();
-    let pod_ref = pod.object_ref(&());
-    let uid = pod.uid().unwrap_or_default();
-    let label = labels(&ns, sup);
+    let mut acting = Acting {
+        ctx,
+        sup,
+        pod,
+        owners,
+        policy,
+        now,
+        report,
+        within: format_duration(policy.within),
+        ns: pod.namespace().unwrap_or_default(),
+        uid: pod.uid().unwrap_or_default(),
+    };
     match decision {
         Decision::Nothing | Decision::Terminating | Decision::GaveUpAlready => Ok(()),
         Decision::BarePod {
             container,
             restarts,
         } => {
-            if first_report(ctx, sup, &uid) {
-                let message = format!(
-                    "Container {container} was restarted {restarts} times within {within}, but the pod has no controller to make it again: not evicted (podRestart needs a Deployment, ReplicaSet, StatefulSet, Job or DaemonSet)"
-                );
-                publish(
-                    ctx,
-                    &pod_ref,
-                    EventType::Warning,
-                    "PodRestartSkipped",
-                    &message,
-                )
-                .await;
-            }
+            acting.bare_pod(&container, restarts).await;
             Ok(())
         }
         Decision::GiveUp {
@@ -107,26 +101,7 @@ pub(crate) async fn act(
             restarts,
         } => {
             let o = owner_ref.expect("decide gives up only on owned pods");
-            let message = format!(
-                "Container {container} was restarted {restarts} times within {within}, and the pods of {} {} have been restarted {} times already (maxPodRestarts): giving up",
-                o.kind, o.name, policy.max_pod_restarts
-            );
-            if ctx.config.dry_run {
-                tracing::info!(pod = %pod.name_any(), "dry run: {message}");
-                return Ok(());
-            }
-            let Some(OwnerRead::Found(owner)) = owners.get_mut(&o.uid) else {
-                return Ok(());
-            };
-            let gave_up = mark(pod, &container, restarts, now);
-            if !update_history(owner, |h| h.gave_up = Some(gave_up)).await? {
-                report.retry_in(CONFLICT_RETRY);
-                return Ok(());
-            }
-            ctx.metrics.gave_up.get_or_create(&label).inc();
-            let types = (EventType::Warning, EventType::Warning);
-            publish_both(ctx, pod, sup, types, "GaveUp", &message).await;
-            Ok(())
+            acting.give_up(o, &container, restarts).await
         }
         Decision::Refresh {
             container,
@@ -135,88 +110,179 @@ pub(crate) async fn act(
             number,
         } => {
             let o = owner_ref.expect("decide refreshes only owned pods");
+            acting
+                .refresh(o, &container, restarts, record, number)
+                .await
+        }
+    }
+}
+
+/// One decision about one pod being carried out.
+struct Acting<'a> {
+    ctx: &'a Context,
+    sup: &'a Supervision,
+    pod: &'a Pod,
+    owners: &'a mut BTreeMap<String, OwnerRead>,
+    policy: &'a PodRestartPolicy,
+    now: Timestamp,
+    report: &'a mut Report,
+    /// The policy's window, as messages write it.
+    within: String,
+    ns: String,
+    uid: String,
+}
+
+impl Acting<'_> {
+    fn now_ms(&self) -> u64 {
+        self.now.as_millisecond().max(0) as u64
+    }
+
+    /// The rule fired on a pod nothing would make again: reported once, left alone.
+    async fn bare_pod(&mut self, container: &str, restarts: u32) {
+        if first_report(self.ctx, self.sup, &self.uid) {
             let message = format!(
-                "Container {container} was restarted {restarts} times within {within}: restarting the whole pod (pod restart {number} of {}): evicted so that {} {} makes it again with fresh emptyDir volumes and init containers",
-                policy.max_pod_restarts, o.kind, o.name
+                "Container {container} was restarted {restarts} times within {}, but the pod has no controller to make it again: not evicted (podRestart needs a Deployment, ReplicaSet, StatefulSet, Job or DaemonSet)",
+                self.within
             );
-            if ctx.config.dry_run {
-                tracing::info!(pod = %pod.name_any(), "dry run: {message}");
-                publish(
-                    ctx,
-                    &pod_ref,
-                    EventType::Normal,
-                    "DryRun",
-                    &format!("would evict: {message}"),
-                )
-                .await;
+            let at = self.pod.object_ref(&());
+            publish(
+                self.ctx,
+                &at,
+                EventType::Warning,
+                "PodRestartSkipped",
+                &message,
+            )
+            .await;
+        }
+    }
+
+    /// Past `maxPodRestarts`: recorded on the owner, then said on the pod and the Supervision.
+    async fn give_up(
+        &mut self,
+        o: &OwnerReference,
+        container: &str,
+        restarts: u32,
+    ) -> Result<(), Error> {
+        let message = format!(
+            "Container {container} was restarted {restarts} times within {}, and the pods of {} {} have been restarted {} times already (maxPodRestarts): giving up",
+            self.within, o.kind, o.name, self.policy.max_pod_restarts
+        );
+        if self.ctx.config.dry_run {
+            tracing::info!(pod = %self.pod.name_any(), "dry run: {message}");
+            return Ok(());
+        }
+        let Some(OwnerRead::Found(owner)) = self.owners.get_mut(&o.uid) else {
+            return Ok(());
+        };
+        let gave_up = mark(self.pod, container, restarts, self.now);
+        if !update_history(owner, |h| h.gave_up = Some(gave_up)).await? {
+            self.report.retry_in(CONFLICT_RETRY);
+            return Ok(());
+        }
+        let label = labels(&self.ns, self.sup);
+        self.ctx.metrics.gave_up.get_or_create(&label).inc();
+        let types = (EventType::Warning, EventType::Warning);
+        publish_both(self.ctx, self.pod, self.sup, types, "GaveUp", &message).await;
+        Ok(())
+    }
+
+    /// A whole-pod restart: recorded on the owner (unless already), within the rate limits,
+    /// then the eviction.
+    async fn refresh(
+        &mut self,
+        o: &OwnerReference,
+        container: &str,
+        restarts: u32,
+        record: bool,
+        number: u32,
+    ) -> Result<(), Error> {
+        let now_ms = self.now_ms();
+        let message = format!(
+            "Container {container} was restarted {restarts} times within {}: restarting the whole pod (pod restart {number} of {}): evicted so that {} {} makes it again with fresh emptyDir volumes and init containers",
+            self.within, self.policy.max_pod_restarts, o.kind, o.name
+        );
+        if self.ctx.config.dry_run {
+            tracing::info!(pod = %self.pod.name_any(), "dry run: {message}");
+            let at = self.pod.object_ref(&());
+            let text = format!("would evict: {message}");
+            publish(self.ctx, &at, EventType::Normal, "DryRun", &text).await;
+            return Ok(());
+        }
+        if let Some((at, _)) = self.ctx.state().evict_backoff.get(&self.uid) {
+            if now_ms < *at {
+                self.report.retry_in(Duration::from_millis(at - now_ms));
                 return Ok(());
             }
-            if let Some((at, _)) = ctx.state().evict_backoff.get(&uid) {
-                if now_ms < *at {
-                    report.retry_in(Duration::from_millis(at - now_ms));
-                    return Ok(());
-                }
+        }
+        if record {
+            let label = labels(&self.ns, self.sup);
+            if let Err(wait) = self.ctx.state().limiter.check(&self.ns, &o.uid, now_ms) {
+                tracing::info!(pod = %self.pod.name_any(), ?wait, "whole-pod restart rate-limited");
+                self.ctx.metrics.rate_limited.get_or_create(&label).inc();
+                self.report.retry_in(wait);
+                return Ok(());
             }
-            if record {
-                if let Err(wait) = ctx.state().limiter.check(&ns, &o.uid, now_ms) {
-                    tracing::info!(pod = %pod.name_any(), ?wait, "whole-pod restart rate-limited");
-                    ctx.metrics.rate_limited.get_or_create(&label).inc();
-                    report.retry_in(wait);
-                    return Ok(());
-                }
-                let Some(OwnerRead::Found(owner)) = owners.get_mut(&o.uid) else {
-                    return Ok(());
-                };
-                let refresh = mark(pod, &container, restarts, now);
-                if !update_history(owner, |h| h.refreshes.push(refresh)).await? {
-                    report.retry_in(CONFLICT_RETRY);
-                    return Ok(());
-                }
-                // Counted once recorded: a conflict does not use up the owner's interval.
-                ctx.state().limiter.record(&ns, &o.uid, now_ms);
+            let Some(OwnerRead::Found(owner)) = self.owners.get_mut(&o.uid) else {
+                return Ok(());
+            };
+            let refresh = mark(self.pod, container, restarts, self.now);
+            if !update_history(owner, |h| h.refreshes.push(refresh)).await? {
+                self.report.retry_in(CONFLICT_RETRY);
+                return Ok(());
             }
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            match pods.evict(&pod.name_any(), &EvictParams::default()).await {
-                Ok(_) => {
-                    ctx.state().evict_backoff.remove(&uid);
-                    ctx.metrics.pod_restarts.get_or_create(&label).inc();
-                    let types = (EventType::Warning, EventType::Normal);
-                    publish_both(ctx, pod, sup, types, "PodRestarting", &message).await;
-                    Ok(())
-                }
-                // Deleted meanwhile: the refresh happened another way; the record stands.
-                Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-                // 429: a PodDisruptionBudget (or the API's own rate limit) refuses for now.
-                Err(kube::Error::Api(s)) if s.code == 429 || s.is_conflict() => {
-                    let delay = {
-                        let mut st = ctx.state();
-                        let entry = st
-                            .evict_backoff
-                            .entry(uid)
-                            .or_insert((0, EVICT_RETRY_FIRST));
-                        let delay = entry.1;
-                        *entry = (
-                            now_ms + delay.as_millis() as u64,
-                            (delay * 2).min(EVICT_RETRY_MAX),
-                        );
-                        delay
-                    };
-                    let text = format!(
-                        "Eviction of pod {} refused ({} {}): {}; retrying in {}",
-                        pod.name_any(),
-                        s.code,
-                        s.reason,
-                        s.message,
-                        format_duration(delay)
+            // Counted once recorded: a conflict does not use up the owner's interval.
+            self.ctx.state().limiter.record(&self.ns, &o.uid, now_ms);
+        }
+        self.evict(&message).await
+    }
+
+    /// The Eviction API call, and what a refusal (a PodDisruptionBudget's 429) leads to.
+    async fn evict(&mut self, message: &str) -> Result<(), Error> {
+        let (ctx, pod) = (self.ctx, self.pod);
+        let label = labels(&self.ns, self.sup);
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &self.ns);
+        match pods.evict(&pod.name_any(), &EvictParams::default()).await {
+            Ok(_) => {
+                ctx.state().evict_backoff.remove(&self.uid);
+                ctx.metrics.pod_restarts.get_or_create(&label).inc();
+                let types = (EventType::Warning, EventType::Normal);
+                publish_both(ctx, pod, self.sup, types, "PodRestarting", message).await;
+                Ok(())
+            }
+            // Deleted meanwhile: the refresh happened another way; the record stands.
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            // 429: a PodDisruptionBudget (or the API's own rate limit) refuses for now.
+            Err(kube::Error::Api(s)) if s.code == 429 || s.is_conflict() => {
+                let now_ms = self.now_ms();
+                let delay = {
+                    let mut st = ctx.state();
+                    let entry = st
+                        .evict_backoff
+                        .entry(self.uid.clone())
+                        .or_insert((0, EVICT_RETRY_FIRST));
+                    let delay = entry.1;
+                    *entry = (
+                        now_ms + delay.as_millis() as u64,
+                        (delay * 2).min(EVICT_RETRY_MAX),
                     );
-                    ctx.metrics.evictions_refused.get_or_create(&label).inc();
-                    publish(ctx, &pod_ref, EventType::Warning, "EvictionRefused", &text).await;
-                    report.degraded.push(text);
-                    report.retry_in(delay);
-                    Ok(())
-                }
-                Err(e) => Err(e.into()),
+                    delay
+                };
+                let text = format!(
+                    "Eviction of pod {} refused ({} {}): {}; retrying in {}",
+                    pod.name_any(),
+                    s.code,
+                    s.reason,
+                    s.message,
+                    format_duration(delay)
+                );
+                ctx.metrics.evictions_refused.get_or_create(&label).inc();
+                let at = pod.object_ref(&());
+                publish(ctx, &at, EventType::Warning, "EvictionRefused", &text).await;
+                self.report.degraded.push(text);
+                self.report.retry_in(delay);
+                Ok(())
             }
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -191,18 +191,16 @@ fn explain_container(
     pod_grace: u64,
     start_time: Option<Duration>,
 ) -> ContainerExplanation {
-    let startup = c.startup_probe.as_ref().map(Timing::of);
-    let readiness = c.readiness_probe.as_ref().map(Timing::of);
-    let liveness = c.liveness_probe.as_ref().map(Timing::of);
-    let mut warnings = Vec::new();
-    let warn = |w: &mut Vec<Warning>, field: &str, problem: String, fix: String| {
-        w.push(Warning {
-            field: format!("{path}.{field}"),
-            problem,
-            fix,
-        });
+    let timings = Timings {
+        startup: c.startup_probe.as_ref().map(Timing::of),
+        readiness: c.readiness_probe.as_ref().map(Timing::of),
+        liveness: c.liveness_probe.as_ref().map(Timing::of),
     };
-
+    let Timings {
+        startup,
+        readiness,
+        liveness,
+    } = timings;
     // Startup: the first attempt at initialDelay; the last allowed one failure-1 periods later.
     let startup_done_earliest = startup.map_or(0, |s| s.initial_delay);
     let startup_done_latest =
@@ -241,6 +239,48 @@ fn explain_container(
                 .max(2);
             (Some(detected), Some(detected + secs(grace)))
         }
+    };
+
+    ContainerExplanation {
+        name: c.name.clone(),
+        earliest_ready: ready_earliest,
+        latest_ready: ready_latest,
+        startup_window,
+        hang_detected,
+        hang_killed,
+        warnings: warnings(path, c, pod_grace, start_time, timings, startup_window),
+    }
+}
+
+/// The container's three probes, as their timings.
+#[derive(Debug, Clone, Copy)]
+struct Timings {
+    startup: Option<Timing>,
+    readiness: Option<Timing>,
+    liveness: Option<Timing>,
+}
+
+/// What is likely wrong in the container's probes and hooks, each with the field and the fix.
+fn warnings(
+    path: &str,
+    c: &Container,
+    pod_grace: u64,
+    start_time: Option<Duration>,
+    timings: Timings,
+    startup_window: Option<Duration>,
+) -> Vec<Warning> {
+    let Timings {
+        startup,
+        readiness,
+        liveness,
+    } = timings;
+    let mut warnings = Vec::new();
+    let warn = |w: &mut Vec<Warning>, field: &str, problem: String, fix: String| {
+        w.push(Warning {
+            field: format!("{path}.{field}"),
+            problem,
+            fix,
+        });
     };
 
     for (field, probe) in [
@@ -322,15 +362,7 @@ fn explain_container(
             }
         }
     }
-    ContainerExplanation {
-        name: c.name.clone(),
-        earliest_ready: ready_earliest,
-        latest_ready: ready_latest,
-        startup_window,
-        hang_detected,
-        hang_killed,
-        warnings,
-    }
+    warnings
 }
 
 fn hook_sleep(h: &LifecycleHandler) -> Option<u64> {

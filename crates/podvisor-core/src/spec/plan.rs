@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::document::supervision::StagedInstrumentation;
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction, LifecycleHandler, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -278,47 +279,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
     });
     let main = w.spec.containers.iter().map(|c| (c, Kind::Main));
     for (c, kind) in init.chain(main) {
-        let rules = c
-            .restart_policy_rules
-            .iter()
-            .flatten()
-            .filter(|r| r.action == "Restart")
-            .filter_map(|r| {
-                let codes = r.exit_codes.as_ref()?;
-                let values = codes.values.clone().unwrap_or_default();
-                let exit_codes = match codes.operator.as_str() {
-                    "In" => ExitCodes::In(values),
-                    "NotIn" => ExitCodes::NotIn(values),
-                    _ => return None,
-                };
-                Some(RestartRule { exit_codes })
-            })
-            .collect();
-        let probe = |p: &Option<Probe>| {
-            p.as_ref().map(|p| ProbePlan {
-                timing: probe_timing(p),
-                grace: p
-                    .termination_grace_period_seconds
-                    .map(|s| Duration::from_secs(s.max(0) as u64)),
-            })
-        };
-        let lifecycle = c.lifecycle.as_ref();
-        containers.push(ContainerPlan {
-            name: c.name.clone(),
-            kind,
-            restart: ContainerRestart {
-                policy: restart_policy(c.restart_policy.as_deref()),
-                rules,
-            },
-            probes: Probes {
-                startup: probe(&c.startup_probe),
-                liveness: probe(&c.liveness_probe),
-                readiness: probe(&c.readiness_probe),
-            },
-            post_start: lifecycle.is_some_and(|l| l.post_start.is_some()),
-            pre_stop: lifecycle.is_some_and(|l| l.pre_stop.is_some()),
-            staged: staged.is_some_and(|s| s.selects(&c.name)),
-        });
+        containers.push(container_plan(c, kind, staged));
         exec.push(container_exec(c, manifest, &facts));
     }
     let grace = w
@@ -358,6 +319,60 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         exec,
         staged_env: staged.map(|s| s.staged_env()).unwrap_or_default(),
     }
+}
+
+/// One container as the core runs it: its kind, restart policy and rules, probes, hooks, and
+/// whether its starts are staged.
+fn container_plan(
+    c: &Container,
+    kind: Kind,
+    staged: Option<&StagedInstrumentation>,
+) -> ContainerPlan {
+    let rules = restart_rules(c);
+    let probe = |p: &Option<Probe>| {
+        p.as_ref().map(|p| ProbePlan {
+            timing: probe_timing(p),
+            grace: p
+                .termination_grace_period_seconds
+                .map(|s| Duration::from_secs(s.max(0) as u64)),
+        })
+    };
+    let lifecycle = c.lifecycle.as_ref();
+    ContainerPlan {
+        name: c.name.clone(),
+        kind,
+        restart: ContainerRestart {
+            policy: restart_policy(c.restart_policy.as_deref()),
+            rules,
+        },
+        probes: Probes {
+            startup: probe(&c.startup_probe),
+            liveness: probe(&c.liveness_probe),
+            readiness: probe(&c.readiness_probe),
+        },
+        post_start: lifecycle.is_some_and(|l| l.post_start.is_some()),
+        pre_stop: lifecycle.is_some_and(|l| l.pre_stop.is_some()),
+        staged: staged.is_some_and(|s| s.selects(&c.name)),
+    }
+}
+
+/// The container's `restartPolicyRules` with action `Restart` (validation refused others).
+fn restart_rules(c: &Container) -> Vec<RestartRule> {
+    c.restart_policy_rules
+        .iter()
+        .flatten()
+        .filter(|r| r.action == "Restart")
+        .filter_map(|r| {
+            let codes = r.exit_codes.as_ref()?;
+            let values = codes.values.clone().unwrap_or_default();
+            let exit_codes = match codes.operator.as_str() {
+                "In" => ExitCodes::In(values),
+                "NotIn" => ExitCodes::NotIn(values),
+                _ => return None,
+            };
+            Some(RestartRule { exit_codes })
+        })
+        .collect()
 }
 
 /// What the downward API reads of the pod and its host.

@@ -172,6 +172,21 @@ fn validate_container(
              images, so it cannot use the image's entrypoint: set command",
         );
     }
+    validate_restart(c, path, is_init, p);
+    validate_resources(c, path, p);
+    validate_ports(c, path, p);
+    for (i, env) in c.env.iter().flatten().enumerate() {
+        validate_env(env, &format!("{path}.env[{i}]"), manifest, p);
+    }
+    validate_env_from(c, path, manifest, p);
+    validate_mounts(c, path, volumes, p);
+    validate_probes_and_hooks(c, path, plain_init, p);
+}
+
+/// The container's `restartPolicy` (only `Always` on an init container: a sidecar) and its
+/// `restartPolicyRules`.
+fn validate_restart(c: &Container, path: &str, is_init: bool, p: &mut Problems<'_>) {
+    let at = |field: &str| format!("{path}.{field}");
     if let Some(policy) = c.restart_policy.as_deref() {
         let ok = if is_init {
             policy == "Always"
@@ -208,7 +223,10 @@ fn validate_container(
             Some(_) => {}
         }
     }
-    validate_resources(c, path, p);
+}
+
+/// Port numbers, and names unique and valid (IANA_SVC_NAME).
+fn validate_ports(c: &Container, path: &str, p: &mut Problems<'_>) {
     let mut port_names = BTreeSet::new();
     for (i, port) in c.ports.iter().flatten().enumerate() {
         if !(1..=65535).contains(&port.container_port) {
@@ -234,9 +252,10 @@ fn validate_container(
             }
         }
     }
-    for (i, env) in c.env.iter().flatten().enumerate() {
-        validate_env(env, &format!("{path}.env[{i}]"), manifest, p);
-    }
+}
+
+/// `envFrom`: the ConfigMaps and Secrets named are in this file (unless optional).
+fn validate_env_from(c: &Container, path: &str, manifest: &Manifest, p: &mut Problems<'_>) {
     for (i, from) in c.env_from.iter().flatten().enumerate() {
         let at = format!("{path}.envFrom[{i}]");
         if let Some(r) = &from.config_map_ref {
@@ -264,6 +283,10 @@ fn validate_container(
             );
         }
     }
+}
+
+/// `volumeMounts`: a volume of the pod, an absolute mount path, a subPath that stays inside.
+fn validate_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, p: &mut Problems<'_>) {
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         if !volumes.contains(m.name.as_str()) {
             p.push(
@@ -296,6 +319,11 @@ fn validate_container(
             );
         }
     }
+}
+
+/// Probes and lifecycle hooks, which a plain init container may not have.
+fn validate_probes_and_hooks(c: &Container, path: &str, plain_init: bool, p: &mut Problems<'_>) {
+    let at = |field: &str| format!("{path}.{field}");
     let probes = [
         ("livenessProbe", &c.liveness_probe),
         ("readinessProbe", &c.readiness_probe),
