@@ -63,6 +63,14 @@ pub(crate) fn first_report(ctx: &Context, sup: &Supervision, pod_uid: &str) -> b
     !std::mem::replace(&mut seen.reported_skip, true)
 }
 
+/// A `PodRestartSkipped` event on the pod, once per pod: the rule fired but nothing is done.
+pub(crate) async fn report_skip(ctx: &Context, sup: &Supervision, pod: &Pod, message: &str) {
+    if first_report(ctx, sup, &pod.uid().unwrap_or_default()) {
+        let at = pod.object_ref(&());
+        publish(ctx, &at, EventType::Warning, "PodRestartSkipped", message).await;
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn act(
     ctx: &Context,
@@ -139,21 +147,11 @@ impl Acting<'_> {
 
     /// The rule fired on a pod nothing would make again: reported once, left alone.
     async fn bare_pod(&mut self, container: &str, restarts: u32) {
-        if first_report(self.ctx, self.sup, &self.uid) {
-            let message = format!(
-                "Container {container} was restarted {restarts} times within {}, but the pod has no controller to make it again: not evicted (podRestart needs a Deployment, ReplicaSet, StatefulSet, Job or DaemonSet)",
-                self.within
-            );
-            let at = self.pod.object_ref(&());
-            publish(
-                self.ctx,
-                &at,
-                EventType::Warning,
-                "PodRestartSkipped",
-                &message,
-            )
-            .await;
-        }
+        let message = format!(
+            "Container {container} was restarted {restarts} times within {}, but the pod has no controller to make it again: not evicted (podRestart needs a Deployment, ReplicaSet, StatefulSet, Job or DaemonSet)",
+            self.within
+        );
+        report_skip(self.ctx, self.sup, self.pod, &message).await;
     }
 
     /// Past `maxPodRestarts`: recorded on the owner, then said on the pod and the Supervision.

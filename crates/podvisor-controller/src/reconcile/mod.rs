@@ -326,7 +326,7 @@ impl OnePod<'_> {
         }
         let decision = decide::decide(pod, policy, &seen, history.as_ref(), now_ms);
         if let Some(why) = refused {
-            self.refused(pod, &uid, &decision, &why).await;
+            self.refused(pod, &decision, &why).await;
             return Ok(());
         }
         act::act(
@@ -344,7 +344,7 @@ impl OnePod<'_> {
     }
 
     /// The rule fired, but the owner cannot be used: reported once per pod.
-    async fn refused(&mut self, pod: &Pod, uid: &str, decision: &Decision, why: &str) {
+    async fn refused(&mut self, pod: &Pod, decision: &Decision, why: &str) {
         let (Decision::Refresh {
             container,
             restarts,
@@ -361,17 +361,7 @@ impl OnePod<'_> {
             "Container {container} was restarted {restarts} times within {}, but {why}: not evicted",
             podvisor_core::duration::format_duration(self.policy.within)
         );
-        if act::first_report(self.ctx, self.sup, uid) {
-            let at = pod.object_ref(&());
-            publish(
-                self.ctx,
-                &at,
-                EventType::Warning,
-                "PodRestartSkipped",
-                &message,
-            )
-            .await;
-        }
+        act::report_skip(self.ctx, self.sup, pod, &message).await;
         self.report.degraded.push(message);
     }
 }

@@ -50,6 +50,18 @@ impl fmt::Display for SpecErrors {
     }
 }
 
+/// The YAML documents of a file, or its syntax error as the file's one problem.
+pub fn read_documents(file: &str, text: &str) -> Result<Vec<Document>, SpecErrors> {
+    yaml::parse_documents(text).map_err(|e| SpecErrors {
+        file: file.to_string(),
+        errors: vec![SpecError {
+            path: String::new(),
+            pos: e.pos,
+            message: e.message,
+        }],
+    })
+}
+
 /// Collects problems with their positions in one document.
 pub(crate) struct Problems<'a> {
     pub(crate) doc: &'a Document,

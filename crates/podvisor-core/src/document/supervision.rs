@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::yaml::{self, Document};
+use super::yaml::Document;
 use super::{typed, Problems, SpecError, SpecErrors};
 use crate::duration::{parse_duration, DurationError};
 use crate::escalation::{PodRestartPolicy, PodRestartPolicyError};
@@ -263,13 +263,7 @@ pub fn read_for_container(file: &str, text: &str) -> Result<Supervision, SpecErr
         file: file.to_string(),
         errors,
     };
-    let documents = yaml::parse_documents(text).map_err(|e| {
-        fail(vec![SpecError {
-            path: String::new(),
-            pos: e.pos,
-            message: e.message,
-        }])
-    })?;
+    let documents = super::read_documents(file, text)?;
     let [doc] = documents.as_slice() else {
         return Err(fail(vec![SpecError {
             path: String::new(),

@@ -125,13 +125,7 @@ pub fn load(file: &str, text: &str) -> Result<Manifest, SpecErrors> {
         file: file.to_string(),
         errors,
     };
-    let documents = yaml::parse_documents(text).map_err(|e| {
-        fail(vec![SpecError {
-            path: String::new(),
-            pos: e.pos,
-            message: e.message,
-        }])
-    })?;
+    let documents = crate::document::read_documents(file, text)?;
     let mut errors = Vec::new();
     let mut workload: Option<(usize, Workload)> = None;
     let mut config_maps = Vec::new();
