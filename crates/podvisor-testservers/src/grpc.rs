@@ -13,7 +13,7 @@ pub fn serve(port: u16, status_file: PathBuf, health: bool) -> std::io::Result<(
         .build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std({
-            let l = crate::listen(port)?;
+            let l = crate::listen::listen(port)?;
             l.set_nonblocking(true)?;
             l
         })?;

@@ -53,7 +53,7 @@ const END_HEADERS: u8 = 0x4;
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 pub fn serve(port: u16, mode: Mode) -> std::io::Result<()> {
-    let listener = crate::listen(port)?;
+    let listener = crate::listen::listen(port)?;
     for conn in listener.incoming() {
         // A probe that gave up mid-call: serve the next one.
         if let Err(e) = conn.and_then(|c| one_call(c, mode)) {

@@ -19,7 +19,7 @@ pub fn serve(port: u16, log: PathBuf) -> std::io::Result<()> {
     .with_single_cert(vec![cert.cert.der().clone()], key)
     .map_err(std::io::Error::other)?;
     let config = Arc::new(config);
-    let listener = crate::listen(port)?;
+    let listener = crate::listen::listen(port)?;
     for conn in listener.incoming() {
         let tls = rustls::ServerConnection::new(config.clone()).map_err(std::io::Error::other)?;
         let mut stream = rustls::StreamOwned::new(tls, conn?);

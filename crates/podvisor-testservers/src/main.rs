@@ -12,6 +12,7 @@
 mod grpc;
 mod h2;
 mod https;
+mod listen;
 
 use std::process::ExitCode;
 
@@ -47,11 +48,4 @@ fn usage() -> ! {
         "usage: podvisor-testservers grpc-health PORT STATUS_FILE [--no-health]\n       podvisor-testservers h2-health PORT serving|not-serving|unimplemented|malformed|oversized|bad-huffman\n       podvisor-testservers https PORT LOG"
     );
     std::process::exit(2)
-}
-
-/// Binds 127.0.0.1:`port` and says so on stdout.
-fn listen(port: u16) -> std::io::Result<std::net::TcpListener> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
-    println!("listening {port}");
-    Ok(listener)
 }

@@ -267,3 +267,50 @@ spec:
         )
     );
 }
+
+#[test]
+fn init_and_run_read_the_supervision_with_the_same_words() {
+    // One reader for both builds: a value refused by `podvisor init --supervision` (here
+    // perhaps the PID 1 build) is refused by `podvisor validate` (the full build) at the same
+    // place with the same message.
+    let supervision = "apiVersion: podvisor.io/v1alpha1
+kind: Supervision
+spec:
+  stagedInstrumentation: {debugAfterRestarts: 4, disableAfterRestarts: 2, verdictAfter: 3x, colour: blue}
+";
+    let c = Container::new(supervision);
+    let pod = c.dir.file("pod.yaml");
+    std::fs::write(
+        &pod,
+        format!("{supervision}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - {{name: app, image: x, command: ['true']}}\n"),
+    )
+    .unwrap();
+    let sup = c.dir.file("sup.yaml");
+    let state = c.dir.file("state");
+    let init = Run::new(podvisor())
+        .args(["init", "--supervision"])
+        .arg(&sup)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--", "true"])
+        .output();
+    let validate = Run::new(env!("CARGO_BIN_EXE_podvisor"))
+        .arg("validate")
+        .arg(&pod)
+        .output();
+    assert_eq!(
+        (init.code(), validate.code()),
+        (2, 2),
+        "{init:?} {validate:?}"
+    );
+    let problems = |text: &str, file: &Path| -> Vec<String> {
+        let prefix = format!("{}:", file.display());
+        text.lines()
+            .map(|l| l.trim_start_matches("error: "))
+            .map(|l| l.strip_prefix(&prefix).unwrap_or(l).to_string())
+            .collect()
+    };
+    let from_init = problems(&init.stderr, &sup);
+    assert_eq!(from_init.len(), 3, "{from_init:?}");
+    assert_eq!(from_init, problems(&validate.stderr, &pod));
+}
