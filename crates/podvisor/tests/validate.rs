@@ -102,6 +102,19 @@ fn wrong_types_name_the_field() {
 }
 
 #[test]
+fn a_volume_kind_podvisor_does_not_provide_is_refused() {
+    let out = validate_text(
+        "v.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  volumes:\n  - name: data\n    nfs: {server: nas, path: /export}\n  containers:\n  - name: c\n    command: [x]\n    volumeMounts: [{name: data, mountPath: /data}]\n",
+    );
+    assert_eq!(out.code(), 2);
+    assert_eq!(
+        errors(&out),
+        ["v.yaml:6:5: spec.volumes[0]: Unsupported value: volume \"data\": podvisor provides emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes"]
+    );
+}
+
+#[test]
 fn malformed_yaml_and_missing_files() {
     let out = validate_text("m.yaml", "a: [1, 2\nb: c\n");
     assert_eq!(out.code(), 2);

@@ -84,6 +84,23 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     }
     validate_downward_volumes(spec, p);
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let provided = v.empty_dir.is_some()
+            || v.host_path.is_some()
+            || v.config_map.is_some()
+            || v.secret.is_some()
+            || v.downward_api.is_some()
+            || v.projected.is_some();
+        if !provided {
+            p.push(
+                &format!("volumes[{i}]"),
+                format!(
+                    "Unsupported value: volume {:?}: podvisor provides emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes",
+                    v.name
+                ),
+            );
+        }
+    }
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let Some(e) = &v.empty_dir else { continue };
         if let Some(m) = e.medium.as_deref().filter(|m| !matches!(*m, "" | "Memory")) {
             p.push(
