@@ -142,6 +142,8 @@ pub fn run(
     let signals = SignalFd::new(&set)?;
     // Orphans of containers come back to us (and are reaped) rather than to the host's init.
     sys::set_child_subreaper()?;
+    // Nothing podvisor inherited reaches the containers.
+    sys::cloexec_inherited()?;
     // Before the pod's pipes and logs are open, so that the kept descriptors are low.
     sys::reserve_low_fds()?;
     std::fs::create_dir_all(state_dir.join("logs")).map_err(|error| StateError::Io {

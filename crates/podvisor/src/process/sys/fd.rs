@@ -97,6 +97,37 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec
         .collect())
 }
 
+/// Marks every descriptor above stderr close-on-exec. What podvisor inherited (a shell's, a
+/// test runner's, a service manager's) then never reaches a container or a probe, which get
+/// 0, 1 and 2 only, as runc gives a container.
+pub fn cloexec_inherited() -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC closes nothing; it sets a flag on our own
+    // descriptors.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if done == 0 {
+        return Ok(());
+    }
+    // Linux before 5.11: each descriptor in /proc/self/fd.
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a descriptor number; one that was the directory's, now closed,
+        // only makes the call fail.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
 /// A pipe whose ends close on exec: (read end, non-blocking; write end).
 pub fn pipe() -> io::Result<(std::fs::File, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
