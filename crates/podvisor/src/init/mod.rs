@@ -221,153 +221,15 @@ fn strerror(err: &std::io::Error) -> String {
 impl Init {
     /// Sets up signals, prctl settings and the child. `Err` carries the exit code.
     fn start(config: Config, log: Log) -> Result<Init, i32> {
-        let persona = config.persona;
-        // What to wait for: every signal but the ones that report our own faults (tini's
-        // choice), and the terminal stops, which we ignore so that writing to a terminal we no
-        // longer own in the foreground cannot stop us. dumb-init waits for everything.
-        let mut waited = SigSet::full();
-        let mut actions = Vec::new();
-        if persona != Persona::DumbInit {
-            for sig in [
-                libc::SIGFPE,
-                libc::SIGILL,
-                libc::SIGSEGV,
-                libc::SIGBUS,
-                libc::SIGABRT,
-                libc::SIGTRAP,
-                libc::SIGSYS,
-                libc::SIGTTIN,
-                libc::SIGTTOU,
-            ] {
-                waited.remove(sig);
-            }
-        }
-        let mask = match sys::set_signal_mask(&waited) {
-            Ok(old) => old,
-            Err(e) => {
-                log.fatal(&format!("cannot block signals: {}", strerror(&e)));
-                return Err(1);
-            }
-        };
-        if persona != Persona::DumbInit {
-            for sig in [libc::SIGTTIN, libc::SIGTTOU] {
-                match sys::ignore_signal(sig) {
-                    Ok(old) => actions.push(old),
-                    Err(e) => {
-                        log.fatal(&format!(
-                            "cannot ignore {}: {}",
-                            signal_name(sig),
-                            strerror(&e)
-                        ));
-                        return Err(1);
-                    }
-                }
-            }
-        }
-        let inherited = Inherited { mask, actions };
-
-        if let Some(sig) = config.parent_death_signal {
-            if let Err(e) = sys::set_parent_death_signal(sig) {
-                log.fatal(&match persona {
-                    Persona::Tini => "Failed to set up parent death signal".to_string(),
-                    _ => format!("cannot set the parent death signal: {}", strerror(&e)),
-                });
-                return Err(1);
-            }
-        }
-
-        let pid1 = sys::getpid() == 1;
-        let needs_reaper = matches!(
-            config.on_child_exit,
-            OnChildExit::KillDescendants(_) | OnChildExit::WaitAll
-        );
-        // Waiting for, or killing, every descendant is only exact if orphans come back to us.
-        let subreaper = config.subreaper || (needs_reaper && !pid1);
-        if subreaper {
-            if let Err(e) = sys::set_child_subreaper() {
-                log.fatal(&match (persona, e.raw_os_error()) {
-                    (Persona::Tini, Some(libc::EINVAL)) => "PR_SET_CHILD_SUBREAPER is unavailable on this platform. Are you using Linux >= 3.4?".to_string(),
-                    (Persona::Tini, _) => format!("Failed to register as child subreaper: {}", strerror(&e)),
-                    _ => format!("cannot register as a child subreaper: {}", strerror(&e)),
-                });
-                return Err(1);
-            }
-            log.debug("registered as a child subreaper");
-        }
-        if !pid1 && !sys::is_child_subreaper().unwrap_or(false) {
-            match persona {
-                Persona::Tini => log.warn(
-                    "Tini is not running as PID 1 and isn't registered as a child subreaper.\n\
-                     Zombie processes will not be re-parented to Tini, so zombie reaping won't work.\n\
-                     To fix the problem, use the -s option or set the environment variable TINI_SUBREAPER to register Tini as a child subreaper, or run Tini as PID 1.",
-                ),
-                Persona::Podvisor => log.warn(
-                    "not PID 1 and not a child subreaper, so orphaned zombies will not be reaped; \
-                     use -s or PODVISOR_SUBREAPER=1",
-                ),
-                Persona::DumbInit => {}
-            }
-        }
-
-        let mut hand_off = Vec::new();
-        let setup = if config.new_session {
-            // dumb-init gives up the terminal so that the child's new session can take it.
-            // Giving it up makes the kernel send SIGHUP and SIGCONT to a session leader's group:
-            // those two are the hand-off, not for the child (dumb-init #136), so the first of
-            // each is ignored.
-            match sys::detach_controlling_tty() {
-                Err(e) => log.debug(&format!(
-                    "Unable to detach from controlling tty (errno={} {}).",
-                    e.raw_os_error().unwrap_or(0),
-                    strerror(&e)
-                )),
-                Ok(()) if sys::is_session_leader() => {
-                    log.debug("Detached from controlling tty, ignoring the first SIGHUP and SIGCONT we receive.");
-                    hand_off = vec![libc::SIGHUP, libc::SIGCONT];
-                }
-                Ok(()) => log.debug("Detached from controlling tty, but was not session leader."),
-            }
-            ChildSetup::Session
-        } else {
-            ChildSetup::ProcessGroup
-        };
-
+        let (waited, inherited) = take_signals(config.persona, &log)?;
+        become_reaper(&config, &log)?;
+        let (setup, hand_off) = detach_for_session(&config, &log);
         let new_session = matches!(setup, ChildSetup::Session);
         let (child, terminal) = match sys::spawn_with_terminal(&config.command, setup, &inherited) {
             Ok(spawned) => spawned,
             Err(e) => return Err(exec_failure(&config, &log, &e)),
         };
-        let name = config.command[0].to_string_lossy();
-        match persona {
-            Persona::Tini => log.info(&format!(
-                "Spawned child process '{name}' with pid '{child}'"
-            )),
-            Persona::Podvisor => {
-                log.info(&format!("spawned child process {name:?} with pid {child}"))
-            }
-            Persona::DumbInit => {
-                log.debug(&format!("Child spawned with PID {child}."));
-                if new_session {
-                    if let Some(e) = terminal {
-                        log.debug(&format!(
-                            "Unable to attach to controlling tty (errno={} {}).",
-                            e.raw_os_error().unwrap_or(0),
-                            strerror(&e)
-                        ));
-                    }
-                    log.debug("setsid complete.");
-                }
-                // dumb-init keeps no hold on the directory it was started in: a volume can be
-                // unmounted under it.
-                if let Err(e) = std::env::set_current_dir("/") {
-                    log.debug(&format!(
-                        "Unable to chdir(\"/\") (errno={} {})",
-                        e.raw_os_error().unwrap_or(0),
-                        strerror(&e)
-                    ));
-                }
-            }
-        }
+        announce_child(&config, &log, child, terminal, new_session);
         Ok(Init {
             config,
             log,
@@ -715,6 +577,172 @@ fn exec_failure(config: &Config, log: &Log, err: &std::io::Error) -> i32 {
             };
             log.fatal(&format!("{cmd:?}: {why}: {}", strerror(err)));
             code
+        }
+    }
+}
+
+/// Blocks the signals init waits for (all but its own faults and, but for dumb-init, the
+/// terminal stops, which it ignores) and says what the child gets back: the inherited mask and
+/// dispositions.
+fn take_signals(persona: Persona, log: &Log) -> Result<(SigSet, Inherited), i32> {
+    // What to wait for: every signal but the ones that report our own faults (tini's
+    // choice), and the terminal stops, which we ignore so that writing to a terminal we no
+    // longer own in the foreground cannot stop us. dumb-init waits for everything.
+    let mut waited = SigSet::full();
+    let mut actions = Vec::new();
+    if persona != Persona::DumbInit {
+        for sig in [
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGABRT,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+        ] {
+            waited.remove(sig);
+        }
+    }
+    let mask = match sys::set_signal_mask(&waited) {
+        Ok(old) => old,
+        Err(e) => {
+            log.fatal(&format!("cannot block signals: {}", strerror(&e)));
+            return Err(1);
+        }
+    };
+    if persona != Persona::DumbInit {
+        for sig in [libc::SIGTTIN, libc::SIGTTOU] {
+            match sys::ignore_signal(sig) {
+                Ok(old) => actions.push(old),
+                Err(e) => {
+                    log.fatal(&format!(
+                        "cannot ignore {}: {}",
+                        signal_name(sig),
+                        strerror(&e)
+                    ));
+                    return Err(1);
+                }
+            }
+        }
+    }
+    let inherited = Inherited { mask, actions };
+    Ok((waited, inherited))
+}
+
+/// The parent-death signal, the child subreaper, and the warning when orphans cannot come back.
+fn become_reaper(config: &Config, log: &Log) -> Result<(), i32> {
+    let persona = config.persona;
+    if let Some(sig) = config.parent_death_signal {
+        if let Err(e) = sys::set_parent_death_signal(sig) {
+            log.fatal(&match persona {
+                Persona::Tini => "Failed to set up parent death signal".to_string(),
+                _ => format!("cannot set the parent death signal: {}", strerror(&e)),
+            });
+            return Err(1);
+        }
+    }
+
+    let pid1 = sys::getpid() == 1;
+    let needs_reaper = matches!(
+        config.on_child_exit,
+        OnChildExit::KillDescendants(_) | OnChildExit::WaitAll
+    );
+    // Waiting for, or killing, every descendant is only exact if orphans come back to us.
+    let subreaper = config.subreaper || (needs_reaper && !pid1);
+    if subreaper {
+        if let Err(e) = sys::set_child_subreaper() {
+            log.fatal(&match (persona, e.raw_os_error()) {
+                (Persona::Tini, Some(libc::EINVAL)) => "PR_SET_CHILD_SUBREAPER is unavailable on this platform. Are you using Linux >= 3.4?".to_string(),
+                (Persona::Tini, _) => format!("Failed to register as child subreaper: {}", strerror(&e)),
+                _ => format!("cannot register as a child subreaper: {}", strerror(&e)),
+            });
+            return Err(1);
+        }
+        log.debug("registered as a child subreaper");
+    }
+    if !pid1 && !sys::is_child_subreaper().unwrap_or(false) {
+        match persona {
+            Persona::Tini => log.warn(
+                "Tini is not running as PID 1 and isn't registered as a child subreaper.\n\
+                 Zombie processes will not be re-parented to Tini, so zombie reaping won't work.\n\
+                 To fix the problem, use the -s option or set the environment variable TINI_SUBREAPER to register Tini as a child subreaper, or run Tini as PID 1.",
+            ),
+            Persona::Podvisor => log.warn(
+                "not PID 1 and not a child subreaper, so orphaned zombies will not be reaped; \
+                 use -s or PODVISOR_SUBREAPER=1",
+            ),
+            Persona::DumbInit => {}
+        }
+    }
+    Ok(())
+}
+
+/// How the child starts: its own process group, or (dumb-init) a new session that can take
+/// the terminal, with the signals the hand-off makes the kernel send, to ignore once.
+fn detach_for_session(config: &Config, log: &Log) -> (ChildSetup, Vec<i32>) {
+    let mut hand_off = Vec::new();
+    let setup = if config.new_session {
+        // dumb-init gives up the terminal so that the child's new session can take it.
+        // Giving it up makes the kernel send SIGHUP and SIGCONT to a session leader's group:
+        // those two are the hand-off, not for the child (dumb-init #136), so the first of
+        // each is ignored.
+        match sys::detach_controlling_tty() {
+            Err(e) => log.debug(&format!(
+                "Unable to detach from controlling tty (errno={} {}).",
+                e.raw_os_error().unwrap_or(0),
+                strerror(&e)
+            )),
+            Ok(()) if sys::is_session_leader() => {
+                log.debug("Detached from controlling tty, ignoring the first SIGHUP and SIGCONT we receive.");
+                hand_off = vec![libc::SIGHUP, libc::SIGCONT];
+            }
+            Ok(()) => log.debug("Detached from controlling tty, but was not session leader."),
+        }
+        ChildSetup::Session
+    } else {
+        ChildSetup::ProcessGroup
+    };
+    (setup, hand_off)
+}
+
+/// Says that the child runs, in each persona's words; dumb-init then leaves its directory.
+fn announce_child(
+    config: &Config,
+    log: &Log,
+    child: i32,
+    terminal: Option<std::io::Error>,
+    new_session: bool,
+) {
+    let persona = config.persona;
+    let name = config.command[0].to_string_lossy();
+    match persona {
+        Persona::Tini => log.info(&format!(
+            "Spawned child process '{name}' with pid '{child}'"
+        )),
+        Persona::Podvisor => log.info(&format!("spawned child process {name:?} with pid {child}")),
+        Persona::DumbInit => {
+            log.debug(&format!("Child spawned with PID {child}."));
+            if new_session {
+                if let Some(e) = terminal {
+                    log.debug(&format!(
+                        "Unable to attach to controlling tty (errno={} {}).",
+                        e.raw_os_error().unwrap_or(0),
+                        strerror(&e)
+                    ));
+                }
+                log.debug("setsid complete.");
+            }
+            // dumb-init keeps no hold on the directory it was started in: a volume can be
+            // unmounted under it.
+            if let Err(e) = std::env::set_current_dir("/") {
+                log.debug(&format!(
+                    "Unable to chdir(\"/\") (errno={} {})",
+                    e.raw_os_error().unwrap_or(0),
+                    strerror(&e)
+                ));
+            }
         }
     }
 }
