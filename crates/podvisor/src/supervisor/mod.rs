@@ -127,25 +127,7 @@ pub fn run(
     events: EventSink,
     settings: Settings,
 ) -> Result<Outcome, RunError> {
-    // First probes of the containers started now spread over their period (see PodPlan).
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos() as u64;
-    plan.pod.probe_jitter_seed = Some(nanos ^ u64::from(std::process::id()).rotate_left(32));
-    let _ = sys::raise_open_files_limit();
-    let mut set = SigSet::empty();
-    for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
-        set.add(sig);
-    }
-    let mask = sys::set_signal_mask(&set)?;
-    let signals = SignalFd::new(&set)?;
-    // Orphans of containers come back to us (and are reaped) rather than to the host's init.
-    sys::set_child_subreaper()?;
-    // Nothing podvisor inherited reaches the containers.
-    sys::cloexec_inherited()?;
-    // Before the pod's pipes and logs are open, so that the kept descriptors are low.
-    sys::reserve_low_fds()?;
+    let (mask, signals) = take_process(&mut plan)?;
     std::fs::create_dir_all(state_dir.join("logs")).map_err(|error| StateError::Io {
         path: state_dir.display().to_string(),
         what: "make the state dir",
@@ -153,45 +135,12 @@ pub fn run(
     })?;
     let _lock = lock_state_dir(&state_dir)?;
     let state = StateFile::new(&state_dir, persist::STATE_FILE)?;
-    let taken = persist::take_up(&state, &plan, &mut info, settings.reset_state)?;
+    let mut taken = persist::take_up(&state, &plan, &mut info, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
-    let root_layer = root_layer(&plan, &state_dir)?;
-    let mut taken = taken;
-    if root_layer.is_none() && !plan.host_root_writable {
-        taken.notes.push(persist::pod_note(
-            EventType::Warning,
-            "HostRoot",
-            "not running as root: containers write to the host's root filesystem (no private writable layer, /tmp shared)".into(),
-        ));
-    }
-    let root_note = match &root_layer {
-        Some(l) if l.rootless.is_some() => "private layer per start, rootless (user namespace)",
-        Some(_) if plan.host_root_writable => "host's, writable (podvisor.io/host-root)",
-        Some(_) => "private layer per start",
-        None => "host's (not root)",
-    };
-    info.annotations
-        .insert("podvisor.io/root".into(), root_note.into());
-    let cgroups = PodCgroups::set_up(
-        &plan,
-        &state_dir,
-        settings.pod_max_pids,
-        settings.cgroup_driver,
-    )?;
-    info.annotations
-        .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
-    // A `medium: Memory` emptyDir is a tmpfs in podvisor's own mount namespace: its
-    // containers see it, the host never does, and it cannot outlive the run.
-    let memory = plan
-        .volumes
-        .iter()
-        .any(|v| matches!(v, VolumePlan::EmptyDir { memory: true, .. }));
-    if memory && sys::getuid() == 0 {
-        sys::private_mount_namespace()?;
-    }
+    let (root_layer, cgroups) = isolate(&plan, &state_dir, &settings, &mut info, &mut taken)?;
     // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
     let volumes = Volumes::prepare(&state_dir, &plan.volumes, taken.resumed)?;
     let metrics = match settings.metrics {
@@ -260,6 +209,77 @@ pub fn run(
     // Written before anything starts: a state dir that cannot hold it stops the run here.
     sup.save()?;
     Ok(sup.run()?)
+}
+
+/// This process made ready to supervise: the probes' jitter seed, the open-files limit, the
+/// signals it waits for (returned: the mask the containers get back, and the signalfd), the
+/// subreaper, no inherited descriptor for the containers, and the low descriptors kept.
+fn take_process(plan: &mut RunPlan) -> Result<(SigSet, SignalFd), RunError> {
+    // First probes of the containers started now spread over their period (see PodPlan).
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    plan.pod.probe_jitter_seed = Some(nanos ^ u64::from(std::process::id()).rotate_left(32));
+    let _ = sys::raise_open_files_limit();
+    let mut set = SigSet::empty();
+    for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
+        set.add(sig);
+    }
+    let mask = sys::set_signal_mask(&set)?;
+    let signals = SignalFd::new(&set)?;
+    // Orphans of containers come back to us (and are reaped) rather than to the host's init.
+    sys::set_child_subreaper()?;
+    // Nothing podvisor inherited reaches the containers.
+    sys::cloexec_inherited()?;
+    // Before the pod's pipes and logs are open, so that the kept descriptors are low.
+    sys::reserve_low_fds()?;
+    Ok((mask, signals))
+}
+
+/// What keeps the containers apart: a private root layer (or a note why there is none), the
+/// cgroups, and a mount namespace of podvisor's own for `medium: Memory` volumes.
+fn isolate(
+    plan: &RunPlan,
+    state_dir: &std::path::Path,
+    settings: &Settings,
+    info: &mut PodInfo,
+    taken: &mut persist::TakenUp,
+) -> Result<(Option<RootLayer>, PodCgroups), RunError> {
+    let root_layer = root_layer(plan, state_dir)?;
+    if root_layer.is_none() && !plan.host_root_writable {
+        taken.notes.push(persist::pod_note(
+            EventType::Warning,
+            "HostRoot",
+            "not running as root: containers write to the host's root filesystem (no private writable layer, /tmp shared)".into(),
+        ));
+    }
+    let root_note = match &root_layer {
+        Some(l) if l.rootless.is_some() => "private layer per start, rootless (user namespace)",
+        Some(_) if plan.host_root_writable => "host's, writable (podvisor.io/host-root)",
+        Some(_) => "private layer per start",
+        None => "host's (not root)",
+    };
+    info.annotations
+        .insert("podvisor.io/root".into(), root_note.into());
+    let cgroups = PodCgroups::set_up(
+        plan,
+        state_dir,
+        settings.pod_max_pids,
+        settings.cgroup_driver,
+    )?;
+    info.annotations
+        .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
+    // A `medium: Memory` emptyDir is a tmpfs in podvisor's own mount namespace: its
+    // containers see it, the host never does, and it cannot outlive the run.
+    let memory = plan
+        .volumes
+        .iter()
+        .any(|v| matches!(v, VolumePlan::EmptyDir { memory: true, .. }));
+    if memory && sys::getuid() == 0 {
+        sys::private_mount_namespace()?;
+    }
+    Ok((root_layer, cgroups))
 }
 
 /// Epoll tokens: the kind in the high bits, a slot in the low ones.
