@@ -59,12 +59,7 @@ fn a_crashing_ld_preload_agent_is_staged_off_and_blamed() {
 
 #[test]
 fn a_crashing_node_agent_is_staged_off() {
-    if std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        skip("node is not installed (examples/addons/node needs it)");
+    if !have("node", "examples/addons/node needs it") {
         return;
     }
     let r = example_run("examples/addons/node/pod.yaml", &[]);

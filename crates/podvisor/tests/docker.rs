@@ -528,12 +528,10 @@ fn docker_restart_keeps_tmp_unless_it_is_a_tmpfs() {
 #[test]
 fn the_compose_example_escalates_across_restart_on_failure() {
     require_docker!();
-    if Command::new("docker-compose")
-        .arg("version")
-        .output()
-        .is_err()
-    {
-        skip("no docker-compose");
+    if !have(
+        "docker-compose",
+        "examples/docker/compose.yaml runs under it",
+    ) {
         return;
     }
     let images = Images::build();

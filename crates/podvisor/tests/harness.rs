@@ -30,25 +30,34 @@ pub fn podvisor() -> PathBuf {
 
 /// The test helper program, built next to podvisor by `cargo test --workspace`.
 pub fn testbin() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_podvisor")).with_file_name("podvisor-testbin");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo test --workspace` (or `cargo build -p podvisor-testbin`)",
-        path.display()
-    );
-    path
+    workspace_binary("podvisor-testbin")
 }
 
 /// The probe tests' servers (gRPC health, HTTP/2 frames, HTTPS), built next to podvisor by
 /// `cargo test --workspace`.
 pub fn testservers() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_podvisor")).with_file_name("podvisor-testservers");
+    workspace_binary("podvisor-testservers")
+}
+
+/// A binary of another crate of the workspace, which `cargo test --workspace` builds next to
+/// podvisor.
+fn workspace_binary(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_podvisor")).with_file_name(name);
     assert!(
         path.exists(),
-        "{} is missing: run `cargo test --workspace` (or `cargo build -p podvisor-testservers`)",
+        "{} is missing: run `cargo test --workspace` (or `cargo build -p {name}`)",
         path.display()
     );
     path
+}
+
+/// Whether `program` runs here; when not, the test says it is skipped, and why it needs it.
+pub fn have(program: &str, needed_for: &str) -> bool {
+    let found = Command::new(program).arg("--version").output().is_ok();
+    if !found {
+        skip(&format!("{program} not installed ({needed_for})"));
+    }
+    found
 }
 
 /// A directory with `tini` and `dumb-init` links to the podvisor binary.

@@ -376,12 +376,10 @@ fn bad_input_exits_2() {
 
 #[test]
 fn the_web_example_serves_and_stops() {
-    if std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        skip("python3 not installed (examples/pods/web.yaml serves with python3 -m http.server)");
+    if !have(
+        "python3",
+        "examples/pods/web.yaml serves with python3 -m http.server",
+    ) {
         return;
     }
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pods/web.yaml");
