@@ -59,6 +59,10 @@ pub struct PodRecord {
     /// The kernel's boot id when it was written: process ids mean nothing across a reboot.
     pub boot: String,
     pub pod_restarts: u32,
+    /// In-place restarts of every container (`RestartAllContainers` rules) so far.
+    pub restarts_all: u32,
+    /// A `RestartAllContainers` teardown was under way (condition `AllContainersRestarting`).
+    pub restarting_all: bool,
     /// Set when the pod ended by itself (`Succeeded`, `Failed`): the next run is a new pod.
     pub ended: Option<String>,
     pub containers: Vec<ContainerRecord>,
@@ -138,6 +142,12 @@ impl PodRecord {
         let _ = writeln!(o, "saved-by {}", self.saved_by);
         let _ = writeln!(o, "boot {}", self.boot);
         let _ = writeln!(o, "pod-restarts {}", self.pod_restarts);
+        if self.restarts_all > 0 {
+            let _ = writeln!(o, "restarts-all {}", self.restarts_all);
+        }
+        if self.restarting_all {
+            let _ = writeln!(o, "restarting-all");
+        }
         if let Some(e) = &self.ended {
             let _ = writeln!(o, "ended {e}");
         }
@@ -199,6 +209,8 @@ impl PodRecord {
             saved_by: 0,
             boot: String::new(),
             pod_restarts: 0,
+            restarts_all: 0,
+            restarting_all: false,
             ended: None,
             containers: Vec::new(),
         };
@@ -239,6 +251,9 @@ fn pod_field(r: &mut PodRecord, f: &Fields<'_>, key: &str, value: &str) -> Resul
         "saved-by" => r.saved_by = f.num(value)?,
         "boot" => r.boot = f.word(value)?.to_string(),
         "pod-restarts" => r.pod_restarts = f.num(value)?,
+        "restarts-all" => r.restarts_all = f.num(value)?,
+        "restarting-all" if value.is_empty() => r.restarting_all = true,
+        "restarting-all" => return Err(f.bad("takes no value")),
         "ended" => r.ended = Some(f.word(value)?.to_string()),
         _ => return Err(f.bad("unknown field")),
     }
@@ -561,6 +576,8 @@ mod tests {
             saved_by: 4242,
             boot: "d1e5-77".into(),
             pod_restarts: 2,
+            restarts_all: 3,
+            restarting_all: true,
             ended: None,
             containers: vec![
                 ContainerRecord {

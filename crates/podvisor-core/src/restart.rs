@@ -23,7 +23,7 @@ pub enum ExitCodes {
 }
 
 impl ExitCodes {
-    fn matches(&self, code: i32) -> bool {
+    pub fn matches(&self, code: i32) -> bool {
         match self {
             ExitCodes::In(v) => v.contains(&code),
             ExitCodes::NotIn(v) => !v.contains(&code),
@@ -31,10 +31,32 @@ impl ExitCodes {
     }
 }
 
-/// One of a container's `restartPolicyRules`. `Restart` is the only action Kubernetes defines.
+/// What a matching rule does (`ContainerRestartRuleAction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
+pub enum RuleAction {
+    /// Restart the container that exited (KEP-5307).
+    Restart,
+    /// Restart every container of the pod in place (KEP-5532): all are killed without
+    /// preStop or grace, then the pod starts again from its first init container; volumes
+    /// and their contents stay.
+    RestartAllContainers,
+}
+
+impl RuleAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::Restart => "Restart",
+            RuleAction::RestartAllContainers => "RestartAllContainers",
+        }
+    }
+}
+
+/// One of a container's `restartPolicyRules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct RestartRule {
+    pub action: RuleAction,
     pub exit_codes: ExitCodes,
 }
 
@@ -47,7 +69,65 @@ pub struct ContainerRestart {
     pub rules: Vec<RestartRule>,
 }
 
-/// Whether a regular (or sidecar) container that exited with `exit_code` is started again.
+impl ContainerRestart {
+    /// The first rule whose exit codes match (`FindMatchingContainerRestartRule`), with its
+    /// index. Rules count only beside a container-level `restartPolicy` (validation asks for
+    /// one), as `ContainerShouldRestart` reads them.
+    pub fn matching_rule(&self, exit_code: i32) -> Option<(usize, &RestartRule)> {
+        self.policy?;
+        self.rules
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.exit_codes.matches(exit_code))
+    }
+
+    /// Whether some rule restarts every container.
+    pub fn restarts_all(&self) -> bool {
+        self.policy.is_some()
+            && self
+                .rules
+                .iter()
+                .any(|r| r.action == RuleAction::RestartAllContainers)
+    }
+}
+
+/// What an exit leads to, before backoff and escalation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExit {
+    /// Nothing: the container stays terminated.
+    Stay,
+    /// This container is started again.
+    Restart,
+    /// Every container of the pod is restarted in place, because of rule `rule`.
+    RestartAll { rule: usize },
+}
+
+/// What a container that exited with `exit_code` leads to: a matching `RestartAllContainers`
+/// rule restarts everything (`ShouldAllContainersRestart`, pkg/kubelet/container/helpers.go),
+/// a matching `Restart` rule restarts it, and otherwise the container's policy, or the pod's,
+/// decides (`ContainerShouldRestart`, pkg/api/v1/pod/util.go).
+pub fn on_exit(pod_policy: RestartPolicy, container: &ContainerRestart, exit_code: i32) -> OnExit {
+    match container.matching_rule(exit_code) {
+        Some((rule, r)) if r.action == RuleAction::RestartAllContainers => {
+            return OnExit::RestartAll { rule }
+        }
+        Some(_) => return OnExit::Restart,
+        None => {}
+    }
+    let restart = match container.policy.unwrap_or(pod_policy) {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => exit_code != 0,
+        RestartPolicy::Never => false,
+    };
+    if restart {
+        OnExit::Restart
+    } else {
+        OnExit::Stay
+    }
+}
+
+/// Whether a regular (or sidecar) container that exited with `exit_code` is started again,
+/// on its own or with every other container.
 /// `pod_terminating`: the pod is being stopped, so nothing restarts.
 pub fn should_restart(
     pod_policy: RestartPolicy,
@@ -55,22 +135,7 @@ pub fn should_restart(
     exit_code: i32,
     pod_terminating: bool,
 ) -> bool {
-    if pod_terminating {
-        return false;
-    }
-    // The first rule whose exit codes match decides (its only action is Restart).
-    if container
-        .rules
-        .iter()
-        .any(|r| r.exit_codes.matches(exit_code))
-    {
-        return true;
-    }
-    match container.policy.unwrap_or(pod_policy) {
-        RestartPolicy::Always => true,
-        RestartPolicy::OnFailure => exit_code != 0,
-        RestartPolicy::Never => false,
-    }
+    !pod_terminating && on_exit(pod_policy, container, exit_code) != OnExit::Stay
 }
 
 #[cfg(test)]
@@ -128,6 +193,7 @@ mod tests {
         let c = ContainerRestart {
             policy: Some(Never),
             rules: vec![RestartRule {
+                action: RuleAction::Restart,
                 exit_codes: ExitCodes::In(vec![42]),
             }],
         };
@@ -137,11 +203,39 @@ mod tests {
         let c = ContainerRestart {
             policy: Some(Never),
             rules: vec![RestartRule {
+                action: RuleAction::Restart,
                 exit_codes: ExitCodes::NotIn(vec![0, 3]),
             }],
         };
         assert!(should_restart(Never, &c, 1, false));
         assert!(!should_restart(Never, &c, 3, false));
         assert!(!should_restart(Never, &c, 0, false));
+    }
+
+    #[test]
+    fn restart_all_rules_and_the_first_match() {
+        let rule = |action, codes| RestartRule {
+            action,
+            exit_codes: codes,
+        };
+        let c = ContainerRestart {
+            policy: Some(Never),
+            rules: vec![
+                rule(RuleAction::Restart, ExitCodes::In(vec![42])),
+                rule(RuleAction::RestartAllContainers, ExitCodes::In(vec![42, 88])),
+            ],
+        };
+        // 42 matches the first rule first.
+        assert_eq!(on_exit(Always, &c, 42), OnExit::Restart);
+        assert_eq!(on_exit(Always, &c, 88), OnExit::RestartAll { rule: 1 });
+        assert_eq!(on_exit(Always, &c, 1), OnExit::Stay);
+        assert!(c.restarts_all());
+        // Without a container-level policy the rules are not read (validation refuses them).
+        let c = ContainerRestart {
+            policy: None,
+            rules: c.rules,
+        };
+        assert_eq!(on_exit(Never, &c, 88), OnExit::Stay);
+        assert!(!c.restarts_all());
     }
 }

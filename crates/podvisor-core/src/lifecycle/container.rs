@@ -140,14 +140,17 @@ impl ContainerStatus {
     }
 
     /// After a whole-pod restart has stopped everything: a first start again, its last exit
-    /// kept as `lastState`, its restarts since the last whole-pod restart forgotten.
-    pub(super) fn start_over(&mut self, waiting: ContainerState) {
+    /// kept as `lastState`; `clear_window`: its restarts since the last whole-pod restart
+    /// forgotten (not after an in-place restart of every container, which escalation counts).
+    pub(super) fn start_over(&mut self, waiting: ContainerState, clear_window: bool) {
         if let ContainerState::Terminated { .. } = self.state {
             self.last_state = Some(self.state.clone());
         }
         self.state = waiting;
         self.next = Next::First;
-        self.window.clear();
+        if clear_window {
+            self.window.clear();
+        }
     }
 
     pub(super) fn backing_off(&self) -> bool {

@@ -67,6 +67,8 @@ pub struct Pod {
     finished: bool,
     /// Whole-pod restarts so far (asked for, or by escalation).
     pod_restarts: u32,
+    /// In-place restarts of every container so far (`RestartAllContainers` rules).
+    restarts_all: u32,
     /// `status.reason` and `status.message` of a pod that failed as a whole (`GaveUp`).
     failure: Option<(String, String)>,
     /// When probes fall due: (time, container, instance, kind), checked against the worker
@@ -96,6 +98,7 @@ impl Pod {
             stopping: None,
             finished: false,
             pod_restarts: 0,
+            restarts_all: 0,
             failure: None,
             probe_due: BinaryHeap::new(),
             slow_deadline: None,
@@ -125,6 +128,11 @@ impl Pod {
     /// Whole-pod restarts so far.
     pub fn pod_restarts(&self) -> u32 {
         self.pod_restarts
+    }
+
+    /// In-place restarts of every container so far (`RestartAllContainers` rules).
+    pub fn restarts_all(&self) -> u32 {
+        self.restarts_all
     }
 
     /// `status.reason` and `status.message` when the pod failed as a whole (`GaveUp`).
@@ -180,12 +188,16 @@ impl Pod {
             if !self.containers[i].backing_off() {
                 continue;
             }
-            if let reconcile::NextStart::Restart {
-                wait: Some((_, until)),
-                ..
-            } = self.decide(i)
-            {
-                consider(until);
+            match self.decide(i) {
+                reconcile::NextStart::Restart {
+                    wait: Some((_, until)),
+                    ..
+                }
+                | reconcile::NextStart::RestartAll {
+                    wait: Some((_, until)),
+                    ..
+                } => consider(until),
+                _ => {}
             }
         }
         if let Some(t) = self.next_blame() {
@@ -235,6 +247,7 @@ impl Pod {
                 // A stop during a whole-pod restart ends it there.
                 Some(s) => {
                     s.restart = false;
+                    s.in_place = false;
                     s.requested = true;
                 }
             },

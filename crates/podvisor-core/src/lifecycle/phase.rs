@@ -1,6 +1,7 @@
 //! The pod's phase and conditions, computed from the containers (`getPhase` in
 //! pkg/kubelet/kubelet_pods.go, pkg/kubelet/status/generate.go; docs/kubelet.md, Pod phase).
 
+use super::container::Next;
 use super::reconcile::NextStart;
 use super::{ContainerState, Kind, Phase, Pod};
 
@@ -26,7 +27,9 @@ impl Pod {
                     }
                 }
                 Kind::Main => {
-                    if c.instance > 0 && c.ever_started() {
+                    // Started in this run of the pod: a whole-pod restart (or an in-place
+                    // restart of every container) that is initializing again is Pending.
+                    if c.instance > 0 && c.ever_started() && c.next != Next::First {
                         any_main_started = true;
                     }
                     match (&c.state, &c.last_state) {
@@ -179,11 +182,28 @@ impl Pod {
                 )),
             ),
         };
-        vec![
+        let mut conditions = vec![
             cond("PodScheduled", true, None, None),
             initialized,
             ready("ContainersReady"),
             ready("Ready"),
-        ]
+        ];
+        // Only a pod with a `RestartAllContainers` rule has it
+        // (`GenerateAllContainersRestartingCondition` in pkg/kubelet/status/generate.go).
+        if self.plan.containers.iter().any(|c| c.restart.restarts_all()) {
+            let kind = "AllContainersRestarting";
+            conditions.push(match self.phase {
+                Phase::Succeeded => cond(kind, false, Some("PodCompleted"), None),
+                Phase::Failed => cond(kind, false, Some("PodFailed"), None),
+                _ if self.restarting_all() => cond(
+                    kind,
+                    true,
+                    Some("RestartAllContainersStarted"),
+                    Some("container exited with restart policy rule".into()),
+                ),
+                _ => cond(kind, false, None, None),
+            });
+        }
+        conditions
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::clock::Instant;
 use crate::duration::format_duration;
 use crate::escalation::Escalate;
-use crate::restart::{should_restart, RestartPolicy};
+use crate::restart::{on_exit, should_restart, OnExit};
 use crate::stage::{Stage, Verdict, CLEAR_AFTER_RESTARTS};
 
 use super::container::{Next, Process};
@@ -29,6 +29,14 @@ pub(super) enum NextStart {
     /// Restarted by its policy after the exit that finished at `finished_at`; `wait`: the
     /// CrashLoopBackOff delay and when it ends, if its backoff entry is live.
     Restart {
+        finished_at: Instant,
+        wait: Option<(Duration, Instant)>,
+    },
+    /// Every container is restarted in place: rule `rule` of this container matched its
+    /// exit (`RestartAllContainers`, KEP-5532); `wait`: its CrashLoopBackOff, as for `Restart`.
+    RestartAll {
+        rule: usize,
+        exit_code: i32,
         finished_at: Instant,
         wait: Option<(Duration, Instant)>,
     },
@@ -80,15 +88,19 @@ impl Pod {
         else {
             return NextStart::Never;
         };
-        let restart = match self.plan.containers[i].kind {
-            Kind::Init if exit_code == 0 => false,
-            Kind::Init if self.plan.restart_policy == RestartPolicy::Never => {
-                return NextStart::FailPod
-            }
-            Kind::Init => true,
-            Kind::Sidecar | Kind::Main => self.policy_restarts(i, exit_code),
+        let pod_policy = self.plan.restart_policy;
+        let restart = &self.plan.containers[i].restart;
+        let action = match (self.plan.containers[i].kind, on_exit(pod_policy, restart, exit_code)) {
+            // A regular init container that succeeded is done, unless a rule restarts every
+            // container on its exit code (`ShouldAllContainersRestart` reads every exit).
+            (Kind::Init, all @ OnExit::RestartAll { .. }) => all,
+            (Kind::Init, _) if exit_code == 0 => return NextStart::Never,
+            // One that failed and is not restarted fails the pod (under the pod's `Never`, or
+            // its own `Never` or rules that do not cover the exit code).
+            (Kind::Init, OnExit::Stay) => return NextStart::FailPod,
+            (_, action) => action,
         };
-        if !restart {
+        if action == OnExit::Stay {
             return NextStart::Never;
         }
         if let Some(policy) = &self.plan.pod_restart {
@@ -108,7 +120,15 @@ impl Pod {
             .retry_at(&self.plan.backoff, finished_at)
             .zip(c.backoff.current_delay())
             .map(|(until, delay)| (delay, until));
-        NextStart::Restart { finished_at, wait }
+        match action {
+            OnExit::RestartAll { rule } => NextStart::RestartAll {
+                rule,
+                exit_code,
+                finished_at,
+                wait,
+            },
+            _ => NextStart::Restart { finished_at, wait },
+        }
     }
 
     pub(super) fn reconcile(&mut self, now: Instant, fx: &mut Vec<Effect>) {
@@ -134,7 +154,8 @@ impl Pod {
                     if matches!(
                         self.containers[i].state,
                         ContainerState::Terminated { exit_code: 0, .. }
-                    ) {
+                    ) && !matches!(self.decide(i), NextStart::RestartAll { .. })
+                    {
                         continue;
                     }
                     if !self.act(i, now, fx) {
@@ -202,6 +223,48 @@ impl Pod {
                     c.last_state = c.last_exit().cloned();
                     c.restart_count += 1;
                     self.start(i, fx);
+                }
+            },
+            NextStart::RestartAll {
+                rule,
+                exit_code,
+                finished_at,
+                wait,
+            } => match wait {
+                Some((delay, until)) if now < until => self.back_off(i, delay, fx),
+                _ => {
+                    let backoff = self.plan.backoff;
+                    let window = self.plan.pod_restart;
+                    let c = &mut self.containers[i];
+                    // The trigger's backoff spaces repeated restarts of everything, and its
+                    // restart window counts them for `podRestart`.
+                    c.backoff.record_restart(&backoff, finished_at, now);
+                    if let Some(policy) = &window {
+                        c.window.record(now, policy);
+                    }
+                    let name = c.name.clone();
+                    let kind = if exit_code == 0 {
+                        EventType::Normal
+                    } else {
+                        EventType::Warning
+                    };
+                    let mut e = self.pod_event(
+                        kind,
+                        "RestartingAllContainers",
+                        format!(
+                            "Container {name} exited with code {exit_code}, matching its \
+                             restartPolicyRules[{rule}] (RestartAllContainers): every container is \
+                             killed without preStop or grace and the pod starts again from its \
+                             first init container; volumes are kept"
+                        ),
+                    );
+                    if let Effect::Event(e) = &mut e {
+                        e.exit_code = Some(exit_code);
+                    }
+                    fx.push(e);
+                    self.begin_restart_all(now);
+                    self.reconcile_stop(now, fx);
+                    return false;
                 }
             },
             NextStart::FailPod => {

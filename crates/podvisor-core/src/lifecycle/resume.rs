@@ -10,7 +10,9 @@
 //!   run's clock, anchored to the epoch, so the wait that passed while no podvisor ran counts);
 //! - an init container that completed stays completed (it does not run twice), one that
 //!   exited for good stays exited;
-//! - stages, verdicts and the pod-restart count go on from where they were.
+//! - stages, verdicts and the pod-restart count go on from where they were;
+//! - a run that ended while it was restarting every container in place (`RestartAllContainers`)
+//!   finishes that restart: every container starts again from the first init container.
 
 use std::time::Duration;
 
@@ -44,6 +46,8 @@ impl Pod {
     /// itself, and each container (its process left for the shell to fill in).
     pub fn record_into(&self, r: &mut PodRecord) {
         r.pod_restarts = self.pod_restarts;
+        r.restarts_all = self.restarts_all;
+        r.restarting_all = self.restarting_all();
         r.ended = (self.finished && !self.stop_requested()).then(|| self.phase.as_str().into());
         r.containers = self
             .containers
@@ -90,6 +94,7 @@ impl Pod {
     pub fn resume(plan: super::PodPlan, record: &PodRecord) -> Result<Pod, ResumeError> {
         let mut pod = Pod::new(plan);
         pod.pod_restarts = record.pod_restarts;
+        pod.restarts_all = record.restarts_all;
         let saved = Instant::from_millis(record.saved);
         pod.resumed = Some(Resumed {
             saved,
@@ -162,6 +167,15 @@ impl Pod {
                     c.last_state = last;
                     c.next = Next::ByPolicy;
                 }
+            }
+        }
+        if record.restarting_all {
+            // The run ended during an in-place restart of every container: what it was killing
+            // went with it, so the teardown is over and the pod starts again from its first init
+            // container, volumes kept.
+            for i in 0..pod.containers.len() {
+                let waiting = initial_waiting(&pod.plan, i);
+                pod.containers[i].start_over(waiting, false);
             }
         }
         Ok(pod)

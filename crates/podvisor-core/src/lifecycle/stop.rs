@@ -47,6 +47,9 @@ pub(super) struct Stopping {
     pub(super) requested: bool,
     /// A whole-pod restart: once everything is down, start again.
     pub(super) restart: bool,
+    /// The restart is in place (`RestartAllContainers`): every container is killed at once
+    /// without preStop or grace, volumes stay, restart windows go on.
+    pub(super) in_place: bool,
     /// The grace of every container's kill: the pod's, or an override (an eviction's 0).
     pub(super) grace: Duration,
 }
@@ -57,6 +60,7 @@ impl Pod {
             began: now,
             requested,
             restart: false,
+            in_place: false,
             grace: self.plan.grace,
         });
         // A container waiting to restart will not: its last exit becomes its state again.
@@ -77,6 +81,26 @@ impl Pod {
         if let Some(s) = &mut self.stopping {
             s.restart = true;
         }
+    }
+
+    /// An in-place restart of every container (`RestartAllContainers`, KEP-5532): all are
+    /// killed at once with a grace of 0 and no preStop (the 2 s floor between SIGTERM and
+    /// SIGKILL of every kill still applies) in no particular order; once all are down the pod
+    /// starts again from its first init container, volumes and their contents kept.
+    pub(super) fn begin_restart_all(&mut self, now: Instant) {
+        self.restarts_all += 1;
+        self.begin_stop(now, false);
+        if let Some(s) = &mut self.stopping {
+            s.restart = true;
+            s.in_place = true;
+            s.grace = Duration::ZERO;
+        }
+    }
+
+    /// Whether an in-place restart of every container is tearing the pod down (the
+    /// condition `AllContainersRestarting`).
+    pub fn restarting_all(&self) -> bool {
+        self.stopping.is_some_and(|s| s.in_place)
     }
 
     /// Starts killing container `i` (`killContainer`): a `Killing` event, then preStop (if the
@@ -175,8 +199,13 @@ impl Pod {
         for i in 0..self.containers.len() {
             if self.containers[i].live() && self.containers[i].kill.is_none() {
                 let name = &self.containers[i].name;
-                let message = format!("Stopping container {name}");
-                self.begin_kill(i, stopping.began, stopping.grace, message, true, fx);
+                let message = if stopping.in_place {
+                    format!("Stopping container {name} to restart all containers")
+                } else {
+                    format!("Stopping container {name}")
+                };
+                let pod_stop = !stopping.in_place;
+                self.begin_kill(i, stopping.began, stopping.grace, message, pod_stop, fx);
             }
         }
         self.drive_kills(now, fx);
@@ -185,9 +214,11 @@ impl Pod {
             self.stopping = None;
             for i in 0..self.containers.len() {
                 let waiting = initial_waiting(&self.plan, i);
-                self.containers[i].start_over(waiting);
+                self.containers[i].start_over(waiting, !stopping.in_place);
             }
-            fx.push(Effect::WipeVolumes);
+            if !stopping.in_place {
+                fx.push(Effect::WipeVolumes);
+            }
             self.reconcile(now, fx);
             return;
         }

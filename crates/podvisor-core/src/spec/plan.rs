@@ -17,7 +17,7 @@ use crate::backoff::BackoffPolicy;
 use crate::lifecycle::Staging;
 use crate::lifecycle::{ContainerPlan, Kind, PodPlan, ProbePlan, Probes};
 use crate::probe::{ProbeKind, ProbeTiming};
-use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule};
+use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule, RuleAction};
 use crate::stage::StagedEnv;
 
 /// Facts about the host that the downward API exposes.
@@ -356,13 +356,17 @@ fn container_plan(
     }
 }
 
-/// The container's `restartPolicyRules` with action `Restart` (validation refused others).
+/// The container's `restartPolicyRules` (validation refused unknown actions and operators).
 fn restart_rules(c: &Container) -> Vec<RestartRule> {
     c.restart_policy_rules
         .iter()
         .flatten()
-        .filter(|r| r.action == "Restart")
         .filter_map(|r| {
+            let action = match r.action.as_str() {
+                "Restart" => RuleAction::Restart,
+                "RestartAllContainers" => RuleAction::RestartAllContainers,
+                _ => return None,
+            };
             let codes = r.exit_codes.as_ref()?;
             let values = codes.values.clone().unwrap_or_default();
             let exit_codes = match codes.operator.as_str() {
@@ -370,7 +374,7 @@ fn restart_rules(c: &Container) -> Vec<RestartRule> {
                 "NotIn" => ExitCodes::NotIn(values),
                 _ => return None,
             };
-            Some(RestartRule { exit_codes })
+            Some(RestartRule { action, exit_codes })
         })
         .collect()
 }
@@ -724,6 +728,7 @@ spec:
         - {name: CPU, valueFrom: {resourceFieldRef: {resource: limits.cpu}}}
         - {name: BOTH, value: '$(NS)/$(APP)'}
         - {name: password, value: overridden}
+        restartPolicy: Always
         restartPolicyRules:
         - {action: Restart, exitCodes: {operator: In, values: [42]}}
 ---
@@ -759,6 +764,7 @@ data: {password: c2VjcmV0}
         assert_eq!(
             plan.pod.containers[2].restart.rules,
             [RestartRule {
+                action: RuleAction::Restart,
                 exit_codes: ExitCodes::In(vec![42])
             }]
         );

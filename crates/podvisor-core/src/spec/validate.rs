@@ -83,6 +83,7 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
         p.push("containers", "Required value: at least one container");
     }
     validate_downward_volumes(spec, p);
+    validate_ephemeral(spec, p);
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let provided = v.empty_dir.is_some()
             || v.host_path.is_some()
@@ -158,7 +159,6 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
             c,
             &path,
             is_init && !sidecar,
-            is_init,
             manifest,
             &volumes,
             p,
@@ -166,12 +166,10 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn validate_container(
     c: &Container,
     path: &str,
     plain_init: bool,
-    is_init: bool,
     manifest: &Manifest,
     volumes: &BTreeSet<&str>,
     p: &mut Problems<'_>,
@@ -189,7 +187,7 @@ fn validate_container(
              images, so it cannot use the image's entrypoint: set command",
         );
     }
-    validate_restart(c, path, is_init, p);
+    validate_restart(c, path, p);
     validate_resources(c, path, p);
     validate_ports(c, path, p);
     for (i, env) in c.env.iter().flatten().enumerate() {
@@ -200,45 +198,105 @@ fn validate_container(
     validate_probes_and_hooks(c, path, plain_init, p);
 }
 
-/// The container's `restartPolicy` (only `Always` on an init container: a sidecar) and its
-/// `restartPolicyRules`.
-fn validate_restart(c: &Container, path: &str, is_init: bool, p: &mut Problems<'_>) {
+/// At most this many `restartPolicyRules` per container, and this many exit codes per rule
+/// (the API server's limits).
+const MAX_RESTART_RULES: usize = 20;
+const MAX_EXIT_CODE_VALUES: usize = 255;
+
+/// The container's `restartPolicy` (`Always` on an init container makes it a sidecar) and its
+/// `restartPolicyRules` (KEP-5307, with the `RestartAllContainers` action of KEP-5532), with
+/// the API server's limits and messages.
+fn validate_restart(c: &Container, path: &str, p: &mut Problems<'_>) {
     let at = |field: &str| format!("{path}.{field}");
     if let Some(policy) = c.restart_policy.as_deref() {
-        let ok = if is_init {
-            policy == "Always"
-        } else {
-            matches!(policy, "Always" | "OnFailure" | "Never")
-        };
-        if !ok {
+        if !matches!(policy, "Always" | "OnFailure" | "Never") {
             p.push(
                 &at("restartPolicy"),
-                format!("Unsupported value: {policy:?}"),
+                format!(
+                    "Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""
+                ),
             );
         }
     }
-    for (i, rule) in c.restart_policy_rules.iter().flatten().enumerate() {
+    let rules = c.restart_policy_rules.as_deref().unwrap_or_default();
+    if rules.is_empty() {
+        return;
+    }
+    if c.restart_policy.is_none() {
+        p.push(
+            &at("restartPolicy"),
+            "Required value: must specify restartPolicy when restart rules are used",
+        );
+    }
+    if rules.len() > MAX_RESTART_RULES {
+        p.push(
+            &at("restartPolicyRules"),
+            format!(
+                "Too many: {}: must have at most {MAX_RESTART_RULES} items",
+                rules.len()
+            ),
+        );
+    }
+    for (i, rule) in rules.iter().enumerate() {
         let at = format!("{path}.restartPolicyRules[{i}]");
-        if rule.action != "Restart" {
+        if !matches!(rule.action.as_str(), "Restart" | "RestartAllContainers") {
             p.push(
                 &format!("{at}.action"),
                 format!(
-                    "Unsupported value: {:?}: supported values: \"Restart\"",
+                    "Unsupported value: {:?}: supported values: \"Restart\", \"RestartAllContainers\"",
                     rule.action
                 ),
             );
         }
-        match &rule.exit_codes {
-            None => p.push(&format!("{at}.exitCodes"), "Required value"),
-            Some(codes) if !matches!(codes.operator.as_str(), "In" | "NotIn") => p.push(
+        let Some(codes) = &rule.exit_codes else {
+            p.push(&format!("{at}.exitCodes"), "Required value: must be specified");
+            continue;
+        };
+        if !matches!(codes.operator.as_str(), "In" | "NotIn") {
+            p.push(
                 &format!("{at}.exitCodes.operator"),
                 format!(
                     "Unsupported value: {:?}: supported values: \"In\", \"NotIn\"",
                     codes.operator
                 ),
-            ),
-            Some(_) => {}
+            );
         }
+        let values = codes.values.as_deref().unwrap_or_default();
+        if values.len() > MAX_EXIT_CODE_VALUES {
+            p.push(
+                &format!("{at}.exitCodes.values"),
+                format!(
+                    "Too many: {}: must have at most {MAX_EXIT_CODE_VALUES} items",
+                    values.len()
+                ),
+            );
+        }
+    }
+}
+
+/// `ephemeralContainers`: added to a running pod by `kubectl debug`, never in a manifest
+/// podvisor runs; `restartPolicy` and `restartPolicyRules` are refused on them as the API
+/// server does, and the list itself because podvisor would not run it.
+fn validate_ephemeral(spec: &PodSpec, p: &mut Problems<'_>) {
+    for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
+        let at = format!("ephemeralContainers[{i}]");
+        if c.restart_policy.is_some() {
+            p.push(
+                &format!("{at}.restartPolicy"),
+                "Forbidden: cannot be set for an Ephemeral Container",
+            );
+        }
+        if c.restart_policy_rules.as_ref().is_some_and(|r| !r.is_empty()) {
+            p.push(
+                &format!("{at}.restartPolicyRules"),
+                "Forbidden: cannot be set for an Ephemeral Container",
+            );
+        }
+        p.push(
+            &at,
+            "Forbidden: ephemeral containers are added to a running pod (kubectl debug); \
+             podvisor does not run them",
+        );
     }
 }
 

@@ -8,12 +8,13 @@ use std::time::Duration;
 use super::*;
 use crate::backoff::BackoffPolicy;
 use crate::probe::{Outcome, ProbeKind, ProbeTiming};
-use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule};
+use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule, RuleAction};
 use crate::stage::Stage;
 
 mod escalation;
 mod probes;
 mod random;
+mod restart_all;
 mod restarts;
 mod stop;
 
@@ -290,6 +291,8 @@ fn saved(sim: &Sim) -> crate::record::PodRecord {
         saved_by: 42,
         boot: "b".into(),
         pod_restarts: 0,
+        restarts_all: 0,
+        restarting_all: false,
         ended: None,
         containers: vec![],
     };

@@ -253,6 +253,7 @@ fn exit_code_rules_decide_first() {
     p.containers[0].restart = ContainerRestart {
         policy: Some(RestartPolicy::Never),
         rules: vec![RestartRule {
+            action: RuleAction::Restart,
             exit_codes: ExitCodes::In(vec![42]),
         }],
     };
