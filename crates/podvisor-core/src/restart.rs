@@ -126,6 +126,75 @@ pub fn on_exit(pod_policy: RestartPolicy, container: &ContainerRestart, exit_cod
     }
 }
 
+/// What an exit leads to for a container of the given kind, and what decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub then: Then,
+    pub by: DecidedBy,
+}
+
+/// What happens after an exit (before backoff and escalation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// A regular init container succeeded: the next one (or the sidecars and main
+    /// containers) starts.
+    Completes,
+    /// The container stays terminated.
+    Stays,
+    /// A regular init container failed and is not restarted: the pod fails.
+    FailsPod,
+    /// The container is started again.
+    Restarts,
+    /// Every container is restarted in place.
+    RestartsAll,
+}
+
+/// What decided an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// `restartPolicyRules[n]` matched.
+    Rule(usize),
+    /// The container's own `restartPolicy`.
+    ContainerPolicy(RestartPolicy),
+    /// The pod's `restartPolicy`.
+    PodPolicy(RestartPolicy),
+    /// A regular init container that exits 0 is done.
+    Success,
+}
+
+/// What an exit with `exit_code` leads to for a container: `regular_init` for an init container
+/// without `restartPolicy: Always`, which runs once to success. A matching
+/// `RestartAllContainers` rule restarts everything whatever the kind and code (the kubelet reads
+/// every exit for it); a regular init container that succeeded is done; one that failed is
+/// restarted by a matching rule or its policy, else the pod fails.
+pub fn outcome(
+    pod_policy: RestartPolicy,
+    container: &ContainerRestart,
+    regular_init: bool,
+    exit_code: i32,
+) -> Outcome {
+    let by = match container.matching_rule(exit_code) {
+        Some((n, _)) => DecidedBy::Rule(n),
+        None => match container.policy {
+            Some(p) => DecidedBy::ContainerPolicy(p),
+            None => DecidedBy::PodPolicy(pod_policy),
+        },
+    };
+    let then = match on_exit(pod_policy, container, exit_code) {
+        OnExit::RestartAll { .. } => Then::RestartsAll,
+        _ if regular_init && exit_code == 0 => {
+            return Outcome {
+                then: Then::Completes,
+                by: DecidedBy::Success,
+            }
+        }
+        OnExit::Restart => Then::Restarts,
+        OnExit::Stay if regular_init => Then::FailsPod,
+        OnExit::Stay => Then::Stays,
+    };
+    Outcome { then, by }
+}
+
 /// Whether a regular (or sidecar) container that exited with `exit_code` is started again,
 /// on its own or with every other container.
 /// `pod_terminating`: the pod is being stopped, so nothing restarts.
@@ -222,7 +291,10 @@ mod tests {
             policy: Some(Never),
             rules: vec![
                 rule(RuleAction::Restart, ExitCodes::In(vec![42])),
-                rule(RuleAction::RestartAllContainers, ExitCodes::In(vec![42, 88])),
+                rule(
+                    RuleAction::RestartAllContainers,
+                    ExitCodes::In(vec![42, 88]),
+                ),
             ],
         };
         // 42 matches the first rule first.

@@ -17,6 +17,7 @@ mod init_staged;
 mod personas;
 mod probes;
 mod resources;
+mod restart_rules;
 mod resume;
 mod rootfs;
 mod run;

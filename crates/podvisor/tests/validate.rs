@@ -30,6 +30,7 @@ fn the_examples_are_valid() {
         "examples/pods/web.yaml",
         "examples/pods/job.yaml",
         "examples/pods/crashloop.yaml",
+        "examples/pods/restart-all.yaml",
     ] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../..")

@@ -190,7 +190,12 @@ impl Pod {
         ];
         // Only a pod with a `RestartAllContainers` rule has it
         // (`GenerateAllContainersRestartingCondition` in pkg/kubelet/status/generate.go).
-        if self.plan.containers.iter().any(|c| c.restart.restarts_all()) {
+        if self
+            .plan
+            .containers
+            .iter()
+            .any(|c| c.restart.restarts_all())
+        {
             let kind = "AllContainersRestarting";
             conditions.push(match self.phase {
                 Phase::Succeeded => cond(kind, false, Some("PodCompleted"), None),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::clock::Instant;
 use crate::duration::format_duration;
 use crate::escalation::Escalate;
-use crate::restart::{on_exit, should_restart, OnExit};
+use crate::restart::{outcome, should_restart, DecidedBy, Then};
 use crate::stage::{Stage, Verdict, CLEAR_AFTER_RESTARTS};
 
 use super::container::{Next, Process};
@@ -88,21 +88,19 @@ impl Pod {
         else {
             return NextStart::Never;
         };
-        let pod_policy = self.plan.restart_policy;
-        let restart = &self.plan.containers[i].restart;
-        let action = match (self.plan.containers[i].kind, on_exit(pod_policy, restart, exit_code)) {
-            // A regular init container that succeeded is done, unless a rule restarts every
-            // container on its exit code (`ShouldAllContainersRestart` reads every exit).
-            (Kind::Init, all @ OnExit::RestartAll { .. }) => all,
-            (Kind::Init, _) if exit_code == 0 => return NextStart::Never,
-            // One that failed and is not restarted fails the pod (under the pod's `Never`, or
-            // its own `Never` or rules that do not cover the exit code).
-            (Kind::Init, OnExit::Stay) => return NextStart::FailPod,
-            (_, action) => action,
+        let plan = &self.plan.containers[i];
+        let outcome = outcome(
+            self.plan.restart_policy,
+            &plan.restart,
+            plan.kind == Kind::Init,
+            exit_code,
+        );
+        let rule = match (outcome.then, outcome.by) {
+            (Then::Completes | Then::Stays, _) => return NextStart::Never,
+            (Then::FailsPod, _) => return NextStart::FailPod,
+            (Then::RestartsAll, DecidedBy::Rule(n)) => Some(n),
+            _ => None,
         };
-        if action == OnExit::Stay {
-            return NextStart::Never;
-        }
         if let Some(policy) = &self.plan.pod_restart {
             let restarts = c.window.count(finished_at, policy.within);
             let terms = Terms {
@@ -120,14 +118,14 @@ impl Pod {
             .retry_at(&self.plan.backoff, finished_at)
             .zip(c.backoff.current_delay())
             .map(|(until, delay)| (delay, until));
-        match action {
-            OnExit::RestartAll { rule } => NextStart::RestartAll {
+        match rule {
+            Some(rule) => NextStart::RestartAll {
                 rule,
                 exit_code,
                 finished_at,
                 wait,
             },
-            _ => NextStart::Restart { finished_at, wait },
+            None => NextStart::Restart { finished_at, wait },
         }
     }
 

@@ -17,7 +17,10 @@ use super::Manifest;
 use crate::backoff::BackoffPolicy;
 use crate::duration::format_duration;
 use crate::escalation::PodRestartPolicy;
+use crate::restart::Then;
 use crate::stage::{Stage, CLEAR_AFTER_RESTARTS};
+
+use super::exits::{explain_exits, ContainerExits};
 
 /// A probe's timing in whole seconds (as Kubernetes writes them), for the arithmetic below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +85,10 @@ pub struct Explanation {
     pub instrumentation: Option<InstrumentationExplanation>,
     /// With `podRestart`: when the whole pod restarts, and when podvisor gives up.
     pub pod_restart: Option<PodRestartPolicy>,
+    /// What each container's exit leads to, per exit code (init containers included).
+    pub exits: Vec<ContainerExits>,
+    /// Restart rules that can never apply, change nothing, or loop.
+    pub exit_warnings: Vec<Warning>,
 }
 
 /// The stage schedule of the staged containers, and how their add-on is judged.
@@ -174,7 +181,10 @@ pub fn explain(
                 verdict_after: s.verdict_after().ok()?,
             })
         });
+    let (exits, exit_warnings) = explain_exits(spec, prefix);
     Explanation {
+        exits,
+        exit_warnings,
         pod: manifest.workload.metadata.name.clone().unwrap_or_default(),
         containers,
         backoff: delays,
@@ -417,6 +427,7 @@ impl Explanation {
                 ));
             }
         }
+        self.exits_text(&mut out);
         let schedule: Vec<String> = self.backoff.iter().map(|x| d(*x)).collect();
         out.push_str(&format!(
             "\nrestart backoff (CrashLoopBackOff): {}, then every {}\n",
@@ -455,8 +466,45 @@ impl Explanation {
                 d(r.within),
                 r.max_pod_restarts
             ));
+            if self
+                .exits
+                .iter()
+                .flat_map(|c| &c.rows)
+                .any(|r| r.then == Then::RestartsAll)
+            {
+                out.push_str(
+                    "  an exit that a RestartAllContainers rule matches counts as a restart of \
+                     that container: once the limit is reached it restarts the whole pod (or \
+                     gives up) instead of restarting every container in place\n",
+                );
+            }
         }
         out
+    }
+
+    /// Per container and exit code, what its exit leads to; then the rules' warnings.
+    fn exits_text(&self, out: &mut String) {
+        out.push_str(
+            "\non exit (restartPolicyRules first, the first match wins; then the container's \
+             restartPolicy, then the pod's):\n",
+        );
+        for c in &self.exits {
+            out.push_str(&format!("  {} ({}):\n", c.name, c.kind));
+            for r in &c.rows {
+                out.push_str(&format!(
+                    "    {:<15} {} ({})\n",
+                    r.codes_text(),
+                    r.then_text(),
+                    r.by_text()
+                ));
+            }
+        }
+        for w in &self.exit_warnings {
+            out.push_str(&format!(
+                "  warning: {}: {}\n           fix: {}\n",
+                w.field, w.problem, w.fix
+            ));
+        }
     }
 }
 
@@ -487,6 +535,18 @@ impl Explanation {
                 "verdictAfterSeconds": i.verdict_after.as_secs_f64(),
                 "clearAfterRestarts": CLEAR_AFTER_RESTARTS,
             })),
+            "exits": self.exits.iter().map(|c| serde_json::json!({
+                "name": c.name,
+                "kind": c.kind,
+                "codes": c.rows.iter().map(|r| serde_json::json!({
+                    "exitCode": r.code,
+                    "then": r.then_text(),
+                    "decidedBy": r.by_text(),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "exitWarnings": self.exit_warnings.iter().map(|w| serde_json::json!({
+                "field": w.field, "problem": w.problem, "fix": w.fix,
+            })).collect::<Vec<_>>(),
             "podRestart": self.pod_restart.map(|r| serde_json::json!({
                 "afterContainerRestarts": r.after_container_restarts,
                 "withinSeconds": r.within.as_secs_f64(),

@@ -8,6 +8,7 @@
 //! and at most one podvisor `Supervision`.
 
 mod env;
+pub mod exits;
 pub mod explain;
 pub mod plan;
 pub mod resources;

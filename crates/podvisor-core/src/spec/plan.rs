@@ -328,7 +328,6 @@ fn container_plan(
     kind: Kind,
     staged: Option<&StagedInstrumentation>,
 ) -> ContainerPlan {
-    let rules = restart_rules(c);
     let probe = |p: &Option<Probe>| {
         p.as_ref().map(|p| ProbePlan {
             timing: probe_timing(p),
@@ -341,10 +340,7 @@ fn container_plan(
     ContainerPlan {
         name: c.name.clone(),
         kind,
-        restart: ContainerRestart {
-            policy: restart_policy(c.restart_policy.as_deref()),
-            rules,
-        },
+        restart: container_restart(c),
         probes: Probes {
             startup: probe(&c.startup_probe),
             liveness: probe(&c.liveness_probe),
@@ -353,6 +349,14 @@ fn container_plan(
         post_start: lifecycle.is_some_and(|l| l.post_start.is_some()),
         pre_stop: lifecycle.is_some_and(|l| l.pre_stop.is_some()),
         staged: staged.is_some_and(|s| s.selects(&c.name)),
+    }
+}
+
+/// The container's `restartPolicy` and `restartPolicyRules` as the core reads them.
+pub(crate) fn container_restart(c: &Container) -> ContainerRestart {
+    ContainerRestart {
+        policy: restart_policy(c.restart_policy.as_deref()),
+        rules: restart_rules(c),
     }
 }
 

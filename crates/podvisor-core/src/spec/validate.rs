@@ -155,14 +155,7 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
             names.insert(&c.name, path.clone());
         }
         let sidecar = is_init && c.restart_policy.as_deref() == Some("Always");
-        validate_container(
-            c,
-            &path,
-            is_init && !sidecar,
-            manifest,
-            &volumes,
-            p,
-        );
+        validate_container(c, &path, is_init && !sidecar, manifest, &volumes, p);
     }
 }
 
@@ -249,7 +242,10 @@ fn validate_restart(c: &Container, path: &str, p: &mut Problems<'_>) {
             );
         }
         let Some(codes) = &rule.exit_codes else {
-            p.push(&format!("{at}.exitCodes"), "Required value: must be specified");
+            p.push(
+                &format!("{at}.exitCodes"),
+                "Required value: must be specified",
+            );
             continue;
         };
         if !matches!(codes.operator.as_str(), "In" | "NotIn") {
@@ -286,7 +282,10 @@ fn validate_ephemeral(spec: &PodSpec, p: &mut Problems<'_>) {
                 "Forbidden: cannot be set for an Ephemeral Container",
             );
         }
-        if c.restart_policy_rules.as_ref().is_some_and(|r| !r.is_empty()) {
+        if c.restart_policy_rules
+            .as_ref()
+            .is_some_and(|r| !r.is_empty())
+        {
             p.push(
                 &format!("{at}.restartPolicyRules"),
                 "Forbidden: cannot be set for an Ephemeral Container",

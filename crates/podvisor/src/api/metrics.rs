@@ -174,6 +174,7 @@ pub fn render(
     namespace: &str,
     counters: &Counters,
     pod_restarts: u32,
+    restarts_all: u32,
     containers: &[ContainerSample<'_>],
 ) -> String {
     let mut o = String::new();
@@ -243,6 +244,11 @@ pub fn render(
         o,
         "podvisor_pod_restarts_total{{namespace=\"{namespace}\",pod=\"{pod}\"}} {}",
         pod_restarts
+    );
+    o.push_str("# HELP podvisor_all_containers_restarts_total In-place restarts of every container (restartPolicyRules with action RestartAllContainers).\n# TYPE podvisor_all_containers_restarts_total counter\n");
+    let _ = writeln!(
+        o,
+        "podvisor_all_containers_restarts_total{{namespace=\"{namespace}\",pod=\"{pod}\"}} {restarts_all}"
     );
     o.push_str("# HELP podvisor_instrumentation_stage The stage of a staged container's current start (1) and the others (0).\n# TYPE podvisor_instrumentation_stage gauge\n");
     for c in containers {

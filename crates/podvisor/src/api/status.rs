@@ -70,6 +70,17 @@ pub fn pod_json(
         "podvisor.io/pod-restarts".into(),
         pod.pod_restarts().to_string(),
     );
+    let may_restart_all = pod
+        .plan()
+        .containers
+        .iter()
+        .any(|c| c.restart.restarts_all());
+    if may_restart_all || pod.restarts_all() > 0 {
+        annotations.insert(
+            "podvisor.io/all-containers-restarts".into(),
+            pod.restarts_all().to_string(),
+        );
+    }
     metadata["annotations"] = json!(annotations);
     let conditions: Vec<Value> = pod
         .conditions()

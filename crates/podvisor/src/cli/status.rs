@@ -383,6 +383,10 @@ fn describe_text(pod: &Value, events: &str) -> String {
             &["metadata", "annotations", "podvisor.io/pod-restarts"]
         )
     );
+    if let Some(n) = pod["metadata"]["annotations"]["podvisor.io/all-containers-restarts"].as_str()
+    {
+        let _ = writeln!(o, "All Restarts: {n} (RestartAllContainers)");
+    }
     if let Some(cgroups) = pod["metadata"]["annotations"]["podvisor.io/cgroups"].as_str() {
         let _ = writeln!(o, "Cgroups:      {cgroups}");
     }

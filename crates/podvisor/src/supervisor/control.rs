@@ -131,6 +131,7 @@ impl Supervisor {
             &self.info.namespace,
             &self.counters,
             self.pod.pod_restarts(),
+            self.pod.restarts_all(),
             &samples,
         )
     }

@@ -180,8 +180,8 @@ impl Supervisor {
             saved_by: std::process::id(),
             boot: self.boot.clone(),
             pod_restarts: 0,
-        restarts_all: 0,
-        restarting_all: false,
+            restarts_all: 0,
+            restarting_all: false,
             ended: None,
             containers: Vec::new(),
         };

@@ -33,7 +33,10 @@ fn e2e_pod(pod_policy: RestartPolicy) -> PodPlan {
         &mut p,
         2,
         RestartPolicy::Never,
-        vec![rule(RuleAction::RestartAllContainers, ExitCodes::In(vec![88]))],
+        vec![rule(
+            RuleAction::RestartAllContainers,
+            ExitCodes::In(vec![88]),
+        )],
     );
     p.containers[1].pre_stop = true;
     p.containers[2].pre_stop = true;
@@ -93,7 +96,12 @@ fn exit_88_restarts_every_container_in_place() {
     assert!(!sim.pod.restarting_all());
     assert_eq!(condition(&sim.pod).map(|c| c.status), Some(false));
     // Every container that had run counts one restart more; their last states are kept.
-    let counts: Vec<u32> = sim.pod.containers().iter().map(|c| c.restart_count).collect();
+    let counts: Vec<u32> = sim
+        .pod
+        .containers()
+        .iter()
+        .map(|c| c.restart_count)
+        .collect();
     assert_eq!(counts, [1, 1, 1]);
     let app = &sim.pod.containers()[2];
     assert!(matches!(
@@ -103,7 +111,11 @@ fn exit_88_restarts_every_container_in_place() {
     assert_eq!(sim.pod.restarts_all(), 1);
     assert_eq!(sim.pod.pod_restarts(), 0);
     // Volumes are kept: no wipe.
-    assert!(!sim.events.iter().any(|e| e.contains("wipe")), "{:#?}", sim.events);
+    assert!(
+        !sim.events.iter().any(|e| e.contains("wipe")),
+        "{:#?}",
+        sim.events
+    );
     let restarting: Vec<&String> = sim
         .events
         .iter()
@@ -136,7 +148,11 @@ fn the_pod_is_pending_while_it_initializes_again() {
     sim.run(500);
     // setup#2 runs from t=110 to t=1110.
     assert_eq!(sim.pod.phase(), Phase::Pending);
-    let init = sim.pod.conditions().into_iter().find(|c| c.kind == "Initialized");
+    let init = sim
+        .pod
+        .conditions()
+        .into_iter()
+        .find(|c| c.kind == "Initialized");
     // Once the regular containers have run, Initialized stays True (KEP-5532).
     assert_eq!(init.map(|c| c.status), Some(true));
     sim.run(2_000);
@@ -182,7 +198,10 @@ fn under_never_an_init_container_failing_after_the_restart_fails_the_pod() {
         ]
     );
     assert_eq!(sim.lines("finished"), ["t=120 finished Failed"]);
-    assert_eq!(condition(&sim.pod).and_then(|c| c.reason), Some("PodFailed".into()));
+    assert_eq!(
+        condition(&sim.pod).and_then(|c| c.reason),
+        Some("PodFailed".into())
+    );
 }
 
 #[test]
@@ -205,7 +224,10 @@ fn not_in_rules_restart_on_any_other_code() {
 #[test]
 fn init_container_rules_restart_it_until_an_exit_they_do_not_cover() {
     // restartPolicy Never on the init container, Restart on 42: 42 restarts it, 0 completes it.
-    let mut p = plan(RestartPolicy::Always, &[("fetch", Kind::Init), ("app", Kind::Main)]);
+    let mut p = plan(
+        RestartPolicy::Always,
+        &[("fetch", Kind::Init), ("app", Kind::Main)],
+    );
     with_rules(
         &mut p,
         0,
@@ -217,7 +239,11 @@ fn init_container_rules_restart_it_until_an_exit_they_do_not_cover() {
     sim.run(1_000);
     assert_eq!(
         sim.lines("spawn"),
-        ["t=0 spawn fetch#1", "t=10 spawn fetch#2", "t=20 spawn app#1"]
+        [
+            "t=0 spawn fetch#1",
+            "t=10 spawn fetch#2",
+            "t=20 spawn app#1"
+        ]
     );
     // An exit the rules do not cover, with the container's own Never: the pod fails, even
     // though the pod's policy is Always.
@@ -230,13 +256,20 @@ fn init_container_rules_restart_it_until_an_exit_they_do_not_cover() {
 fn an_init_container_rule_can_restart_everything() {
     let mut p = plan(
         RestartPolicy::Always,
-        &[("one", Kind::Init), ("two", Kind::Init), ("app", Kind::Main)],
+        &[
+            ("one", Kind::Init),
+            ("two", Kind::Init),
+            ("app", Kind::Main),
+        ],
     );
     with_rules(
         &mut p,
         1,
         RestartPolicy::OnFailure,
-        vec![rule(RuleAction::RestartAllContainers, ExitCodes::In(vec![7]))],
+        vec![rule(
+            RuleAction::RestartAllContainers,
+            ExitCodes::In(vec![7]),
+        )],
     );
     let scripts = vec![
         runs(&[(Some(10), 0)]),
@@ -256,7 +289,12 @@ fn an_init_container_rule_can_restart_everything() {
             "t=40 spawn app#1",
         ]
     );
-    let counts: Vec<u32> = sim.pod.containers().iter().map(|c| c.restart_count).collect();
+    let counts: Vec<u32> = sim
+        .pod
+        .containers()
+        .iter()
+        .map(|c| c.restart_count)
+        .collect();
     // app had never run: nothing to count.
     assert_eq!(counts, [1, 1, 0]);
 }
@@ -271,7 +309,10 @@ fn a_sidecar_rule_restarts_everything() {
         &mut p,
         0,
         RestartPolicy::Always,
-        vec![rule(RuleAction::RestartAllContainers, ExitCodes::In(vec![3]))],
+        vec![rule(
+            RuleAction::RestartAllContainers,
+            ExitCodes::In(vec![3]),
+        )],
     );
     let scripts = vec![runs(&[(Some(50), 3), (None, 0)]), runs(&[(Some(1_000), 0)])];
     let mut sim = Sim::new(p, scripts);
@@ -286,7 +327,10 @@ fn a_sidecar_rule_restarts_everything() {
         ]
     );
     // app, killed by the teardown, starts again although it is Never and had not exited.
-    assert_eq!(sim.lines("spawn app"), ["t=0 spawn app#1", "t=50 spawn app#2"]);
+    assert_eq!(
+        sim.lines("spawn app"),
+        ["t=0 spawn app#1", "t=50 spawn app#2"]
+    );
     assert_eq!(sim.lines("finished"), ["t=1050 finished Succeeded"]);
 }
 
@@ -380,6 +424,11 @@ fn a_run_that_died_during_the_teardown_finishes_the_restart() {
         ]
     );
     assert_eq!(next.pod.restarts_all(), 1);
-    let counts: Vec<u32> = next.pod.containers().iter().map(|c| c.restart_count).collect();
+    let counts: Vec<u32> = next
+        .pod
+        .containers()
+        .iter()
+        .map(|c| c.restart_count)
+        .collect();
     assert_eq!(counts, [1, 1, 1]);
 }
