@@ -14,6 +14,13 @@
 //! the earliest time they can have happened (the previous observation; the pod's start for a
 //! pod seen for the first time). Early times only make the count within `within` smaller, so a
 //! controller restart can delay a refresh, never cause one that the rule would not.
+//!
+//! Restarts the kubelet makes itself with a `RestartAllContainers` rule (KEP-5532) are its
+//! own, not a crash loop to escalate: while the pod's condition `AllContainersRestarting` is
+//! True the pod is left alone, and the restarts counted in an observation during which that
+//! condition changed (its `lastTransitionTime` is not before the previous look) are not fed to
+//! the window: one restart-all raises every container's count at once. This errs the same way:
+//! it can delay a refresh, never cause one.
 
 use std::collections::BTreeMap;
 
@@ -141,6 +148,23 @@ fn millis(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> u64 {
     t.0.as_millisecond().max(0) as u64
 }
 
+/// The pod's `AllContainersRestarting` condition (KEP-5532): whether the kubelet is restarting
+/// every container now, and when the condition last changed.
+pub fn all_containers_restarting(pod: &Pod) -> (bool, Option<u64>) {
+    let condition = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "AllContainersRestarting"));
+    match condition {
+        None => (false, None),
+        Some(c) => (
+            c.status == "True",
+            c.last_transition_time.as_ref().map(millis),
+        ),
+    }
+}
+
 /// Feeds what the pod's status shows now into what has been seen of it.
 pub fn observe(seen: &mut PodSeen, pod: &Pod, policy: &PodRestartPolicy, now_ms: u64) {
     let pod_start = pod
@@ -148,6 +172,7 @@ pub fn observe(seen: &mut PodSeen, pod: &Pod, policy: &PodRestartPolicy, now_ms:
         .as_ref()
         .and_then(|s| s.start_time.as_ref())
         .map_or(now_ms, millis);
+    let (restarting_all, changed_at) = all_containers_restarting(pod);
     for cs in statuses(pod) {
         let count = cs.restart_count.max(0) as u32;
         let last_exit = cs
@@ -163,7 +188,9 @@ pub fn observe(seen: &mut PodSeen, pod: &Pod, policy: &PodRestartPolicy, now_ms:
                 at_ms: pod_start,
                 window: RestartWindow::default(),
             });
-        if count > entry.restarts {
+        // Restarts of every container by the kubelet since the last look are not counted.
+        let kubelets = restarting_all || changed_at.is_some_and(|t| t >= entry.at_ms);
+        if count > entry.restarts && !kubelets {
             let new = count - entry.restarts;
             // All but the newest at the earliest they can have happened; the newest at the
             // exit that caused it.
@@ -193,6 +220,10 @@ pub fn decide(
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
+        return Decision::Nothing;
+    }
+    if all_containers_restarting(pod).0 {
+        // The kubelet is restarting every container (a RestartAllContainers rule).
         return Decision::Nothing;
     }
     let owned = controller_owner(pod).is_some();

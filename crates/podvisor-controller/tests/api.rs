@@ -853,3 +853,62 @@ async fn an_owner_it_may_not_read_is_reported_not_retried_as_an_error() {
         events[0].2
     );
 }
+
+#[tokio::test]
+async fn restarts_of_every_container_by_the_kubelet_are_left_to_it() {
+    // The fixture's five restarts were the kubelet's own (a RestartAllContainers rule), and
+    // it is restarting every container again now: the condition says so. No eviction.
+    let mut pod = fixture("replicaset-crashloop.json");
+    let status = pod.status.as_mut().unwrap();
+    status.conditions.as_mut().unwrap().push(
+        serde_json::from_value(json!({
+            "type": "AllContainersRestarting", "status": "True",
+            "lastTransitionTime": "2026-11-23T10:06:41Z",
+            "reason": "RestartAllContainersStarted",
+            "message": "container exited with restart policy rule",
+        }))
+        .unwrap(),
+    );
+    let world = World::new(vec![pod]);
+    let (ctx, fake, _) = context(&world, Config::default());
+    let sup = Arc::new(web_supervision());
+    reconcile(sup.clone(), ctx.clone()).await.unwrap();
+    let lines = fake.lines();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("eviction") || l.starts_with("PATCH /apis/apps")),
+        "{lines:#?}"
+    );
+    let status = last_status(&fake);
+    assert_eq!(status["podRestarts"], 0);
+
+    // Once the condition is False again, what it raised is not counted either.
+    fake.clear();
+    let conditions = world.lock().unwrap().pods[0]
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c.type_ == "AllContainersRestarting")
+        .map(|c| {
+            c.status = "False".into();
+            c.reason = None;
+            c.message = None;
+            c.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-23T10:06:43Z".parse().unwrap(),
+            ));
+        });
+    assert!(conditions.is_some());
+    reconcile(sup, ctx).await.unwrap();
+    let lines = fake.lines();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("eviction") || l.starts_with("PATCH /apis/apps")),
+        "{lines:#?}"
+    );
+}

@@ -227,3 +227,74 @@ fn an_unreadable_record_is_refused_not_reset() {
     assert_eq!(History::from_annotations(Some(&again)).unwrap(), h);
     assert_eq!(History::from_annotations(None).unwrap(), History::default());
 }
+
+/// Gives the pod a `RestartAllContainers` rule on app's exit code 1 and the condition
+/// `AllContainersRestarting` as the kubelet writes it.
+fn restarting_all(pod: &mut Pod, status: &str, changed: &str) {
+    let app = &mut pod.spec.as_mut().unwrap().containers[0];
+    app.restart_policy = Some("Never".into());
+    app.restart_policy_rules = Some(vec![k8s_openapi::api::core::v1::ContainerRestartRule {
+        action: "RestartAllContainers".into(),
+        exit_codes: Some(
+            k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                operator: "In".into(),
+                values: Some(vec![1]),
+            },
+        ),
+    }]);
+    let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+    conditions.retain(|c| c.type_ != "AllContainersRestarting");
+    conditions.push(k8s_openapi::api::core::v1::PodCondition {
+        type_: "AllContainersRestarting".into(),
+        status: status.into(),
+        last_transition_time: Some(Time(changed.parse().unwrap())),
+        reason: (status == "True").then(|| "RestartAllContainersStarted".into()),
+        message: (status == "True").then(|| "container exited with restart policy rule".into()),
+        ..Default::default()
+    });
+}
+
+#[test]
+fn restarts_the_kubelet_makes_with_restart_all_containers_are_not_escalated() {
+    // The fixture's five restarts, each a restart of every container by the kubelet: while
+    // the condition is True the pod is left alone…
+    let mut pod = fixture("replicaset-crashloop.json");
+    let now = ms("2026-11-23T10:07:00Z");
+    restarting_all(&mut pod, "True", "2026-11-23T10:06:41Z");
+    let seen = seen_once(&pod, now);
+    assert_eq!(
+        decide(&pod, &policy(), &seen, Some(&History::default()), now),
+        Decision::Nothing
+    );
+    // …and once it is False again, the restarts counted while it changed are the kubelet's.
+    restarting_all(&mut pod, "False", "2026-11-23T10:06:43Z");
+    let seen = seen_once(&pod, now);
+    assert_eq!(
+        decide(&pod, &policy(), &seen, Some(&History::default()), now),
+        Decision::Nothing
+    );
+    // Restarts seen later without a restart of everything in between count as before.
+    let mut seen = seen;
+    for (n, (at, look)) in [
+        ("2026-11-23T10:07:10Z", "2026-11-23T10:07:11Z"),
+        ("2026-11-23T10:07:20Z", "2026-11-23T10:07:21Z"),
+        ("2026-11-23T10:07:30Z", "2026-11-23T10:07:31Z"),
+        ("2026-11-23T10:07:40Z", "2026-11-23T10:07:41Z"),
+        ("2026-11-23T10:07:50Z", "2026-11-23T10:07:51Z"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        crash(&mut pod, 6 + n as i32, at);
+        observe(&mut seen, &pod, &policy(), ms(look));
+    }
+    let now = ms("2026-11-23T10:07:52Z");
+    assert!(
+        matches!(
+            decide(&pod, &policy(), &seen, Some(&History::default()), now),
+            Decision::Refresh { restarts: 5, .. }
+        ),
+        "{:?}",
+        decide(&pod, &policy(), &seen, Some(&History::default()), now)
+    );
+}

@@ -464,6 +464,45 @@ fn strict_pod_of(v: &Value) -> Pod {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_rules_pass_through_the_injection_unchanged() {
+    // KEP-5307 and KEP-5532 fields on an init container and a main container: the patch
+    // touches neither, and podvisor accepts the injected pod.
+    let server = start("rules", vec![staged()]).await;
+    let mut object = pod(json!({"app": "web", "podvisor.io/inject": "enabled"}));
+    let rules = json!([
+        {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [88]}},
+        {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0, 1]}},
+    ]);
+    let init_rules =
+        json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]);
+    object["spec"]["containers"][0]["restartPolicy"] = json!("Never");
+    object["spec"]["containers"][0]["restartPolicyRules"] = rules.clone();
+    object["spec"]["containers"][1]["command"] = json!(["/bin/sleep", "3600"]);
+    object["spec"]["initContainers"] = json!([{
+        "name": "fetch", "image": "shop/fetch:1", "command": ["/fetch"],
+        "restartPolicy": "Never", "restartPolicyRules": init_rules.clone(),
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent",
+    }]);
+    let (code, body) = post(&server, review(("", "v1", "Pod"), "CREATE", object.clone())).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let (allowed, patched, _) = answer(&body, &object);
+    assert!(allowed);
+    let patched = patched.expect("a patch");
+    let app = &patched["spec"]["containers"][0];
+    assert_eq!(app["restartPolicy"], "Never");
+    assert_eq!(app["restartPolicyRules"], rules);
+    let fetch = &patched["spec"]["initContainers"][0];
+    assert_eq!(fetch["name"], "fetch");
+    assert_eq!(fetch["restartPolicy"], "Never");
+    assert_eq!(fetch["restartPolicyRules"], init_rules);
+    let dir = TempDir::new("rules-files");
+    let mut typed = strict_pod(&patched);
+    typed.metadata.name = Some("web-7d9f8c6b5d-k8w2p".into());
+    validate(&dir.0, &serde_json::to_value(&typed).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_no_supervision_selects_is_admitted_with_the_reason() {
     let server = start("none", vec![staged()]).await;
     let object = pod(json!({"app": "shop-db", "podvisor.io/inject": "enabled"}));

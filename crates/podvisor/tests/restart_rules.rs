@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::harness::*;
-use crate::probes::{event_ms, pod_with, stop};
+use crate::probes::{event_ms, free_port, pod_with, stop};
 
 const FAST: [&str; 4] = ["--backoff-initial", "10ms", "--backoff-max", "40ms"];
 
@@ -171,10 +171,31 @@ fn repeated_restarts_of_everything_back_off() {
   - {name: other, command: [sleep, '600']}
 ";
     let r = PodRun::new(&pod_with("Always", 1, spec));
+    let addr = format!("127.0.0.1:{}", free_port());
     let mut p = r
-        .cmd(&["--backoff-initial", "600ms", "--backoff-max", "5s"])
+        .cmd(&[
+            "--backoff-initial",
+            "600ms",
+            "--backoff-max",
+            "5s",
+            "--metrics-addr",
+            &addr,
+        ])
         .start();
     let all = r.wait_event("pod", "RestartingAllContainers", 3);
+    let mut metric = String::new();
+    wait_until("the metric counts 3 restarts of everything", || {
+        metric = scrape(&addr)
+            .lines()
+            .find(|l| l.starts_with("podvisor_all_containers_restarts_total{"))
+            .unwrap_or_default()
+            .to_string();
+        metric.ends_with(" 3") || metric.ends_with(" 4")
+    });
+    assert!(
+        metric.starts_with("podvisor_all_containers_restarts_total{namespace=\"ns\",pod=\"p\"} "),
+        "{metric}"
+    );
     stop(&mut p);
     // The first restart of everything is at once; the next ones wait out the trigger's
     // CrashLoopBackOff: 600 ms, then 1.2 s.
@@ -455,4 +476,51 @@ fn the_queue_worker_example_takes_three_items_and_succeeds() {
     );
     assert_eq!(r.find("pod", "RestartingAllContainers").len(), 2);
     assert_eq!(r.find("take-item", "Started").len(), 3);
+}
+
+#[test]
+fn escalation_counts_the_restarts_of_everything_a_container_asks_for() {
+    // app asks for a restart of everything on every run. podRestart counts each as a restart
+    // of app: after 2 within the window the next exit restarts the whole pod (wiping
+    // emptyDirs) instead, and past maxPodRestarts podvisor gives up. Stages follow app's
+    // restart count, which each restart of everything raises.
+    let spec = "  initContainers:
+  - {name: setup, command: ['true']}
+  containers:
+  - name: app
+    restartPolicy: Never
+    restartPolicyRules:
+    - {action: RestartAllContainers, exitCodes: {operator: In, values: [88]}}
+    command: [sh, -c, 'echo $PODVISOR_INSTR_STAGE; exit 88']
+---
+apiVersion: podvisor.io/v1alpha1
+kind: Supervision
+metadata: {name: default}
+spec:
+  stagedInstrumentation: {containers: [app], debugAfterRestarts: 1, disableAfterRestarts: 2}
+  podRestart: {afterContainerRestarts: 2, within: 1m, maxPodRestarts: 1}
+";
+    let r = PodRun::new(&pod_with("Always", 1, spec));
+    let out = r.cmd(&FAST).output();
+    assert_eq!(out.code(), 1, "a pod that gave up is Failed: {out:?}");
+    let pod_events: Vec<String> = r
+        .events()
+        .iter()
+        .filter(|e| e["object"] == "pod")
+        .map(|e| e["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        pod_events,
+        [
+            "RestartingAllContainers",
+            "RestartingAllContainers",
+            "PodRestarting",
+            "RestartingAllContainers",
+            "RestartingAllContainers",
+            "GaveUp"
+        ]
+    );
+    let stages: Vec<String> = (1..=4).map(|n| first_line(&r, "app", n)).collect();
+    assert_eq!(stages, ["Nominal", "Debug", "Disabled", "Disabled"]);
+    assert_eq!(r.find("setup", "Started").len(), 6);
 }
