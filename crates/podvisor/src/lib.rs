@@ -19,3 +19,5 @@ pub mod state;
 pub mod stdio;
 #[cfg(feature = "full")]
 pub mod supervisor;
+#[cfg(feature = "full")]
+pub mod top;

@@ -21,6 +21,7 @@ mod restart_rules;
 mod resume;
 mod rootfs;
 mod run;
+mod top;
 mod validate;
 mod vm;
 mod volumes;

@@ -231,6 +231,24 @@ impl Layout {
 }
 
 /// The layout from /proc/self/mountinfo and /proc/self/cgroup.
+/// What the cgroup of process `pid` has used so far (for `podvisor top`: a container
+/// instance's cgroup, read without asking the supervisor). `None` when the process is gone or
+/// has no cgroup podvisor can read.
+pub fn usage_of(pid: i32) -> Option<Usage> {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let layout = layout_from(&mountinfo::read(), &own)?;
+    // Only a pod's cgroup: a process caught before it joined (or after its cgroup went) would
+    // report its parent's, which holds much more.
+    let in_pod = |d: &Path| {
+        d.components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with("podvisor-"))
+    };
+    if !layout.roots.iter().all(|(_, d)| in_pod(d)) {
+        return None;
+    }
+    Some(InstanceCgroup::reading(layout.version, layout.roots).usage())
+}
+
 fn layout_from(mounts: &[Mount], own: &str) -> Option<Layout> {
     let own_path = |pred: &dyn Fn(&str) -> bool| -> Option<&str> {
         own.lines().find_map(|l| {

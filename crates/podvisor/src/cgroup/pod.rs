@@ -158,6 +158,15 @@ pub struct Usage {
 }
 
 impl InstanceCgroup {
+    /// An instance cgroup to read from only (its usage), at `dirs`.
+    pub(super) fn reading(version: Version, dirs: Vec<(Controller, PathBuf)>) -> InstanceCgroup {
+        InstanceCgroup {
+            version,
+            dirs,
+            procs: Vec::new(),
+        }
+    }
+
     /// Descriptors a spawned child writes "0" into to join.
     pub fn join_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(|f| f.as_raw_fd()).collect()

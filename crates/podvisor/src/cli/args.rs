@@ -61,6 +61,8 @@ enum Command {
     Stop(control::StopArgs),
     /// Restart one container, or the whole pod.
     Restart(control::RestartArgs),
+    /// A live terminal view of every running pod: containers, logs, events, actions.
+    Top(crate::top::TopArgs),
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
@@ -100,6 +102,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         Command::Events(a) => control::events(a),
         Command::Stop(a) => control::stop(a),
         Command::Restart(a) => control::restart(a),
+        Command::Top(a) => crate::top::main(a),
         Command::Completion { shell } => {
             let shell = match shell {
                 Shell::Bash => clap_complete::Shell::Bash,

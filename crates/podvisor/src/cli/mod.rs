@@ -9,7 +9,7 @@ pub use crate::stdio::{write_err, write_out};
 #[cfg(feature = "full")]
 mod args;
 #[cfg(feature = "full")]
-mod client;
+pub(crate) mod client;
 #[cfg(feature = "full")]
 pub mod control;
 mod copy_self;

@@ -346,7 +346,7 @@ fn columns(rows: &[Vec<String>]) -> String {
 }
 
 /// `kubectl describe pod`, in short.
-fn describe_text(pod: &Value, events: &str) -> String {
+pub(crate) fn describe_text(pod: &Value, events: &str) -> String {
     let now = now_secs();
     let status = &pod["status"];
     let mut o = String::new();

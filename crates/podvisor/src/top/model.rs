@@ -1,0 +1,791 @@
+//! What `podvisor top` shows, as data: the pods it watches (their last status and events, as
+//! the watches pushed them), the rows of the list, the selection, sort and filter, the panes and
+//! the action waiting for confirmation. Keys go in, commands for the shell come out; nothing
+//! here reads a file, a socket or the clock (`now` is given), so it is tested as plain data.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::logs::LogView;
+use crate::cli::client::{age, parse_time};
+use crate::cli::status::pod_reason;
+
+/// Events kept per pod (newest last).
+pub const EVENTS_KEPT: usize = 500;
+
+/// One pod `top` watches.
+#[derive(Debug, Clone, Default)]
+pub struct PodEntry {
+    /// The last status the watch pushed (`None` until the first).
+    pub status: Option<Value>,
+    pub events: VecDeque<Value>,
+    /// The watch ended (the run is gone): when, in seconds since the epoch.
+    pub gone_at: Option<f64>,
+    /// Per container: CPU (cores, over the last interval) and working set (bytes), from its
+    /// cgroup.
+    pub usage: BTreeMap<String, (f64, u64)>,
+}
+
+/// How the list is sorted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sort {
+    Name,
+    Restarts,
+    Cpu,
+    Memory,
+}
+
+impl Sort {
+    fn next(self) -> Sort {
+        match self {
+            Sort::Name => Sort::Restarts,
+            Sort::Restarts => Sort::Cpu,
+            Sort::Cpu => Sort::Memory,
+            Sort::Memory => Sort::Name,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sort::Name => "name",
+            Sort::Restarts => "restarts",
+            Sort::Cpu => "cpu",
+            Sort::Memory => "memory",
+        }
+    }
+}
+
+/// Which pane has the keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Focus {
+    List,
+    Logs,
+    Events,
+}
+
+/// A line being typed: the list's filter or the log's search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Typing {
+    Filter,
+    Search,
+}
+
+/// What an action does, once confirmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    RestartContainer { dir: PathBuf, container: String },
+    RestartPod { dir: PathBuf },
+    StopPod { dir: PathBuf },
+}
+
+impl Action {
+    pub fn question(&self, name: &str) -> String {
+        match self {
+            Action::RestartContainer { container, .. } => {
+                format!("Restart container {container} of pod {name}? (y/n)")
+            }
+            Action::RestartPod { .. } => format!(
+                "Restart pod {name} (every container stops, emptyDir volumes are wiped)? (y/n)"
+            ),
+            Action::StopPod { .. } => format!("Stop pod {name}? (y/n)"),
+        }
+    }
+
+    pub fn dir(&self) -> &PathBuf {
+        match self {
+            Action::RestartContainer { dir, .. }
+            | Action::RestartPod { dir }
+            | Action::StopPod { dir } => dir,
+        }
+    }
+}
+
+/// What the shell must do after a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Quit,
+    Act(Action),
+    /// Show the log of this container (its previous instance if asked).
+    OpenLog {
+        dir: PathBuf,
+        container: String,
+        previous: bool,
+    },
+    Describe(PathBuf),
+}
+
+/// A key, as the shell reads it from the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    Char(char),
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Home,
+    End,
+    Enter,
+    Esc,
+    Tab,
+    Backspace,
+    CtrlC,
+}
+
+/// One row of the list: a pod, or one of its containers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub dir: PathBuf,
+    pub container: Option<String>,
+    pub cells: Vec<String>,
+    /// Shown as a warning (not ready, waiting with a reason, failed, gone).
+    pub warn: bool,
+}
+
+/// The list's columns, in order; narrow terminals drop them from the right (`Model::columns`).
+pub const COLUMNS: [&str; 8] = [
+    "NAME", "READY", "STATUS", "RESTARTS", "AGE", "STAGE", "CPU", "MEMORY",
+];
+
+/// Everything `top` shows.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub pods: BTreeMap<PathBuf, PodEntry>,
+    pub sort: Sort,
+    pub filter: String,
+    pub typing: Option<Typing>,
+    /// What is being typed.
+    pub input: String,
+    /// The selected row, by identity (pod dir, container).
+    pub selected: Option<(PathBuf, Option<String>)>,
+    pub focus: Focus,
+    pub confirm: Option<Action>,
+    pub help: bool,
+    /// `describe` text shown over the panes, until a key.
+    pub describe: Option<String>,
+    /// The last result or error, for the status line.
+    pub message: Option<String>,
+    pub log: Option<LogView>,
+    /// First event shown (0: the newest).
+    pub events_scroll: usize,
+}
+
+impl Default for Model {
+    fn default() -> Model {
+        Model {
+            pods: BTreeMap::new(),
+            sort: Sort::Name,
+            filter: String::new(),
+            typing: None,
+            input: String::new(),
+            selected: None,
+            focus: Focus::List,
+            confirm: None,
+            help: false,
+            describe: None,
+            message: None,
+            log: None,
+            events_scroll: 0,
+        }
+    }
+}
+
+fn name_of(status: &Value) -> String {
+    let m = &status["metadata"];
+    format!(
+        "{}/{}",
+        m["namespace"].as_str().unwrap_or("default"),
+        m["name"].as_str().unwrap_or("?")
+    )
+}
+
+/// Every container status of a pod: init containers (and sidecars) first.
+fn container_statuses(status: &Value) -> impl Iterator<Item = &Value> {
+    let s = &status["status"];
+    s["initContainerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(s["containerStatuses"].as_array().into_iter().flatten())
+}
+
+/// A container's state as one word: its waiting or terminated reason, or Running.
+fn state_word(c: &Value) -> String {
+    let st = &c["state"];
+    if let Some(r) = st["waiting"]["reason"].as_str() {
+        return r.to_string();
+    }
+    if st["terminated"].is_object() {
+        return match st["terminated"]["reason"].as_str() {
+            Some(r) => format!("{r} ({})", st["terminated"]["exitCode"]),
+            None => format!("ExitCode:{}", st["terminated"]["exitCode"]),
+        };
+    }
+    if st["running"].is_object() {
+        return "Running".into();
+    }
+    "Unknown".into()
+}
+
+fn cpu_text(cores: f64) -> String {
+    format!("{}m", (cores * 1000.0).round() as u64)
+}
+
+fn mem_text(bytes: u64) -> String {
+    match bytes {
+        0..=1_048_575 => format!("{}Ki", bytes / 1024),
+        _ => format!("{}Mi", bytes / 1_048_576),
+    }
+}
+
+impl Model {
+    /// The pod's `namespace/name`, or its state dir while no status has come.
+    pub fn pod_name(&self, dir: &PathBuf) -> String {
+        self.pods
+            .get(dir)
+            .and_then(|p| p.status.as_ref())
+            .map(name_of)
+            .unwrap_or_else(|| dir.display().to_string())
+    }
+
+    /// A status pushed by a pod's watch.
+    pub fn on_status(&mut self, dir: PathBuf, status: Value) {
+        let e = self.pods.entry(dir).or_default();
+        e.status = Some(status);
+        e.gone_at = None;
+    }
+
+    /// An event pushed by a pod's watch.
+    pub fn on_event(&mut self, dir: PathBuf, event: Value) {
+        let e = self.pods.entry(dir).or_default();
+        e.events.push_back(event);
+        while e.events.len() > EVENTS_KEPT {
+            e.events.pop_front();
+        }
+    }
+
+    /// A pod's watch ended: the run is gone. It stays listed, marked, for `keep` seconds.
+    pub fn on_gone(&mut self, dir: &PathBuf, now: f64) {
+        if let Some(e) = self.pods.get_mut(dir) {
+            e.gone_at.get_or_insert(now);
+        }
+    }
+
+    /// Drops pods gone for longer than `keep` seconds.
+    pub fn forget_gone(&mut self, now: f64, keep: f64) {
+        self.pods
+            .retain(|_, e| e.gone_at.is_none_or(|at| now - at < keep));
+        if let Some((dir, _)) = &self.selected {
+            if !self.pods.contains_key(dir) {
+                self.selected = None;
+            }
+        }
+    }
+
+    /// Whether `text` passes the filter (case-insensitive substring).
+    fn passes(&self, text: &str) -> bool {
+        self.filter.is_empty() || text.to_lowercase().contains(&self.filter.to_lowercase())
+    }
+
+    /// The sort key of a container (bigger first, except by name).
+    fn container_key(&self, entry: &PodEntry, c: &Value) -> (i64, String) {
+        let name = c["name"].as_str().unwrap_or("").to_string();
+        let (cpu, mem) = entry.usage.get(&name).copied().unwrap_or_default();
+        let n = match self.sort {
+            Sort::Name => 0,
+            Sort::Restarts => c["restartCount"].as_i64().unwrap_or(0),
+            Sort::Cpu => (cpu * 1e6) as i64,
+            Sort::Memory => mem as i64,
+        };
+        (-n, name)
+    }
+
+    /// The rows of the list, pods sorted and filtered, each followed by its containers.
+    pub fn rows(&self, now: f64) -> Vec<Row> {
+        let mut pods: Vec<(&PathBuf, &PodEntry)> = self.pods.iter().collect();
+        let pod_key = |(dir, e): &(&PathBuf, &PodEntry)| {
+            let name = e.status.as_ref().map(name_of).unwrap_or_default();
+            let total: i64 = e.status.as_ref().map_or(0, |s| {
+                container_statuses(s)
+                    .map(|c| self.container_key(e, c).0)
+                    .sum()
+            });
+            (total, name, (*dir).clone())
+        };
+        pods.sort_by_key(pod_key);
+        let mut rows = Vec::new();
+        for (dir, e) in pods {
+            let Some(status) = &e.status else {
+                rows.push(Row {
+                    dir: dir.clone(),
+                    container: None,
+                    cells: vec![dir.display().to_string(), "".into(), "Connecting".into()],
+                    warn: false,
+                });
+                continue;
+            };
+            let name = name_of(status);
+            let mut containers: Vec<&Value> = container_statuses(status).collect();
+            let pod_passes = self.passes(&name);
+            containers.retain(|c| pod_passes || self.passes(c["name"].as_str().unwrap_or("")));
+            if containers.is_empty() && !pod_passes {
+                continue;
+            }
+            containers.sort_by_key(|c| self.container_key(e, c));
+            let main = status["status"]["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let ready = main.iter().filter(|c| c["ready"] == true).count();
+            let restarts: i64 = container_statuses(status)
+                .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+                .sum();
+            let reason = if e.gone_at.is_some() {
+                "Gone".to_string()
+            } else {
+                pod_reason(status)
+            };
+            let created = status["metadata"]["creationTimestamp"]
+                .as_str()
+                .and_then(parse_time);
+            let (cpu, mem) = e
+                .usage
+                .values()
+                .fold((0.0, 0), |(c, m), (c2, m2)| (c + c2, m + m2));
+            let pod_restarts = status["metadata"]["annotations"]["podvisor.io/pod-restarts"]
+                .as_str()
+                .filter(|n| *n != "0")
+                .map(|n| format!("pod restarts {n}"))
+                .unwrap_or_default();
+            let warn = e.gone_at.is_some()
+                || !matches!(reason.as_str(), "Running" | "Completed" | "Succeeded")
+                || ready < main.len();
+            rows.push(Row {
+                dir: dir.clone(),
+                container: None,
+                cells: vec![
+                    name,
+                    format!("{ready}/{}", main.len()),
+                    reason,
+                    restarts.to_string(),
+                    created.map(|t| age(now - t)).unwrap_or_default(),
+                    pod_restarts,
+                    if e.usage.is_empty() {
+                        String::new()
+                    } else {
+                        cpu_text(cpu)
+                    },
+                    if e.usage.is_empty() {
+                        String::new()
+                    } else {
+                        mem_text(mem)
+                    },
+                ],
+                warn,
+            });
+            let annotations = &status["metadata"]["annotations"];
+            for c in containers {
+                let cname = c["name"].as_str().unwrap_or("?").to_string();
+                let state = state_word(c);
+                let since = c["state"]["running"]["startedAt"]
+                    .as_str()
+                    .or(c["state"]["terminated"]["finishedAt"].as_str())
+                    .and_then(parse_time);
+                let stage = match (
+                    annotations[format!("podvisor.io/stage.{cname}")].as_str(),
+                    annotations[format!("podvisor.io/verdict.{cname}")].as_str(),
+                ) {
+                    (Some(s), Some(v)) => format!("{s} ({v})"),
+                    (Some(s), None) => s.to_string(),
+                    _ => String::new(),
+                };
+                let probes = match (c["started"].as_bool(), c["ready"].as_bool()) {
+                    (Some(true), Some(true)) => "✓",
+                    (Some(true), _) => "started",
+                    _ => "✗",
+                };
+                let usage = e.usage.get(&cname);
+                let warn = c["ready"] != true && !state.starts_with("Completed");
+                rows.push(Row {
+                    dir: dir.clone(),
+                    container: Some(cname.clone()),
+                    cells: vec![
+                        format!("  {cname}"),
+                        probes.to_string(),
+                        state,
+                        c["restartCount"].as_i64().unwrap_or(0).to_string(),
+                        since.map(|t| age(now - t)).unwrap_or_default(),
+                        stage,
+                        usage.map(|u| cpu_text(u.0)).unwrap_or_default(),
+                        usage.map(|u| mem_text(u.1)).unwrap_or_default(),
+                    ],
+                    warn,
+                });
+            }
+        }
+        rows
+    }
+
+    /// How many of `COLUMNS` fit in `width` cells: narrow terminals keep the first ones.
+    pub fn columns(width: u16) -> usize {
+        match width {
+            0..=49 => 3,
+            50..=69 => 5,
+            70..=89 => 6,
+            _ => COLUMNS.len(),
+        }
+    }
+
+    /// The index of the selected row (the first row if none is selected or it went away).
+    pub fn selected_index(&self, rows: &[Row]) -> Option<usize> {
+        if rows.is_empty() {
+            return None;
+        }
+        let at = self.selected.as_ref().and_then(|(dir, c)| {
+            rows.iter()
+                .position(|r| &r.dir == dir && &r.container == c)
+                .or_else(|| rows.iter().position(|r| &r.dir == dir))
+        });
+        Some(at.unwrap_or(0))
+    }
+
+    fn select(&mut self, rows: &[Row], i: usize) {
+        if let Some(r) = rows.get(i) {
+            self.selected = Some((r.dir.clone(), r.container.clone()));
+        }
+    }
+
+    /// The selected pod dir and container.
+    pub fn selection(&self, now: f64) -> Option<(PathBuf, Option<String>)> {
+        let rows = self.rows(now);
+        let i = self.selected_index(&rows)?;
+        Some((rows[i].dir.clone(), rows[i].container.clone()))
+    }
+
+    /// One key; what the shell must do about it.
+    pub fn key(&mut self, key: Key, now: f64) -> Vec<Command> {
+        if key == Key::CtrlC {
+            return vec![Command::Quit];
+        }
+        if self.describe.is_some() {
+            self.describe = None;
+            return vec![];
+        }
+        if self.help {
+            self.help = false;
+            return vec![];
+        }
+        if let Some(action) = self.confirm.take() {
+            return match key {
+                Key::Char('y') | Key::Char('Y') => vec![Command::Act(action)],
+                _ => {
+                    self.message = Some("cancelled".into());
+                    vec![]
+                }
+            };
+        }
+        if let Some(t) = self.typing {
+            match key {
+                Key::Enter | Key::Esc => {
+                    let text = std::mem::take(&mut self.input);
+                    self.typing = None;
+                    let keep = key == Key::Enter;
+                    match t {
+                        Typing::Filter => self.filter = if keep { text } else { String::new() },
+                        Typing::Search => {
+                            if let Some(log) = &mut self.log {
+                                log.search(if keep { &text } else { "" });
+                            }
+                        }
+                    }
+                }
+                Key::Backspace => {
+                    self.input.pop();
+                }
+                Key::Char(c) => self.input.push(c),
+                _ => {}
+            }
+            return vec![];
+        }
+        match key {
+            Key::Char('q') => return vec![Command::Quit],
+            Key::Char('?') => {
+                self.help = true;
+                return vec![];
+            }
+            Key::Tab => {
+                self.focus = match self.focus {
+                    Focus::List if self.log.is_some() => Focus::Logs,
+                    Focus::List | Focus::Logs => Focus::Events,
+                    Focus::Events => Focus::List,
+                };
+                return vec![];
+            }
+            Key::Esc => {
+                self.focus = Focus::List;
+                return vec![];
+            }
+            _ => {}
+        }
+        match self.focus {
+            Focus::List => self.list_key(key, now),
+            Focus::Logs => self.log_key(key),
+            Focus::Events => {
+                match key {
+                    Key::Up | Key::Char('k') => {
+                        self.events_scroll = self.events_scroll.saturating_sub(1)
+                    }
+                    Key::Down | Key::Char('j') => self.events_scroll += 1,
+                    _ => {}
+                }
+                vec![]
+            }
+        }
+    }
+
+    fn list_key(&mut self, key: Key, now: f64) -> Vec<Command> {
+        let rows = self.rows(now);
+        let i = self.selected_index(&rows);
+        let picked = i.map(|i| (rows[i].dir.clone(), rows[i].container.clone()));
+        match key {
+            Key::Up | Key::Char('k') => self.select(&rows, i.unwrap_or(0).saturating_sub(1)),
+            Key::Down | Key::Char('j') => self.select(
+                &rows,
+                (i.unwrap_or(0) + 1).min(rows.len().saturating_sub(1)),
+            ),
+            Key::Home | Key::Char('g') => self.select(&rows, 0),
+            Key::End | Key::Char('G') => self.select(&rows, rows.len().saturating_sub(1)),
+            Key::Char('s') => self.sort = self.sort.next(),
+            Key::Char('/') => {
+                self.typing = Some(Typing::Filter);
+                self.input = self.filter.clone();
+            }
+            Key::Enter | Key::Char('l') | Key::Char('p') => {
+                let previous = key == Key::Char('p');
+                if let Some((dir, Some(container))) = picked.clone() {
+                    self.focus = Focus::Logs;
+                    return vec![Command::OpenLog {
+                        dir,
+                        container,
+                        previous,
+                    }];
+                }
+                self.message = Some("select a container to see its log".into());
+            }
+            Key::Char('e') => self.focus = Focus::Events,
+            Key::Char('d') => {
+                if let Some((dir, _)) = picked.clone() {
+                    return vec![Command::Describe(dir)];
+                }
+            }
+            Key::Char('r') => match picked.clone() {
+                Some((dir, Some(container))) => {
+                    self.confirm = Some(Action::RestartContainer { dir, container })
+                }
+                _ => self.message = Some("select a container to restart it (R: the pod)".into()),
+            },
+            Key::Char('R') => {
+                if let Some((dir, _)) = picked.clone() {
+                    self.confirm = Some(Action::RestartPod { dir });
+                }
+            }
+            Key::Char('x') => {
+                if let Some((dir, _)) = picked.clone() {
+                    self.confirm = Some(Action::StopPod { dir });
+                }
+            }
+            _ => {}
+        }
+        vec![]
+    }
+
+    fn log_key(&mut self, key: Key) -> Vec<Command> {
+        let Some(log) = &mut self.log else {
+            self.focus = Focus::List;
+            return vec![];
+        };
+        match key {
+            Key::Up | Key::Char('k') => log.scroll_up(1),
+            Key::Down | Key::Char('j') => log.scroll_down(1),
+            Key::PageUp => log.scroll_up(20),
+            Key::PageDown => log.scroll_down(20),
+            Key::Home | Key::Char('g') => log.top(),
+            Key::End | Key::Char('G') => log.bottom(),
+            Key::Char('f') => log.follow = !log.follow,
+            Key::Char('w') => log.wrap = !log.wrap,
+            Key::Char('n') => log.next_match(true),
+            Key::Char('N') => log.next_match(false),
+            Key::Char('/') => {
+                self.typing = Some(Typing::Search);
+                self.input = log.query.clone();
+            }
+            Key::Char('p') => {
+                return vec![Command::OpenLog {
+                    dir: log.dir.clone(),
+                    container: log.container.clone(),
+                    previous: !log.previous,
+                }]
+            }
+            _ => {}
+        }
+        vec![]
+    }
+
+    /// The events to show: those of the selected pod (all pods if none), newest first.
+    pub fn events(&self, now: f64) -> Vec<&Value> {
+        let dir = self.selection(now).map(|(d, _)| d);
+        let mut all: Vec<(usize, &Value)> = self
+            .pods
+            .iter()
+            .filter(|(d, _)| dir.as_ref().is_none_or(|x| x == *d))
+            .flat_map(|(_, e)| e.events.iter().enumerate())
+            .collect();
+        // Newest first; events of the same millisecond in the order they came, reversed.
+        all.sort_by(|(i, a), (j, b)| (b["time"].as_str(), j).cmp(&(a["time"].as_str(), i)));
+        all.into_iter().map(|(_, e)| e).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(name: &str, containers: Value) -> Value {
+        json!({
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-11-25T10:00:00Z",
+                         "annotations": {"podvisor.io/pod-restarts": "0", "podvisor.io/stage.app": "Debug"}},
+            "spec": {},
+            "status": {"phase": "Running", "containerStatuses": containers},
+        })
+    }
+
+    fn running(name: &str, restarts: i64, ready: bool) -> Value {
+        json!({"name": name, "ready": ready, "started": true, "restartCount": restarts,
+               "state": {"running": {"startedAt": "2026-11-25T10:00:50Z"}}})
+    }
+
+    fn model() -> Model {
+        let mut m = Model::default();
+        m.on_status(
+            "/s/a".into(),
+            status(
+                "web",
+                json!([running("app", 3, true), running("side", 0, true)]),
+            ),
+        );
+        m.on_status(
+            "/s/b".into(),
+            status(
+                "crashy",
+                json!([{"name": "app", "ready": false, "restartCount": 7,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]),
+            ),
+        );
+        m
+    }
+
+    fn now() -> f64 {
+        parse_time("2026-11-25T10:01:10Z").unwrap()
+    }
+
+    fn names(m: &Model) -> Vec<String> {
+        m.rows(now()).iter().map(|r| r.cells[0].clone()).collect()
+    }
+
+    #[test]
+    fn rows_as_kubectl_shows_them_sorted_and_filtered() {
+        let mut m = model();
+        let rows = m.rows(now());
+        assert_eq!(
+            rows[0].cells[..5],
+            ["ns/crashy", "0/1", "CrashLoopBackOff", "7", "70s"]
+        );
+        assert!(rows[0].warn);
+        assert_eq!(rows[2].cells[..5], ["ns/web", "2/2", "Running", "3", "70s"]);
+        assert_eq!(
+            rows[3].cells[..6],
+            ["  app", "✓", "Running", "3", "20s", "Debug"]
+        );
+        // By restarts: the container with more first, pods by their total.
+        m.key(Key::Char('s'), now());
+        assert_eq!(m.sort, Sort::Restarts);
+        assert_eq!(
+            names(&m),
+            ["ns/crashy", "  app", "ns/web", "  app", "  side"]
+        );
+        // A filter keeps a pod whose name or containers match.
+        for k in "/side".chars().map(Key::Char).chain([Key::Enter]) {
+            m.key(k, now());
+        }
+        assert_eq!(m.filter, "side");
+        assert_eq!(names(&m), ["ns/web", "  side"]);
+        m.key(Key::Char('/'), now());
+        m.key(Key::Esc, now());
+        assert_eq!(names(&m).len(), 5);
+    }
+
+    #[test]
+    fn actions_are_confirmed_before_they_go() {
+        let mut m = model();
+        // Down to crashy's app, then r: a question, and nothing until y.
+        m.key(Key::Down, now());
+        assert_eq!(m.key(Key::Char('r'), now()), []);
+        let action = Action::RestartContainer {
+            dir: "/s/b".into(),
+            container: "app".into(),
+        };
+        assert_eq!(m.confirm, Some(action.clone()));
+        assert_eq!(m.key(Key::Char('y'), now()), [Command::Act(action)]);
+        // n cancels.
+        m.key(Key::Char('x'), now());
+        assert!(matches!(m.confirm, Some(Action::StopPod { .. })));
+        assert_eq!(m.key(Key::Char('n'), now()), []);
+        assert_eq!(m.message.as_deref(), Some("cancelled"));
+        // Enter opens the selected container's log.
+        assert_eq!(
+            m.key(Key::Enter, now()),
+            [Command::OpenLog {
+                dir: "/s/b".into(),
+                container: "app".into(),
+                previous: false
+            }]
+        );
+        assert_eq!(m.focus, Focus::Logs);
+    }
+
+    #[test]
+    fn the_selection_follows_its_row_and_gone_pods_go() {
+        let mut m = model();
+        m.key(Key::End, now());
+        assert_eq!(
+            m.selection(now()),
+            Some(("/s/a".into(), Some("side".into())))
+        );
+        // A new pod sorted before it does not move the selection.
+        m.on_status(
+            "/s/c".into(),
+            status("alpha", json!([running("x", 0, true)])),
+        );
+        assert_eq!(
+            m.selection(now()),
+            Some(("/s/a".into(), Some("side".into())))
+        );
+        // Its run ends: listed as Gone, then dropped.
+        m.on_gone(&"/s/a".into(), now());
+        let rows = m.rows(now());
+        let web = rows.iter().find(|r| r.cells[0] == "ns/web").unwrap();
+        assert_eq!(web.cells[2], "Gone");
+        m.forget_gone(now() + 10.0, 5.0);
+        assert!(!names(&m).contains(&"ns/web".to_string()));
+        assert_eq!(m.selection(now()).map(|s| s.0), Some("/s/c".into()));
+    }
+
+    #[test]
+    fn narrow_terminals_keep_the_first_columns() {
+        assert_eq!(Model::columns(40), 3);
+        assert_eq!(Model::columns(60), 5);
+        assert_eq!(Model::columns(120), COLUMNS.len());
+    }
+}

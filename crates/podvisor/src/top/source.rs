@@ -1,0 +1,106 @@
+//! Where `top`'s data comes from: the running pods it can see, and for each a status watch
+//! and an events watch on its status socket (the supervisor pushes a line on every change;
+//! nothing is polled), each in a thread that sends what it reads to the loop. CPU and memory
+//! are read from each container instance's cgroup, not asked of the supervisor.
+
+use std::collections::BTreeSet;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+
+use serde_json::Value;
+
+use crate::api::SOCKET;
+use crate::cgroup::{self, Usage};
+use crate::cli::client;
+
+/// What a watch thread tells the loop.
+#[derive(Debug)]
+pub enum Msg {
+    Status(PathBuf, Value),
+    Event(PathBuf, Value),
+    /// The pod's watch ended: its run is gone (or cannot be reached any more).
+    Gone(PathBuf),
+    /// An error worth showing (a socket refused, an answer that is not JSON).
+    Problem(PathBuf, String),
+    Key(super::model::Key),
+    Resize,
+}
+
+/// The state dirs of running pods: each `--state-dir`, and every pod under each root (a state
+/// base: `NAMESPACE/POD/` below it) whose socket answers.
+pub fn discover(roots: &[PathBuf], dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut found: BTreeSet<PathBuf> = BTreeSet::new();
+    for d in dirs {
+        if live(d) {
+            found.insert(d.clone());
+        }
+    }
+    for root in roots {
+        for ns in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+                let dir = pod.path();
+                if live(&dir) {
+                    found.insert(dir);
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+fn live(dir: &Path) -> bool {
+    UnixStream::connect(dir.join(SOCKET)).is_ok()
+}
+
+/// Starts the two watches of the pod in `dir`; each sends until its stream ends, then `Gone`
+/// (the status watch only, once).
+pub fn watch(dir: PathBuf, tx: Sender<Msg>) {
+    let (d, t) = (dir.clone(), tx.clone());
+    std::thread::spawn(move || {
+        let sent = stream(&d, "/status?watch=1", &t, |v| Msg::Status(d.clone(), v));
+        if let Err(e) = sent {
+            let _ = t.send(Msg::Problem(d.clone(), e));
+        }
+        let _ = t.send(Msg::Gone(d));
+    });
+    std::thread::spawn(move || {
+        let _ = stream(&dir, "/events?watch=1", &tx, |v| Msg::Event(dir.clone(), v));
+    });
+}
+
+/// Reads a watch, one JSON object per line, until it ends.
+fn stream(
+    dir: &Path,
+    path: &str,
+    tx: &Sender<Msg>,
+    msg: impl Fn(Value) -> Msg,
+) -> Result<(), String> {
+    let r = client::request(dir, "GET", path).map_err(|e| e.0)?;
+    client::stream_lines(r, |line| {
+        let v: Value = serde_json::from_str(line).map_err(std::io::Error::other)?;
+        tx.send(msg(v)).map_err(std::io::Error::other)
+    })
+    .map_err(|e| e.0)
+}
+
+/// The main process id of each running container of a status (`containerID: podvisor://PID`).
+pub fn running_pids(status: &Value) -> Vec<(String, i32)> {
+    let s = &status["status"];
+    s["initContainerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(s["containerStatuses"].as_array().into_iter().flatten())
+        .filter(|c| c["state"]["running"].is_object())
+        .filter_map(|c| {
+            let id = c["containerID"].as_str()?.strip_prefix("podvisor://")?;
+            Some((c["name"].as_str()?.to_string(), id.parse().ok()?))
+        })
+        .collect()
+}
+
+/// What the cgroup of process `pid` (a container instance's) has used so far.
+pub fn usage(pid: i32) -> Option<Usage> {
+    cgroup::usage_of(pid)
+}
