@@ -34,6 +34,9 @@
 //! `podvisor-bench runtime`: what cgroups, the mount namespace and the private root add to a
 //! container start beside the same starts without them; idle CPU and peak RSS beside horust.
 //!
+//! `podvisor-bench top`: `podvisor top` on 10 pods × 100 containers: its CPU and peak RSS, and
+//! the supervisors' CPU with and without it attached.
+//!
 //! `podvisor-bench docker`: `docker run --rm IMAGE true` with podvisor as ENTRYPOINT, with
 //! `--init` and with no init; the static PID 1 build's size and RSS beside tini-static.
 
@@ -44,6 +47,7 @@ mod probes;
 mod run;
 mod runtime;
 mod state;
+mod top;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -66,9 +70,10 @@ fn main() {
         Some("state") => state::state_bench(&args[1..]),
         Some("docker") => docker::docker_bench(&args[1..]),
         Some("runtime") => runtime::runtime_bench(&args[1..]),
+        Some("top") => top::top_bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: podvisor-bench init|run|probes|api|state|docker|runtime [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
+                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
             );
             std::process::exit(2);
         }

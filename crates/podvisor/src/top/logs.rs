@@ -12,6 +12,8 @@ use crate::supervisor::logs::instance_files;
 
 /// Lines kept in the pane (the oldest go first).
 pub const LINES_KEPT: usize = 20_000;
+/// At most this much of a log is read at a time: under heavy output the rest is skipped.
+const BACKLOG_READ: u64 = 4 << 20;
 
 /// One container instance's log as the pane shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub struct LogView {
     file: Option<PathBuf>,
     /// A line cut off at the end of the file (a write in progress).
     partial: String,
+    /// Reading resumed mid-line after a skip: the rest of that line is dropped.
+    skip_partial: bool,
 }
 
 /// The instance numbers with log files, ascending.
@@ -89,6 +93,7 @@ impl LogView {
             read_to: 0,
             file: None,
             partial: String::new(),
+            skip_partial: false,
         };
         let files = instance_files(&logs, instance);
         for (i, f) in files.iter().enumerate() {
@@ -129,6 +134,16 @@ impl LogView {
             // Rotated: the current file is a new one.
             self.read_to = 0;
         }
+        if len - self.read_to > BACKLOG_READ {
+            // Heavy output: only its end is worth reading (the pane keeps fewer lines anyway).
+            let skipped = len - BACKLOG_READ - self.read_to;
+            self.read_to = len - BACKLOG_READ;
+            self.partial.clear();
+            self.lines
+                .push((String::new(), format!("--- {skipped} bytes skipped ---")));
+            // The first line read may be cut: drop it.
+            self.skip_partial = true;
+        }
         if f.seek(SeekFrom::Start(self.read_to)).is_err() {
             return;
         }
@@ -141,6 +156,9 @@ impl LogView {
                 Ok(n) => {
                     self.read_to += n as u64;
                     if buf.ends_with('\n') {
+                        if std::mem::take(&mut self.skip_partial) {
+                            continue;
+                        }
                         let line = format!(
                             "{}{}",
                             std::mem::take(&mut self.partial),
@@ -282,6 +300,22 @@ mod tests {
         let p = LogView::open(&d, "app", true).unwrap();
         assert_eq!(p.instance, 2);
         assert!(!p.follow);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn heavy_output_is_read_from_its_end() {
+        let d = std::env::temp_dir().join(format!("podvisor-top-heavy-{}", std::process::id()));
+        let logs = d.join("logs").join("app");
+        let line = format!("T stdout F {}\n", "x".repeat(89));
+        let mut text = line.repeat(60_000);
+        text.push_str("T stdout F the end\n");
+        write(&logs, "1.log", &text);
+        let v = LogView::open(&d, "app", false).unwrap();
+        // Only the end was read (the pane keeps LINES_KEPT), and no line was cut.
+        assert_eq!(v.lines.len(), LINES_KEPT);
+        assert_eq!(v.lines.last().unwrap().1, "the end");
+        assert!(v.lines[..LINES_KEPT - 1].iter().all(|l| l.1.len() == 89));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

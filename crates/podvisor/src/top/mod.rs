@@ -107,7 +107,7 @@ struct Shell {
 
 impl Shell {
     fn tick(&mut self, m: &mut Model) {
-        for dir in source::discover(&self.roots, &self.dirs) {
+        for dir in source::discover(&self.roots, &self.dirs, &self.watched) {
             if self.watched.insert(dir.clone()) {
                 m.pods.entry(dir.clone()).or_default();
                 source::watch(dir, self.tx.clone());

@@ -27,26 +27,22 @@ pub enum Msg {
     Resize,
 }
 
-/// The state dirs of running pods: each `--state-dir`, and every pod under each root (a state
-/// base: `NAMESPACE/POD/` below it) whose socket answers.
-pub fn discover(roots: &[PathBuf], dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let mut found: BTreeSet<PathBuf> = BTreeSet::new();
-    for d in dirs {
-        if live(d) {
-            found.insert(d.clone());
-        }
-    }
+/// The state dirs of running pods not watched yet: each `--state-dir`, and every pod under
+/// each root (a state base: `NAMESPACE/POD/` below it) whose socket answers. Pods already
+/// watched are not connected to again: a supervisor sees `top` once, through its watches.
+pub fn discover(roots: &[PathBuf], dirs: &[PathBuf], watched: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let mut candidates: BTreeSet<PathBuf> = dirs.iter().cloned().collect();
     for root in roots {
         for ns in std::fs::read_dir(root).into_iter().flatten().flatten() {
             for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
-                let dir = pod.path();
-                if live(&dir) {
-                    found.insert(dir);
-                }
+                candidates.insert(pod.path());
             }
         }
     }
-    found.into_iter().collect()
+    candidates
+        .into_iter()
+        .filter(|d| !watched.contains(d) && d.join(SOCKET).exists() && live(d))
+        .collect()
 }
 
 fn live(dir: &Path) -> bool {

@@ -1,0 +1,142 @@
+//! `podvisor-bench top`: `podvisor top` watching 10 pods of 100 containers each (one of them
+//! crash-looping every 2 s, so that statuses and events change all the time): top's own CPU and
+//! peak RSS, and the supervisors' CPU with and without top attached, in one run (windows
+//! without, with, without; the two without are averaged). top runs in a tmux terminal.
+
+use super::*;
+
+const PODS: usize = 10;
+const CONTAINERS: usize = 100;
+
+pub fn top_bench(args: &[String]) {
+    let here = std::env::current_exe().unwrap();
+    let podvisor = arg_value(args, "--podvisor")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let quick = args.iter().any(|a| a == "--quick");
+    let window = Duration::from_secs(if quick { 5 } else { 20 });
+    let dir = std::env::temp_dir().join(format!("podvisor-bench-top-{}", std::process::id()));
+    let root = dir.join("root");
+    let mut runs = Vec::new();
+    for p in 0..PODS {
+        let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, 'sleep 1; exit 1']}}\n");
+        for i in 1..CONTAINERS {
+            yaml.push_str(&format!("  - {{name: c{i}, command: [sleep, '100000']}}\n"));
+        }
+        let pod_dir = dir.join(format!("p{p}"));
+        std::fs::create_dir_all(&pod_dir).unwrap();
+        std::fs::write(pod_dir.join("pod.yaml"), yaml).unwrap();
+        let events = pod_dir.join("events.json");
+        let child = Command::new(&podvisor)
+            .args([
+                "run",
+                "-q",
+                "--backoff-initial",
+                "1s",
+                "--backoff-max",
+                "1s",
+            ])
+            .arg("--state-dir")
+            .arg(root.join("bench").join(format!("p{p}")))
+            .arg("--events")
+            .arg(&events)
+            .arg(pod_dir.join("pod.yaml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("podvisor run");
+        runs.push((child, events));
+    }
+    for (_, events) in &runs {
+        wait_for("100 started containers", Duration::from_secs(120), || {
+            count_events(events, "Started") >= CONTAINERS
+        });
+    }
+    let pids: Vec<u32> = runs.iter().map(|(c, _)| c.id()).collect();
+    let supervisors = || pids.iter().map(|p| cpu_ns(*p)).sum::<u64>();
+    let measure = |what: &dyn Fn() -> u64| {
+        let before = what();
+        std::thread::sleep(window);
+        (what() - before) as f64 / 1e9
+    };
+    let without_1 = measure(&supervisors);
+
+    // top in a terminal of its own.
+    let socket = format!("podvisor-bench-top-{}", std::process::id());
+    let tmux = |a: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(a)
+            .output()
+            .expect("tmux (apt-get install tmux)")
+    };
+    let cmd = format!("exec {} top --root {}", podvisor.display(), root.display());
+    let started = tmux(&[
+        "-f",
+        "/dev/null",
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "160",
+        "-y",
+        "50",
+        &cmd,
+    ]);
+    assert!(started.status.success(), "tmux: {started:?}");
+    let pane = tmux(&["list-panes", "-t", "top", "-F", "#{pane_pid}"]);
+    let top: u32 = String::from_utf8_lossy(&pane.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("top to show every pod", Duration::from_secs(60), || {
+        let screen = tmux(&["capture-pane", "-p", "-t", "top"]);
+        String::from_utf8_lossy(&screen.stdout).contains("pods 10")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let top_before = cpu_ns(top);
+    let with = measure(&supervisors);
+    let top_cpu = (cpu_ns(top) - top_before) as f64 / 1e9;
+    let top_hwm = vm_hwm_kb(top).unwrap_or(0.0);
+    tmux(&["kill-server"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let without_2 = measure(&supervisors);
+
+    for (child, _) in &mut runs {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+    }
+    for (child, _) in &mut runs {
+        let _ = child.wait();
+    }
+    let without = (without_1 + without_2) / 2.0;
+    let secs = window.as_secs_f64();
+    println!(
+        "podvisor top on {PODS} pods × {CONTAINERS} containers (one crash-looping per pod), {}s windows (podvisor {})",
+        window.as_secs(),
+        podvisor.display()
+    );
+    println!("{:<58} {:>12}", "figure", "value");
+    println!(
+        "{:<58} {:>9.1} %",
+        "top's CPU (one core = 100 %)",
+        top_cpu / secs * 100.0
+    );
+    println!("{:<58} {:>9.1} MiB", "top's peak RSS", top_hwm / 1024.0);
+    println!(
+        "{:<58} {:>9.3} s",
+        "10 supervisors' CPU without top (mean of before and after)", without
+    );
+    println!(
+        "{:<58} {:>9.3} s",
+        "10 supervisors' CPU with top attached", with
+    );
+    println!(
+        "{:<58} {:>9.2}",
+        "ratio with / without",
+        if without > 0.0 { with / without } else { 0.0 }
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
