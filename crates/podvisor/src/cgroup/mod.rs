@@ -231,14 +231,13 @@ impl Layout {
 }
 
 /// The layout from /proc/self/mountinfo and /proc/self/cgroup.
-/// What the cgroup of process `pid` has used so far (for `podvisor top`: a container
-/// instance's cgroup, read without asking the supervisor). `None` when the process is gone or
-/// has no cgroup podvisor can read.
-pub fn usage_of(pid: i32) -> Option<Usage> {
+/// The cgroup of process `pid` (a container instance's), to read its usage from (for
+/// `podvisor top`, without asking the supervisor). `None` when the process is gone or is not in
+/// a pod's cgroup (caught before it joined, or after its cgroup went: its parent's would report
+/// much more). `mounts`: this process's mount table (`mountinfo::read`), read once for many.
+pub fn instance_of(pid: i32, mounts: &[Mount]) -> Option<InstanceCgroup> {
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let layout = layout_from(&mountinfo::read(), &own)?;
-    // Only a pod's cgroup: a process caught before it joined (or after its cgroup went) would
-    // report its parent's, which holds much more.
+    let layout = layout_from(mounts, &own)?;
     let in_pod = |d: &Path| {
         d.components()
             .any(|c| c.as_os_str().to_string_lossy().starts_with("podvisor-"))
@@ -246,7 +245,7 @@ pub fn usage_of(pid: i32) -> Option<Usage> {
     if !layout.roots.iter().all(|(_, d)| in_pod(d)) {
         return None;
     }
-    Some(InstanceCgroup::reading(layout.version, layout.roots).usage())
+    Some(InstanceCgroup::reading(layout.version, layout.roots))
 }
 
 fn layout_from(mounts: &[Mount], own: &str) -> Option<Layout> {

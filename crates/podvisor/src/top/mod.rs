@@ -4,8 +4,8 @@
 //!
 //! One loop: the watch threads (`source`) and the key thread send messages, the model
 //! (`model`) takes them and the keys, and the screen (`view`) is drawn after each batch. Every
-//! second the loop looks for new pods, reads each running container's CPU and memory from its
-//! cgroup, follows the open log, and forgets pods gone for a while.
+//! second the loop looks for new pods, follows the open log and forgets pods gone for a while;
+//! every 2 s it reads each running container's CPU and memory from its cgroup.
 
 mod logs;
 pub mod model;
@@ -25,6 +25,10 @@ use source::Msg;
 
 /// How often the loop looks for pods, samples usage and follows the log.
 const TICK: Duration = Duration::from_secs(1);
+/// How often each running container's CPU and memory are read from its cgroup.
+const USAGE_EVERY: Duration = Duration::from_secs(2);
+/// At most this many screens a second: messages that come meanwhile are taken together.
+const FRAME: Duration = Duration::from_millis(100);
 /// How long a pod whose run ended stays listed (as Gone).
 const KEEP_GONE: f64 = 5.0;
 
@@ -42,7 +46,7 @@ pub struct TopArgs {
 
 pub fn main(a: TopArgs) -> i32 {
     let roots = if a.roots.is_empty() {
-        vec![crate::cli::run::state_base()]
+        default_roots()
     } else {
         a.roots
     };
@@ -60,6 +64,18 @@ pub fn main(a: TopArgs) -> i32 {
             1
         }
     }
+}
+
+/// The state base of whoever runs `top`; for root also each user's default one
+/// (`/home/USER/.local/state/podvisor`), whose sockets root may use.
+fn default_roots() -> Vec<PathBuf> {
+    let mut roots = vec![crate::cli::run::state_base()];
+    if roots[0] == std::path::Path::new("/var/lib/podvisor") {
+        for home in std::fs::read_dir("/home").into_iter().flatten().flatten() {
+            roots.push(home.path().join(".local/state/podvisor"));
+        }
+    }
+    roots
 }
 
 /// Keys and resizes, as messages.
@@ -103,6 +119,10 @@ struct Shell {
     watched: BTreeSet<PathBuf>,
     /// (pod dir, container) → (pid, CPU seconds, when), for the CPU rate.
     cpu: BTreeMap<(PathBuf, String), (i32, f64, Instant)>,
+    /// Each running container's cgroup, by its main pid (found once per instance).
+    cgroups: BTreeMap<i32, crate::cgroup::InstanceCgroup>,
+    /// When usage was last read.
+    sampled: Option<Instant>,
 }
 
 impl Shell {
@@ -114,7 +134,20 @@ impl Shell {
             }
         }
         let now = Instant::now();
+        if let Some(log) = &mut m.log {
+            log.refresh();
+        }
+        m.forget_gone(now_secs(), KEEP_GONE);
+        if self
+            .sampled
+            .is_some_and(|at| now.duration_since(at) < USAGE_EVERY)
+        {
+            return;
+        }
+        self.sampled = Some(now);
+        let mut mounts = None;
         let mut seen = BTreeSet::new();
+        let mut pids = BTreeSet::new();
         for (dir, e) in &mut m.pods {
             let Some(status) = &e.status else { continue };
             e.usage.clear();
@@ -122,9 +155,18 @@ impl Shell {
                 continue;
             }
             for (name, pid) in source::running_pids(status) {
-                let Some(u) = source::usage(pid) else {
-                    continue;
+                let cg = match self.cgroups.entry(pid) {
+                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        let mounts = mounts.get_or_insert_with(crate::mountinfo::read);
+                        match source::cgroup_of(pid, mounts) {
+                            Some(cg) => e.insert(cg),
+                            None => continue,
+                        }
+                    }
                 };
+                pids.insert(pid);
+                let u = cg.usage();
                 let key = (dir.clone(), name.clone());
                 let cores = match self.cpu.get(&key) {
                     Some(&(p, before, at)) if p == pid => {
@@ -143,10 +185,7 @@ impl Shell {
             }
         }
         self.cpu.retain(|k, _| seen.contains(k));
-        m.forget_gone(now_secs(), KEEP_GONE);
-        if let Some(log) = &mut m.log {
-            log.refresh();
-        }
+        self.cgroups.retain(|p, _| pids.contains(p));
     }
 
     /// Carries out what a key asked for; `false` to quit.
@@ -219,6 +258,8 @@ fn run(
         tx,
         watched: BTreeSet::new(),
         cpu: BTreeMap::new(),
+        cgroups: BTreeMap::new(),
+        sampled: None,
     };
     let mut next_tick = Instant::now();
     loop {
@@ -234,8 +275,17 @@ fn run(
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
         };
-        // Everything that came meanwhile, then one draw.
-        for msg in std::iter::once(first).chain(rx.try_iter()) {
+        // Everything that comes within a frame, then one draw (keys at once).
+        let mut batch = vec![first];
+        let frame_end = Instant::now() + FRAME;
+        while !matches!(batch.last(), Some(Msg::Key(_))) {
+            match rx.recv_timeout(frame_end.saturating_duration_since(Instant::now())) {
+                Ok(msg) => batch.push(msg),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        }
+        for msg in batch {
             match msg {
                 Msg::Status(dir, v) => m.on_status(dir, v),
                 Msg::Event(dir, v) => m.on_event(dir, v),

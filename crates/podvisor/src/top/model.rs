@@ -632,13 +632,12 @@ impl Model {
         vec![]
     }
 
-    /// The events to show: those of the selected pod (all pods if none), newest first.
-    pub fn events(&self, now: f64) -> Vec<&Value> {
-        let dir = self.selection(now).map(|(d, _)| d);
+    /// The events of the pod in `dir` (every pod's if `None`), newest first.
+    pub fn events(&self, dir: Option<&PathBuf>) -> Vec<&Value> {
         let mut all: Vec<(usize, &Value)> = self
             .pods
             .iter()
-            .filter(|(d, _)| dir.as_ref().is_none_or(|x| x == *d))
+            .filter(|(d, _)| dir.is_none_or(|x| x == *d))
             .flat_map(|(_, e)| e.events.iter().enumerate())
             .collect();
         // Newest first; events of the same millisecond in the order they came, reversed.
@@ -780,6 +779,24 @@ mod tests {
         m.forget_gone(now() + 10.0, 5.0);
         assert!(!names(&m).contains(&"ns/web".to_string()));
         assert_eq!(m.selection(now()).map(|s| s.0), Some("/s/c".into()));
+    }
+
+    #[test]
+    fn events_of_one_pod_newest_first() {
+        let mut m = model();
+        let ev = |t: &str, r: &str| json!({"time": t, "reason": r, "type": "Normal"});
+        m.on_event("/s/a".into(), ev("2026-11-25T10:00:01.000Z", "Created"));
+        m.on_event("/s/a".into(), ev("2026-11-25T10:00:01.000Z", "Started"));
+        m.on_event("/s/b".into(), ev("2026-11-25T10:00:02.000Z", "BackOff"));
+        let reasons = |d: Option<&PathBuf>| -> Vec<String> {
+            m.events(d)
+                .iter()
+                .map(|e| e["reason"].as_str().unwrap().to_string())
+                .collect()
+        };
+        // Same millisecond: the later one first.
+        assert_eq!(reasons(Some(&"/s/a".into())), ["Started", "Created"]);
+        assert_eq!(reasons(None), ["BackOff", "Started", "Created"]);
     }
 
     #[test]

@@ -11,8 +11,9 @@ use std::sync::mpsc::Sender;
 use serde_json::Value;
 
 use crate::api::SOCKET;
-use crate::cgroup::{self, Usage};
+use crate::cgroup::{self, InstanceCgroup};
 use crate::cli::client;
+use crate::mountinfo::Mount;
 
 /// What a watch thread tells the loop.
 #[derive(Debug)]
@@ -96,7 +97,8 @@ pub fn running_pids(status: &Value) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// What the cgroup of process `pid` (a container instance's) has used so far.
-pub fn usage(pid: i32) -> Option<Usage> {
-    cgroup::usage_of(pid)
+/// The cgroup of process `pid` (a container instance's), to read its usage from; `mounts`:
+/// the mount table, read once per look.
+pub fn cgroup_of(pid: i32, mounts: &[Mount]) -> Option<InstanceCgroup> {
+    cgroup::instance_of(pid, mounts)
 }

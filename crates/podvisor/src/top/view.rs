@@ -80,9 +80,13 @@ pub fn draw(f: &mut Frame, m: &Model, now: f64, color: bool) {
         .direction(split)
         .constraints([Constraint::Percentage(60), Constraint::Percentage(40)])
         .areas(bottom);
-    draw_list(f, m, now, list, &st);
+    let rows = m.rows(now);
+    let selected = m.selected_index(&rows);
+    draw_list(f, m, &rows, selected, list, &st);
     draw_log(f, m, logs, &st);
-    draw_events(f, m, now, events, &st);
+    // The events of the selected row's pod.
+    let pod = selected.map(|i| &rows[i].dir);
+    draw_events(f, m, pod, events, &st);
     draw_status(f, m, status, &st);
     if m.help {
         overlay(f, area, "help", HELP);
@@ -108,10 +112,15 @@ fn overlay(f: &mut Frame, area: Rect, title: &str, text: &str) {
     );
 }
 
-fn draw_list(f: &mut Frame, m: &Model, now: f64, area: Rect, st: &Styles) {
-    let rows = m.rows(now);
+fn draw_list(
+    f: &mut Frame,
+    m: &Model,
+    rows: &[super::model::Row],
+    selected: Option<usize>,
+    area: Rect,
+    st: &Styles,
+) {
     let n = Model::columns(area.width);
-    let selected = m.selected_index(&rows);
     let height = area.height.saturating_sub(3) as usize;
     // Keep the selection in view.
     let first = selected.map_or(0, |s| s.saturating_sub(height.saturating_sub(1)));
@@ -211,8 +220,14 @@ fn draw_log(f: &mut Frame, m: &Model, area: Rect, st: &Styles) {
     f.render_widget(p, area);
 }
 
-fn draw_events(f: &mut Frame, m: &Model, now: f64, area: Rect, st: &Styles) {
-    let events = m.events(now);
+fn draw_events(
+    f: &mut Frame,
+    m: &Model,
+    pod: Option<&std::path::PathBuf>,
+    area: Rect,
+    st: &Styles,
+) {
+    let events = m.events(pod);
     let height = area.height.saturating_sub(2) as usize;
     let lines: Vec<Line> = events
         .iter()
