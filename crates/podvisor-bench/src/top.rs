@@ -1,5 +1,6 @@
 //! `podvisor-bench top`: `podvisor top` watching 10 pods of 100 containers each (one of them
-//! crash-looping every 2 s, so that statuses and events change all the time): top's own CPU and
+//! crash-looping every 2 s, so that statuses and events change all the time; `--idle`: none):
+//! top's own CPU and
 //! peak RSS, and the supervisors' CPU with and without top attached, in one run (windows
 //! without, with, without; the two without are averaged). top runs in a tmux terminal.
 
@@ -14,12 +15,19 @@ pub fn top_bench(args: &[String]) {
         .map(PathBuf::from)
         .unwrap_or_else(|| here.with_file_name("podvisor"));
     let quick = args.iter().any(|a| a == "--quick");
+    // --idle: no crash loop, nothing changes (what top costs a quiet machine).
+    let idle = args.iter().any(|a| a == "--idle");
+    let crash = if idle {
+        "sleep 100000"
+    } else {
+        "sleep 1; exit 1"
+    };
     let window = Duration::from_secs(if quick { 5 } else { 20 });
     let dir = std::env::temp_dir().join(format!("podvisor-bench-top-{}", std::process::id()));
     let root = dir.join("root");
     let mut runs = Vec::new();
     for p in 0..PODS {
-        let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, 'sleep 1; exit 1']}}\n");
+        let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, '{crash}']}}\n");
         for i in 1..CONTAINERS {
             yaml.push_str(&format!("  - {{name: c{i}, command: [sleep, '100000']}}\n"));
         }
@@ -114,7 +122,12 @@ pub fn top_bench(args: &[String]) {
     let without = (without_1 + without_2) / 2.0;
     let secs = window.as_secs_f64();
     println!(
-        "podvisor top on {PODS} pods × {CONTAINERS} containers (one crash-looping per pod), {}s windows (podvisor {})",
+        "podvisor top on {PODS} pods × {CONTAINERS} containers ({}), {}s windows (podvisor {})",
+        if idle {
+            "idle"
+        } else {
+            "one crash-looping per pod"
+        },
         window.as_secs(),
         podvisor.display()
     );
@@ -133,10 +146,10 @@ pub fn top_bench(args: &[String]) {
         "{:<58} {:>9.3} s",
         "10 supervisors' CPU with top attached", with
     );
-    println!(
-        "{:<58} {:>9.2}",
-        "ratio with / without",
-        if without > 0.0 { with / without } else { 0.0 }
-    );
+    if without > 0.0 {
+        println!("{:<58} {:>9.2}", "ratio with / without", with / without);
+    } else {
+        println!("{:<58} {:>12}", "ratio with / without", "n/a (no CPU)");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
