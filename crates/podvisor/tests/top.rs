@@ -245,3 +245,14 @@ fn a_pod_that_goes_away_and_a_narrow_terminal() {
     assert!(p2.wait().success());
     p2.assert_no_leftovers();
 }
+
+#[test]
+fn without_a_terminal_top_says_so() {
+    let out = Run::new(podvisor()).arg("top").output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: podvisor top needs a terminal"),
+        "{out:?}"
+    );
+}

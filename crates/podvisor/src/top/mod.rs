@@ -51,10 +51,23 @@ pub fn main(a: TopArgs) -> i32 {
         a.roots
     };
     let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        crate::cli::write_err(
+            "error: podvisor top needs a terminal (use `podvisor status -w` or `events -w` in scripts)\n",
+        );
+        return 2;
+    }
+    let mut terminal = match ratatui::try_init() {
+        Ok(t) => t,
+        Err(e) => {
+            crate::cli::write_err(&format!("error: cannot use the terminal: {e}\n"));
+            return 1;
+        }
+    };
     let (tx, rx) = mpsc::channel();
     let keys = tx.clone();
     std::thread::spawn(move || read_keys(keys));
-    let mut terminal = ratatui::init();
     let result = run(&mut terminal, &roots, &a.state_dirs, tx, rx, color);
     ratatui::restore();
     match result {
