@@ -91,41 +91,6 @@ impl ContainerRestart {
     }
 }
 
-/// What an exit leads to, before backoff and escalation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnExit {
-    /// Nothing: the container stays terminated.
-    Stay,
-    /// This container is started again.
-    Restart,
-    /// Every container of the pod is restarted in place, because of rule `rule`.
-    RestartAll { rule: usize },
-}
-
-/// What a container that exited with `exit_code` leads to: a matching `RestartAllContainers`
-/// rule restarts everything (`ShouldAllContainersRestart`, pkg/kubelet/container/helpers.go),
-/// a matching `Restart` rule restarts it, and otherwise the container's policy, or the pod's,
-/// decides (`ContainerShouldRestart`, pkg/api/v1/pod/util.go).
-pub fn on_exit(pod_policy: RestartPolicy, container: &ContainerRestart, exit_code: i32) -> OnExit {
-    match container.matching_rule(exit_code) {
-        Some((rule, r)) if r.action == RuleAction::RestartAllContainers => {
-            return OnExit::RestartAll { rule }
-        }
-        Some(_) => return OnExit::Restart,
-        None => {}
-    }
-    let restart = match container.policy.unwrap_or(pod_policy) {
-        RestartPolicy::Always => true,
-        RestartPolicy::OnFailure => exit_code != 0,
-        RestartPolicy::Never => false,
-    };
-    if restart {
-        OnExit::Restart
-    } else {
-        OnExit::Stay
-    }
-}
-
 /// What an exit leads to for a container of the given kind, and what decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
@@ -166,31 +131,46 @@ pub enum DecidedBy {
 /// without `restartPolicy: Always`, which runs once to success. A matching
 /// `RestartAllContainers` rule restarts everything whatever the kind and code (the kubelet reads
 /// every exit for it); a regular init container that succeeded is done; one that failed is
-/// restarted by a matching rule or its policy, else the pod fails.
+/// restarted by a matching rule or its policy, else the pod fails
+/// (`ShouldAllContainersRestart` in pkg/kubelet/container/helpers.go, `ContainerShouldRestart`
+/// in pkg/api/v1/pod/util.go).
 pub fn outcome(
     pod_policy: RestartPolicy,
     container: &ContainerRestart,
     regular_init: bool,
     exit_code: i32,
 ) -> Outcome {
-    let by = match container.matching_rule(exit_code) {
-        Some((n, _)) => DecidedBy::Rule(n),
-        None => match container.policy {
-            Some(p) => DecidedBy::ContainerPolicy(p),
-            None => DecidedBy::PodPolicy(pod_policy),
-        },
+    let done = Outcome {
+        then: Then::Completes,
+        by: DecidedBy::Success,
     };
-    let then = match on_exit(pod_policy, container, exit_code) {
-        OnExit::RestartAll { .. } => Then::RestartsAll,
-        _ if regular_init && exit_code == 0 => {
-            return Outcome {
-                then: Then::Completes,
-                by: DecidedBy::Success,
-            }
-        }
-        OnExit::Restart => Then::Restarts,
-        OnExit::Stay if regular_init => Then::FailsPod,
-        OnExit::Stay => Then::Stays,
+    if let Some((n, rule)) = container.matching_rule(exit_code) {
+        let then = match rule.action {
+            RuleAction::RestartAllContainers => Then::RestartsAll,
+            RuleAction::Restart if regular_init && exit_code == 0 => return done,
+            RuleAction::Restart => Then::Restarts,
+        };
+        return Outcome {
+            then,
+            by: DecidedBy::Rule(n),
+        };
+    }
+    if regular_init && exit_code == 0 {
+        return done;
+    }
+    let (policy, by) = match container.policy {
+        Some(p) => (p, DecidedBy::ContainerPolicy(p)),
+        None => (pod_policy, DecidedBy::PodPolicy(pod_policy)),
+    };
+    let restart = match policy {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => exit_code != 0,
+        RestartPolicy::Never => false,
+    };
+    let then = match (restart, regular_init) {
+        (true, _) => Then::Restarts,
+        (false, true) => Then::FailsPod,
+        (false, false) => Then::Stays,
     };
     Outcome { then, by }
 }
@@ -204,7 +184,11 @@ pub fn should_restart(
     exit_code: i32,
     pod_terminating: bool,
 ) -> bool {
-    !pod_terminating && on_exit(pod_policy, container, exit_code) != OnExit::Stay
+    !pod_terminating
+        && matches!(
+            outcome(pod_policy, container, false, exit_code).then,
+            Then::Restarts | Then::RestartsAll
+        )
 }
 
 #[cfg(test)]
@@ -298,16 +282,41 @@ mod tests {
             ],
         };
         // 42 matches the first rule first.
-        assert_eq!(on_exit(Always, &c, 42), OnExit::Restart);
-        assert_eq!(on_exit(Always, &c, 88), OnExit::RestartAll { rule: 1 });
-        assert_eq!(on_exit(Always, &c, 1), OnExit::Stay);
+        let then = |code| outcome(Always, &c, false, code);
+        assert_eq!(
+            then(42),
+            Outcome {
+                then: Then::Restarts,
+                by: DecidedBy::Rule(0)
+            }
+        );
+        assert_eq!(
+            then(88),
+            Outcome {
+                then: Then::RestartsAll,
+                by: DecidedBy::Rule(1)
+            }
+        );
+        assert_eq!(
+            then(1),
+            Outcome {
+                then: Then::Stays,
+                by: DecidedBy::ContainerPolicy(Never)
+            }
+        );
         assert!(c.restarts_all());
         // Without a container-level policy the rules are not read (validation refuses them).
         let c = ContainerRestart {
             policy: None,
             rules: c.rules,
         };
-        assert_eq!(on_exit(Never, &c, 88), OnExit::Stay);
+        assert_eq!(
+            outcome(Never, &c, false, 88),
+            Outcome {
+                then: Then::Stays,
+                by: DecidedBy::PodPolicy(Never)
+            }
+        );
         assert!(!c.restarts_all());
     }
 }

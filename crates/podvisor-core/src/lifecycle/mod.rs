@@ -188,16 +188,12 @@ impl Pod {
             if !self.containers[i].backing_off() {
                 continue;
             }
-            match self.decide(i) {
-                reconcile::NextStart::Restart {
-                    wait: Some((_, until)),
-                    ..
-                }
-                | reconcile::NextStart::RestartAll {
-                    wait: Some((_, until)),
-                    ..
-                } => consider(until),
-                _ => {}
+            if let reconcile::NextStart::Restart {
+                wait: Some((_, until)),
+                ..
+            } = self.decide(i)
+            {
+                consider(until);
             }
         }
         if let Some(t) = self.next_blame() {

@@ -17,7 +17,9 @@ use crate::restart::{outcome, should_restart, DecidedBy, Then};
 use crate::stage::{Stage, Verdict, CLEAR_AFTER_RESTARTS};
 
 use super::container::{Next, Process};
-use super::{ContainerState, Effect, EventType, InstanceId, Kind, Phase, Pod, WaitingReason};
+use super::{
+    set_exit_code, ContainerState, Effect, EventType, InstanceId, Kind, Phase, Pod, WaitingReason,
+};
 
 /// What happens next to a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,18 +29,12 @@ pub(super) enum NextStart {
     /// A first start of this pod run, or one asked for by `podvisor restart CONTAINER`.
     Now { manual: bool },
     /// Restarted by its policy after the exit that finished at `finished_at`; `wait`: the
-    /// CrashLoopBackOff delay and when it ends, if its backoff entry is live.
+    /// CrashLoopBackOff delay and when it ends, if its backoff entry is live; `all`: with every
+    /// other container, in place (a `RestartAllContainers` rule, KEP-5532).
     Restart {
         finished_at: Instant,
         wait: Option<(Duration, Instant)>,
-    },
-    /// Every container is restarted in place: rule `rule` of this container matched its
-    /// exit (`RestartAllContainers`, KEP-5532); `wait`: its CrashLoopBackOff, as for `Restart`.
-    RestartAll {
-        rule: usize,
-        exit_code: i32,
-        finished_at: Instant,
-        wait: Option<(Duration, Instant)>,
+        all: Option<RestartAll>,
     },
     /// Not started again: it completed, or its policy says no.
     Never,
@@ -48,6 +44,13 @@ pub(super) enum NextStart {
     RestartPod { restarts: u32, terms: Terms },
     /// Escalation past `maxPodRestarts`: the pod is Failed (GaveUp).
     GiveUp { restarts: u32, terms: Terms },
+}
+
+/// Which rule of the container restarts every container, on which exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RestartAll {
+    rule: usize,
+    exit_code: i32,
 }
 
 /// The `podRestart` terms an escalation message quotes.
@@ -95,10 +98,10 @@ impl Pod {
             plan.kind == Kind::Init,
             exit_code,
         );
-        let rule = match (outcome.then, outcome.by) {
+        let all = match (outcome.then, outcome.by) {
             (Then::Completes | Then::Stays, _) => return NextStart::Never,
             (Then::FailsPod, _) => return NextStart::FailPod,
-            (Then::RestartsAll, DecidedBy::Rule(n)) => Some(n),
+            (Then::RestartsAll, DecidedBy::Rule(rule)) => Some(RestartAll { rule, exit_code }),
             _ => None,
         };
         if let Some(policy) = &self.plan.pod_restart {
@@ -118,14 +121,10 @@ impl Pod {
             .retry_at(&self.plan.backoff, finished_at)
             .zip(c.backoff.current_delay())
             .map(|(until, delay)| (delay, until));
-        match rule {
-            Some(rule) => NextStart::RestartAll {
-                rule,
-                exit_code,
-                finished_at,
-                wait,
-            },
-            None => NextStart::Restart { finished_at, wait },
+        NextStart::Restart {
+            finished_at,
+            wait,
+            all,
         }
     }
 
@@ -152,7 +151,7 @@ impl Pod {
                     if matches!(
                         self.containers[i].state,
                         ContainerState::Terminated { exit_code: 0, .. }
-                    ) && !matches!(self.decide(i), NextStart::RestartAll { .. })
+                    ) && !matches!(self.decide(i), NextStart::Restart { all: Some(_), .. })
                     {
                         continue;
                     }
@@ -208,38 +207,28 @@ impl Pod {
                 }
                 self.start(i, fx);
             }
-            NextStart::Restart { finished_at, wait } => match wait {
-                Some((delay, until)) if now < until => self.back_off(i, delay, fx),
-                _ => {
-                    let backoff = self.plan.backoff;
-                    let window = self.plan.pod_restart;
-                    let c = &mut self.containers[i];
-                    c.backoff.record_restart(&backoff, finished_at, now);
-                    if let Some(policy) = &window {
-                        c.window.record(now, policy);
-                    }
-                    c.last_state = c.last_exit().cloned();
-                    c.restart_count += 1;
-                    self.start(i, fx);
-                }
-            },
-            NextStart::RestartAll {
-                rule,
-                exit_code,
+            NextStart::Restart {
                 finished_at,
                 wait,
+                all,
             } => match wait {
                 Some((delay, until)) if now < until => self.back_off(i, delay, fx),
                 _ => {
+                    // Its backoff spaces its restarts (and repeated restarts of everything that
+                    // it triggers), and its restart window counts them for `podRestart`.
                     let backoff = self.plan.backoff;
                     let window = self.plan.pod_restart;
                     let c = &mut self.containers[i];
-                    // The trigger's backoff spaces repeated restarts of everything, and its
-                    // restart window counts them for `podRestart`.
                     c.backoff.record_restart(&backoff, finished_at, now);
                     if let Some(policy) = &window {
                         c.window.record(now, policy);
                     }
+                    let Some(RestartAll { rule, exit_code }) = all else {
+                        c.last_state = c.last_exit().cloned();
+                        c.restart_count += 1;
+                        self.start(i, fx);
+                        return true;
+                    };
                     let name = c.name.clone();
                     let kind = if exit_code == 0 {
                         EventType::Normal
@@ -256,9 +245,7 @@ impl Pod {
                              first init container; volumes are kept"
                         ),
                     );
-                    if let Effect::Event(e) = &mut e {
-                        e.exit_code = Some(exit_code);
-                    }
+                    set_exit_code(&mut e, exit_code);
                     fx.push(e);
                     self.begin_restart_all(now);
                     self.reconcile_stop(now, fx);
