@@ -44,6 +44,24 @@ fn restart_counts(status: &Value) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// The containers' starts, in order.
+fn started(r: &PodRun) -> Vec<String> {
+    r.events()
+        .iter()
+        .filter(|e| e["reason"] == "Started")
+        .map(|e| e["object"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The exit codes of `object`'s instances, in order.
+fn exit_codes(r: &PodRun, object: &str) -> Vec<i64> {
+    r.events()
+        .iter()
+        .filter(|e| e["object"] == object && e["exitCode"].is_i64())
+        .filter_map(|e| e["exitCode"].as_i64())
+        .collect()
+}
+
 /// The first stdout line of instance `n` of `container`.
 fn first_line(r: &PodRun, container: &str, n: u32) -> String {
     let log = r.log(container, n);
@@ -129,13 +147,10 @@ fn exit_88_restarts_every_container_in_place() {
     // The init container ran twice on the same emptyDir, whose content stayed; no preStop ran.
     assert_eq!(first_line(&r, "app", 1), "inits=1 kept= prestops=");
     assert_eq!(first_line(&r, "app", 2), "inits=2 kept=yes prestops=");
-    let starts: Vec<String> = r
-        .events()
-        .iter()
-        .filter(|e| e["reason"] == "Started")
-        .map(|e| e["object"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(starts, ["setup", "side", "app", "setup", "side", "app"]);
+    assert_eq!(
+        started(&r),
+        ["setup", "side", "app", "setup", "side", "app"]
+    );
     // The sidecar was killed at once, not after the pod's 30 s grace: SIGKILL at the 2 s
     // floor of every kill.
     let killing = r.find("side", "Killing");
@@ -269,20 +284,10 @@ fn rules_on_init_containers_sidecars_and_not_in() {
     let out = r.cmd(&FAST).output();
     assert_eq!(out.code(), 0, "the pod Succeeds: {out:?}");
     // fetch: 42 then 0; then the sidecar's 3 restarts everything, fetch runs once more.
-    let fetch: Vec<i64> = r
-        .events()
-        .iter()
-        .filter(|e| e["object"] == "fetch" && e["exitCode"].is_i64())
-        .map(|e| e["exitCode"].as_i64().unwrap())
-        .collect();
+    let fetch = exit_codes(&r, "fetch");
     assert_eq!(fetch, [42, 0, 0]);
     assert_eq!(r.find("pod", "RestartingAllContainers").len(), 1);
-    let app: Vec<i64> = r
-        .events()
-        .iter()
-        .filter(|e| e["object"] == "app" && e["exitCode"].is_i64())
-        .map(|e| e["exitCode"].as_i64().unwrap())
-        .collect();
+    let app = exit_codes(&r, "app");
     // app#1 was killed by the teardown (SIGTERM: 143), app#2 exited 1 (restarted by NotIn),
     // app#3 exited 0.
     assert_eq!(app, [143, 1, 0]);
@@ -321,13 +326,10 @@ fn a_run_killed_during_the_teardown_finishes_the_restart() {
     // The init container ran again before the app, as the restart asked; the emptyDir (kept
     // in the state dir) kept its content, and no preStop ran.
     assert_eq!(first_line(&r, "app", 2), "inits=2 kept=yes prestops=");
-    let starts: Vec<String> = r
-        .events()
-        .iter()
-        .filter(|e| e["reason"] == "Started")
-        .map(|e| e["object"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(starts, ["setup", "side", "app", "setup", "side", "app"]);
+    assert_eq!(
+        started(&r),
+        ["setup", "side", "app", "setup", "side", "app"]
+    );
     stop(&mut second);
 }
 

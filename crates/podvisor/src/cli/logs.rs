@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::client::{self, now_secs, parse_time, ClientError};
 use super::manifest::duration;
 use crate::process::sys;
-use crate::supervisor::logs::{instance_files, last_lines};
+use crate::supervisor::logs::{instance_files, instances, last_lines};
 
 /// `podvisor logs`' arguments.
 #[derive(Debug, clap::Args)]
@@ -62,18 +62,6 @@ pub fn main(a: LogsArgs) -> i32 {
         timestamps: a.timestamps,
         since: a.since,
     }))
-}
-
-/// The instance numbers that have log files, ascending.
-fn instances(dir: &Path) -> Vec<u32> {
-    let mut v: Vec<u32> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 fn run(a: Args) -> Result<(), ClientError> {

@@ -189,6 +189,18 @@ impl LogStream {
     }
 }
 
+/// The instance numbers of a container's log dir that have log files, ascending.
+pub fn instances(dir: &Path) -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// An instance's files, oldest first: N.log.K … N.log.1, N.log.
 pub fn instance_files(dir: &Path, instance: u32) -> Vec<PathBuf> {
     let base = dir.join(format!("{instance}.log"));

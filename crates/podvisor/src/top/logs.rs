@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use crate::supervisor::logs::instance_files;
+use crate::supervisor::logs::{instance_files, instances};
 
 /// Lines kept in the pane (the oldest go first).
 pub const LINES_KEPT: usize = 20_000;
@@ -41,21 +41,6 @@ pub struct LogView {
     partial: String,
     /// Reading resumed mid-line after a skip: the rest of that line is dropped.
     skip_partial: bool,
-}
-
-/// The instance numbers with log files, ascending.
-pub fn instances(logs: &Path) -> Vec<u32> {
-    let mut n: Vec<u32> = std::fs::read_dir(logs)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_str()?.to_string();
-            name.strip_suffix(".log")?.parse().ok()
-        })
-        .collect();
-    n.sort_unstable();
-    n
 }
 
 /// A CRI log line (`TIME STREAM TAG TEXT`) as (stream, text); anything else as it is.

@@ -201,7 +201,7 @@ fn name_of(status: &Value) -> String {
 }
 
 /// Every container status of a pod: init containers (and sidecars) first.
-fn container_statuses(status: &Value) -> impl Iterator<Item = &Value> {
+pub fn container_statuses(status: &Value) -> impl Iterator<Item = &Value> {
     let s = &status["status"];
     s["initContainerStatuses"]
         .as_array()
@@ -456,13 +456,6 @@ impl Model {
         }
     }
 
-    /// The selected pod dir and container.
-    pub fn selection(&self, now: f64) -> Option<(PathBuf, Option<String>)> {
-        let rows = self.rows(now);
-        let i = self.selected_index(&rows)?;
-        Some((rows[i].dir.clone(), rows[i].container.clone()))
-    }
-
     /// One key; what the shell must do about it.
     pub fn key(&mut self, key: Key, now: f64) -> Vec<Command> {
         if key == Key::CtrlC {
@@ -689,6 +682,13 @@ mod tests {
         parse_time("2026-11-25T10:01:10Z").unwrap()
     }
 
+    /// The selected row's pod dir and container.
+    fn selection(m: &Model) -> Option<(PathBuf, Option<String>)> {
+        let rows = m.rows(now());
+        let i = m.selected_index(&rows)?;
+        Some((rows[i].dir.clone(), rows[i].container.clone()))
+    }
+
     fn names(m: &Model) -> Vec<String> {
         m.rows(now()).iter().map(|r| r.cells[0].clone()).collect()
     }
@@ -758,19 +758,13 @@ mod tests {
     fn the_selection_follows_its_row_and_gone_pods_go() {
         let mut m = model();
         m.key(Key::End, now());
-        assert_eq!(
-            m.selection(now()),
-            Some(("/s/a".into(), Some("side".into())))
-        );
+        assert_eq!(selection(&m), Some(("/s/a".into(), Some("side".into()))));
         // A new pod sorted before it does not move the selection.
         m.on_status(
             "/s/c".into(),
             status("alpha", json!([running("x", 0, true)])),
         );
-        assert_eq!(
-            m.selection(now()),
-            Some(("/s/a".into(), Some("side".into())))
-        );
+        assert_eq!(selection(&m), Some(("/s/a".into(), Some("side".into()))));
         // Its run ends: listed as Gone, then dropped.
         m.on_gone(&"/s/a".into(), now());
         let rows = m.rows(now());
@@ -778,7 +772,7 @@ mod tests {
         assert_eq!(web.cells[2], "Gone");
         m.forget_gone(now() + 10.0, 5.0);
         assert!(!names(&m).contains(&"ns/web".to_string()));
-        assert_eq!(m.selection(now()).map(|s| s.0), Some("/s/c".into()));
+        assert_eq!(selection(&m).map(|s| s.0), Some("/s/c".into()));
     }
 
     #[test]

@@ -83,12 +83,7 @@ fn stream(
 
 /// The main process id of each running container of a status (`containerID: podvisor://PID`).
 pub fn running_pids(status: &Value) -> Vec<(String, i32)> {
-    let s = &status["status"];
-    s["initContainerStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .chain(s["containerStatuses"].as_array().into_iter().flatten())
+    super::model::container_statuses(status)
         .filter(|c| c["state"]["running"].is_object())
         .filter_map(|c| {
             let id = c["containerID"].as_str()?.strip_prefix("podvisor://")?;
