@@ -198,6 +198,7 @@ pub fn run(
         state_dir,
         events,
         signals,
+        pending: Vec::new(),
         stopped: false,
         finished: None,
         scan_due: None,
@@ -356,6 +357,8 @@ struct Supervisor {
     state_dir: PathBuf,
     events: EventSink,
     signals: SignalFd,
+    /// Events of this turn, sent out once its record is saved (see `announce`).
+    pending: Vec<(SystemTime, podvisor_core::lifecycle::Event)>,
     stopped: bool,
     finished: Option<Phase>,
     /// When to look through all children for exits that no SIGCHLD of their own announced
@@ -368,6 +371,11 @@ impl Supervisor {
         self.try_admit()?;
         let mut ready = Vec::new();
         while self.finished.is_none() {
+            // Before sleeping, the record first, then what the last turn announces: nothing
+            // a reader has seen (a `Started` event) is missing from the state that a run
+            // after a kill -9 takes up.
+            self.save_if_changed();
+            self.announce();
             let core = self.pod.next_deadline();
             let mount_retry = self.mount_gate.as_ref().map(|g| g.retry_at);
             let deadline = [
@@ -448,10 +456,10 @@ impl Supervisor {
             if core.is_some_and(|d| now >= d) {
                 self.feed(Input::Tick)?;
             }
-            self.save_if_changed();
         }
         // The last word of a pod that ended by itself: the next run is a new pod.
         self.save_if_changed();
+        self.announce();
         // Everything has exited: take what is left in the pipes, end what probes still run.
         for mut log in std::mem::take(&mut self.logs).into_iter().flatten() {
             log.finish()?;
@@ -589,7 +597,6 @@ impl Supervisor {
 
     /// Feeds an input and carries out the effects, including those of the inputs they cause.
     fn feed(&mut self, input: Input) -> io::Result<()> {
-        let mut changed = false;
         let mut queue: VecDeque<Input> = VecDeque::from([input]);
         while let Some(input) = queue.pop_front() {
             let now = self.clock.now();
@@ -603,9 +610,7 @@ impl Supervisor {
                     }
                     Effect::LogTail(id) => {
                         let event = self.log_tail(id)?;
-                        let line = self.events.emit(SystemTime::now(), &event);
-                        self.api.event(line, &self.epoll);
-                        changed = true;
+                        self.pending.push((SystemTime::now(), event));
                     }
                     Effect::Signal(id, signal) => {
                         if let Some(&pgid) = self.groups.get(&id) {
@@ -616,11 +621,7 @@ impl Supervisor {
                             let _ = sys::send_signal(-pgid, sig);
                         }
                     }
-                    Effect::Event(event) => {
-                        let line = self.events.emit(SystemTime::now(), &event);
-                        self.api.event(line, &self.epoll);
-                        changed = true;
-                    }
+                    Effect::Event(event) => self.pending.push((SystemTime::now(), event)),
                     Effect::WipeVolumes => self.volumes.wipe()?,
                     Effect::Finished(phase) => self.finished = Some(phase),
                     Effect::RunProbe(id, kind, due) => {
@@ -648,10 +649,21 @@ impl Supervisor {
                 }
             }
         }
-        if changed {
-            self.after_changes();
-        }
         Ok(())
+    }
+
+    /// Sends out the events of this turn (to stderr, the events file and the API's
+    /// watchers), with their own times, and the status to its watchers. Called after the
+    /// record of the same turn is saved.
+    fn announce(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for (at, event) in std::mem::take(&mut self.pending) {
+            let line = self.events.emit(at, &event);
+            self.api.event(line, &self.epoll);
+        }
+        self.after_changes();
     }
 }
 

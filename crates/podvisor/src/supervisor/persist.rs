@@ -3,7 +3,8 @@
 //!
 //! A record is written at most once per turn of the loop (after every input of that turn has
 //! been fed), before the loop sleeps again, so a crash-looping pod of many containers pays
-//! one write for the exits that arrive together. Once a stop has been asked for, the record is
+//! one write for the exits that arrive together. The events of a turn go out after its record
+//! is written, so that whatever a reader saw announced (a `Started`) the next run knows. Once a stop has been asked for, the record is
 //! left as the stop found it: a run that was stopped is taken up again like one that died,
 //! with the containers that were running started again. A pod that ended by itself
 //! (Succeeded, Failed, GaveUp) is marked so, and the next run on the state dir is a new pod.
