@@ -57,6 +57,9 @@ pub enum Input {
     /// The instance's process could not be started (exec failed): `message` says why.
     StartFailed(InstanceId, String),
     Exited(InstanceId, Exit),
+    /// The instance's process is gone and nobody saw how (its keeper was killed): `String`
+    /// says why. Terminated `ContainerStatusUnknown`, exit code 137.
+    Lost(InstanceId, String),
     /// A probe attempt asked for by `Effect::RunProbe` ended.
     Probed(InstanceId, ProbeKind, Outcome),
     /// A hook asked for by `Effect::RunHook` ended: `Err` says why it failed.

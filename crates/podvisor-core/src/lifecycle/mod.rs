@@ -20,6 +20,7 @@
 //! container's status), `reconcile` (starts and restarts), `probes`, `hooks`, `stop` (kills and
 //! pod stops), `phase` (phase and conditions); `mod.rs` holds the `Pod` and its `step`.
 
+mod adopt;
 mod container;
 mod hooks;
 mod io;
@@ -43,6 +44,7 @@ use crate::duration::format_duration;
 use crate::probe::ProbeKind;
 use crate::stage::Stage;
 
+pub use adopt::Survivor;
 pub use container::ContainerStatus;
 use container::{Next, Process};
 pub use io::{
@@ -79,6 +81,8 @@ pub struct Pod {
     slow_deadline: Option<Option<Instant>>,
     /// Taken up from a saved record: announced when admitted.
     resumed: Option<resume::Resumed>,
+    /// Containers that outlived the last run, taken over at admission (see `adopt`).
+    adopted: Vec<(usize, Survivor)>,
     /// Something the saved record holds has changed (see `take_changed`).
     changed: bool,
     /// The `now` of the latest step.
@@ -103,6 +107,7 @@ impl Pod {
             probe_due: BinaryHeap::new(),
             slow_deadline: None,
             resumed: None,
+            adopted: Vec::new(),
             changed: true,
             last_now: Instant::ZERO,
         }
@@ -218,6 +223,7 @@ impl Pod {
             Input::Admit => {
                 self.admitted_at.get_or_insert(now);
                 fx.extend(self.resumed_event(now));
+                self.admit_survivors(now, &mut fx);
             }
             Input::Started(id) => self.started(now, id, &mut fx),
             Input::HookDone(id, hook, result) => self.hook_done(now, id, hook, result, &mut fx),
@@ -229,6 +235,7 @@ impl Pod {
             }
             Input::StartFailed(id, message) => self.start_failed(now, id, message, &mut fx),
             Input::Exited(id, exit) => self.exited(now, id, exit, &mut fx),
+            Input::Lost(id, why) => self.lost(now, id, why, &mut fx),
             Input::Tick => {
                 self.run_due_probes(now, &mut fx);
                 let slow_due = matches!(self.slow_deadline, Some(Some(d)) if d <= now)

@@ -234,7 +234,7 @@ fn exit_record(s: &ContainerState) -> Option<ExitRecord> {
     })
 }
 
-fn exit_state(e: &ExitRecord) -> Result<ContainerState, String> {
+pub(super) fn exit_state(e: &ExitRecord) -> Result<ContainerState, String> {
     let reason = TerminatedReason::parse(&e.reason)
         .ok_or_else(|| format!("{:?} is not a reason a container terminates with", e.reason))?;
     Ok(ContainerState::Terminated {

@@ -11,6 +11,7 @@ use crate::probe::{Outcome, ProbeKind, ProbeTiming};
 use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule, RuleAction};
 use crate::stage::Stage;
 
+mod adopt;
 mod escalation;
 mod probes;
 mod random;
