@@ -9,6 +9,8 @@ pub mod cgroup;
 pub mod cli;
 pub mod init;
 #[cfg(feature = "full")]
+pub mod keeper;
+#[cfg(feature = "full")]
 pub mod mountinfo;
 #[cfg(feature = "full")]
 pub mod probe;

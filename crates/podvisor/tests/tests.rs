@@ -14,6 +14,7 @@ mod harness;
 mod hooks;
 mod init;
 mod init_staged;
+mod live_restore;
 mod personas;
 mod probes;
 mod resources;

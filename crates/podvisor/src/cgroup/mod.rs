@@ -23,7 +23,7 @@ pub mod unified;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use pod::{InstanceCgroup, PodCgroup, Usage};
+pub use pod::{instance_dir, InstanceCgroup, PodCgroup, Usage};
 
 use crate::mountinfo::{self, Mount};
 use crate::process::sys;
@@ -327,6 +327,7 @@ impl PodCgroups {
         state_dir: &Path,
         pids_max: Option<u64>,
         driver: Driver,
+        keep: &[String],
     ) -> Result<PodCgroups, Unenforceable> {
         let mut need = Vec::new();
         let limits = plan.exec.iter().map(|x| &x.resources);
@@ -346,12 +347,11 @@ impl PodCgroups {
             let at = layout.place(driver, sys::getuid(), &need, name, &description)?;
             let pod = PodCgroup::create(
                 layout.version,
-                &at.parents,
-                &at.enabled,
+                &at,
                 state_dir,
-                &at.name,
                 &plan.pod_resources,
                 pids_max,
+                keep,
             )?;
             Ok((at.note, pod))
         });

@@ -34,24 +34,32 @@ pub struct PodCgroup {
 
 impl PodCgroup {
     /// Removes what an earlier run on `state_dir` left (killing its processes), then makes
-    /// the pod's cgroup `name` under each of `parents`, recorded there first, with the pod's
-    /// limits and `pids_max`. On v2, `controllers` are enabled for the pod's children.
+    /// the pod's cgroup as `at` places it, recorded there first, with the pod's limits and
+    /// `pids_max`. On v2, `at.enabled` controllers are enabled for the pod's children. With
+    /// `keep` (instance cgroup names of containers taken over from the run before), the pod's
+    /// cgroup stays and only its other instance cgroups go.
     pub(super) fn create(
         version: Version,
-        parents: &[(Controller, PathBuf)],
-        controllers: &[&'static str],
+        at: &super::Placement,
         state_dir: &Path,
-        name: &str,
         pod: &Resources,
         pids_max: Option<u64>,
+        keep: &[String],
     ) -> Result<PodCgroup, CgroupError> {
         let record = StateFile::new(state_dir, RECORD)?;
-        clean_recorded(&record)?;
-        let dirs: Vec<_> = parents.iter().map(|(c, p)| (*c, p.join(name))).collect();
+        let controllers = &at.enabled;
+        let dirs: Vec<_> = at
+            .parents
+            .iter()
+            .map(|(c, p)| (*c, p.join(&at.name)))
+            .collect();
         let text: String = dirs
             .iter()
             .map(|(_, d)| format!("{}\n", d.display()))
             .collect();
+        if keep.is_empty() {
+            clean_recorded(&record)?;
+        }
         record.write(&text)?;
         let pod_cgroup = PodCgroup {
             version,
@@ -59,6 +67,18 @@ impl PodCgroup {
             pending: Vec::new(),
         };
         for (c, dir) in &pod_cgroup.dirs {
+            if !keep.is_empty() && dir.exists() {
+                // Containers taken over from the run before live in it: only what no
+                // adopted instance uses goes.
+                for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                    let kept = keep.iter().any(|k| e.file_name() == k.as_str());
+                    if e.file_type().is_ok_and(|t| t.is_dir()) && !kept {
+                        remove_tree(&e.path())?;
+                    }
+                }
+                apply(*c, dir, pod, pids_max, Level::Pod)?;
+                continue;
+            }
             remove_tree(dir)?;
             if version == Version::V2 {
                 unified::create_below_parent(dir, controllers)?;
@@ -70,6 +90,27 @@ impl PodCgroup {
             }
         }
         Ok(pod_cgroup)
+    }
+
+    /// The cgroup of an instance taken over from the run before (see `create`'s `keep`).
+    pub fn reopen(&self, container: &str, instance: u32) -> Result<InstanceCgroup, CgroupError> {
+        let mut dirs = Vec::new();
+        let mut procs = Vec::new();
+        for (c, pod_dir) in &self.dirs {
+            let dir = pod_dir.join(instance_dir(container, instance));
+            let path = dir.join("cgroup.procs");
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(io_err(&path, "open"))?;
+            dirs.push((*c, dir));
+            procs.push(f);
+        }
+        Ok(InstanceCgroup {
+            version: self.version,
+            dirs,
+            procs,
+        })
     }
 
     /// Makes the cgroup of one container instance, limits set, ready to be joined.
@@ -84,7 +125,7 @@ impl PodCgroup {
         let mut procs = Vec::new();
         let made = (|| {
             for (c, pod_dir) in &self.dirs {
-                let dir = pod_dir.join(format!("{container}-{instance}"));
+                let dir = pod_dir.join(instance_dir(container, instance));
                 remove_tree(&dir)?;
                 std::fs::create_dir(&dir).map_err(io_err(&dir, "create"))?;
                 dirs.push((*c, dir.clone()));
@@ -140,6 +181,11 @@ impl PodCgroup {
     }
 }
 
+/// The directory name of a container instance's cgroup in its pod's.
+pub fn instance_dir(container: &str, instance: u32) -> String {
+    format!("{container}-{instance}")
+}
+
 /// One container instance's cgroup.
 #[derive(Debug)]
 pub struct InstanceCgroup {
@@ -186,14 +232,19 @@ impl InstanceCgroup {
 
     /// Whether the kernel's OOM killer killed a process of this instance.
     pub fn oom_killed(&self) -> bool {
-        let (file, key) = match self.version {
-            Version::V1 => ("memory.oom_control", "oom_kill"),
-            Version::V2 => ("memory.events", "oom_kill"),
-        };
-        self.dir(Controller::Memory)
-            .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
-            .and_then(|t| keyed(&t, key))
+        self.oom_file()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|t| keyed(&t, "oom_kill"))
             .is_some_and(|n| n > 0)
+    }
+
+    /// The file whose `oom_kill` line counts the OOM kills in it (a keeper reads it).
+    pub fn oom_file(&self) -> Option<PathBuf> {
+        let file = match self.version {
+            Version::V1 => "memory.oom_control",
+            Version::V2 => "memory.events",
+        };
+        self.dir(Controller::Memory).map(|d| d.join(file))
     }
 
     /// CPU time and working set, from the cgroup.

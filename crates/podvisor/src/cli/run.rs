@@ -52,6 +52,11 @@ pub struct RunArgs {
     /// (systemd where it is PID 1 on cgroup v2)
     #[arg(long, value_name = "DRIVER", default_value = "auto", value_parser = cgroup_driver)]
     cgroup_driver: crate::cgroup::Driver,
+    /// The containers outlive this run: each is held by a keeper process, SIGTERM/SIGINT (or
+    /// a crash) end only the supervisor, and `run` again on the state dir takes them over.
+    /// `podvisor stop` stops the pod
+    #[arg(long)]
+    live_restore: bool,
     /// No event lines on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -223,6 +228,7 @@ fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: Pod
         reset_state: a.reset_state,
         pod_max_pids: a.pod_max_pids,
         cgroup_driver: a.cgroup_driver,
+        live_restore: a.live_restore,
     };
     match supervisor::run(
         run_plan,
@@ -231,6 +237,14 @@ fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: Pod
         EventSink::new(json, !a.quiet),
         settings,
     ) {
+        Ok(outcome) if outcome.detached => {
+            if !a.quiet {
+                super::write_err(
+                    "podvisor: live restore: the pod's containers run on under their keepers; `podvisor run` on this state dir takes them over, `podvisor stop` stops them\n",
+                );
+            }
+            0
+        }
         Ok(outcome) if outcome.stopped || outcome.phase == Phase::Succeeded => 0,
         Ok(_) => 1,
         Err(e) => {

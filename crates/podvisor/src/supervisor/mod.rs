@@ -12,6 +12,7 @@
 
 mod control;
 pub mod events;
+pub mod keep;
 pub mod logs;
 pub mod persist;
 mod rootfs;
@@ -83,6 +84,8 @@ pub struct Outcome {
     pub phase: Phase,
     /// Stopped by SIGTERM / SIGINT rather than by finishing.
     pub stopped: bool,
+    /// Live restore: the run ended and left the containers to their keepers.
+    pub detached: bool,
 }
 
 /// How `run` is set up beyond the pod itself.
@@ -97,6 +100,8 @@ pub struct Settings {
     pub pod_max_pids: Option<u64>,
     /// `--cgroup-driver`.
     pub cgroup_driver: crate::cgroup::Driver,
+    /// `--live-restore`: containers start under keepers and outlive the run.
+    pub live_restore: bool,
 }
 
 /// Why a run did not start or ended early.
@@ -135,7 +140,7 @@ pub fn run(
     })?;
     let _lock = lock_state_dir(&state_dir)?;
     let state = StateFile::new(&state_dir, persist::STATE_FILE)?;
-    let mut taken = persist::take_up(&state, &plan, &mut info, settings.reset_state)?;
+    let mut taken = persist::take_up(&state_dir, &state, &plan, &mut info, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
@@ -198,6 +203,11 @@ pub fn run(
         state_dir,
         events,
         signals,
+        live_restore: settings.live_restore,
+        detached: false,
+        keepers: HashMap::new(),
+        keeper_slots: Vec::new(),
+        next_keeper_slot: 0,
         pending: Vec::new(),
         stopped: false,
         finished: None,
@@ -207,8 +217,13 @@ pub fn run(
         let line = sup.events.emit(SystemTime::now(), note);
         sup.api.event(line, &sup.epoll);
     }
+    sup.adopt(std::mem::take(&mut taken.found.adopted))?;
     // Written before anything starts: a state dir that cannot hold it stops the run here.
     sup.save()?;
+    // The exits the keepers recorded are in the pod now (and in the record just written).
+    for f in &taken.found.exit_files {
+        let _ = std::fs::remove_file(f);
+    }
     Ok(sup.run()?)
 }
 
@@ -263,11 +278,22 @@ fn isolate(
     };
     info.annotations
         .insert("podvisor.io/root".into(), root_note.into());
+    // The cgroups of containers taken over stay as they are.
+    let keep: Vec<String> = taken
+        .found
+        .adopted
+        .iter()
+        .map(|a| {
+            let name = &plan.pod.containers[a.container].name;
+            crate::cgroup::instance_dir(name, a.instance)
+        })
+        .collect();
     let cgroups = PodCgroups::set_up(
         plan,
         state_dir,
         settings.pod_max_pids,
         settings.cgroup_driver,
+        &keep,
     )?;
     info.annotations
         .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
@@ -276,8 +302,18 @@ fn isolate(
     let memory = plan
         .volumes
         .iter()
-        .any(|v| matches!(v, VolumePlan::EmptyDir { memory: true, .. }));
-    if memory && sys::getuid() == 0 {
+        .find(|v| matches!(v, VolumePlan::EmptyDir { memory: true, .. }));
+    if let (Some(v), true) = (memory, settings.live_restore) {
+        // Its tmpfs lives in this run's mount namespace: it cannot outlive the run.
+        return Err(Unenforceable {
+            container: String::new(),
+            field: "--live-restore",
+            needs: "volumes that outlive the run",
+            why: format!("emptyDir volume {:?} has medium: Memory, whose tmpfs ends with the run; use a disk emptyDir", v.name()),
+        }
+        .into());
+    }
+    if memory.is_some() && sys::getuid() == 0 {
         sys::private_mount_namespace()?;
     }
     Ok((root_layer, cgroups))
@@ -291,6 +327,7 @@ const TOKEN_API_LISTEN: u64 = 3 << 32;
 const TOKEN_API: u64 = 4 << 32;
 const TOKEN_METRICS_LISTEN: u64 = 5 << 32;
 const TOKEN_METRICS: u64 = 6 << 32;
+const TOKEN_KEEPER: u64 = 7 << 32;
 const SLOT_MASK: u64 = (1 << 32) - 1;
 
 /// Who a child process is.
@@ -299,6 +336,8 @@ enum PidOwner {
     Container(InstanceId),
     /// An exec probe or hook, by task slot.
     Task(usize),
+    /// The keeper of a container instance (`--live-restore`).
+    Keeper(InstanceId),
 }
 
 struct Supervisor {
@@ -357,6 +396,14 @@ struct Supervisor {
     state_dir: PathBuf,
     events: EventSink,
     signals: SignalFd,
+    /// `--live-restore`: new instances start under keepers, a stop signal ends only this run.
+    live_restore: bool,
+    /// The run ended by a stop signal under live restore: the containers run on.
+    detached: bool,
+    /// Keepers of live instances, and the slots of the connections to those taken over.
+    keepers: HashMap<InstanceId, keep::Keeper>,
+    keeper_slots: Vec<(usize, InstanceId)>,
+    next_keeper_slot: usize,
     /// Events of this turn, sent out once its record is saved (see `announce`).
     pending: Vec<(SystemTime, podvisor_core::lifecycle::Event)>,
     stopped: bool,
@@ -409,6 +456,9 @@ impl Supervisor {
                 if let Some(done) = self.tasks.on_ready(slot, &self.epoll, TOKEN_TASK, now) {
                     self.task_done(done)?;
                 }
+            }
+            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_KEEPER) {
+                self.keeper_readable((token & SLOT_MASK) as usize)?;
             }
             if ready.contains(&TOKEN_API_LISTEN) {
                 self.api.accept(&self.epoll);
@@ -465,13 +515,17 @@ impl Supervisor {
             log.finish()?;
         }
         self.reap_tasks();
-        self.volumes.clean_up();
-        for (_, cg) in std::mem::take(&mut self.instance_cgroups) {
-            cg.kill_all();
-        }
-        if let Some(pod) = self.cgroups.pod.take() {
-            if let Err(e) = pod.remove(&self.state_dir) {
-                eprintln!("podvisor: {e}");
+        // Under live restore a stop signal leaves the pod to its keepers: its volumes and
+        // cgroups stay for the next run.
+        if !self.detached {
+            self.volumes.clean_up();
+            for (_, cg) in std::mem::take(&mut self.instance_cgroups) {
+                cg.kill_all();
+            }
+            if let Some(pod) = self.cgroups.pod.take() {
+                if let Err(e) = pod.remove(&self.state_dir) {
+                    eprintln!("podvisor: {e}");
+                }
             }
         }
         self.api.shut_down(&self.epoll);
@@ -481,6 +535,7 @@ impl Supervisor {
         Ok(Outcome {
             phase: self.finished.unwrap_or(Phase::Failed),
             stopped: self.stopped,
+            detached: self.detached,
         })
     }
 
@@ -510,6 +565,13 @@ impl Supervisor {
             // Nothing has started: the run ends here, the pod still Pending.
             self.stopped = true;
             self.finished = Some(self.pod.phase());
+            return Ok(());
+        }
+        if self.live_restore && !self.stopped {
+            // Live restore: the supervisor goes, the keepers keep the containers.
+            self.detached = true;
+            self.finished = Some(self.pod.phase());
+            self.stopped = true;
             return Ok(());
         }
         if self.stopped {
@@ -565,8 +627,24 @@ impl Supervisor {
                 }
                 return Ok(());
             }
+            Some(PidOwner::Keeper(id)) => return self.keeper_ended(id),
             Some(PidOwner::Container(id)) => id,
         };
+        let oom_killed = self.instance_ended(id);
+        let status = match exit {
+            Exit::Code(c) => ExitStatus::Code(c),
+            Exit::Signal(s) => ExitStatus::Signal(s),
+        };
+        self.feed(Input::Exited(
+            id,
+            podvisor_core::lifecycle::Exit { status, oom_killed },
+        ))
+    }
+
+    /// What goes when an instance's process has ended: its probes and hooks, namespaces,
+    /// what it left in its process group, and its cgroup. Returns whether the OOM killer
+    /// killed in it (read before the cgroup goes).
+    fn instance_ended(&mut self, id: InstanceId) -> bool {
         // Its probes and hooks end with it, as they would in its container.
         self.tasks.cancel_instance(id);
         self.probe_tries.retain(|(i, _), _| *i != id);
@@ -577,11 +655,6 @@ impl Supervisor {
             // What the container left in its group goes with it.
             let _ = sys::send_signal(-pgid, libc::SIGKILL);
         }
-        let status = match exit {
-            Exit::Code(c) => ExitStatus::Code(c),
-            Exit::Signal(s) => ExitStatus::Signal(s),
-        };
-        // Read before its cgroup goes: did the OOM killer end it?
         let mut oom_killed = false;
         if let Some(cg) = self.instance_cgroups.remove(&id) {
             oom_killed = cg.oom_killed();
@@ -589,10 +662,7 @@ impl Supervisor {
                 pod.release(cg);
             }
         }
-        self.feed(Input::Exited(
-            id,
-            podvisor_core::lifecycle::Exit { status, oom_killed },
-        ))
+        oom_killed
     }
 
     /// Feeds an input and carries out the effects, including those of the inputs they cause.

@@ -34,12 +34,15 @@ pub struct TakenUp {
     pub resumed: bool,
     /// Events to announce before the pod starts (leftovers killed, a refused file set aside).
     pub notes: Vec<Event>,
+    /// Containers that outlived the last run under keepers (`--live-restore`).
+    pub found: super::keep::Found,
 }
 
 /// Reads the state file and makes the pod: afresh, or taken up from the record. Processes of
 /// the previous run still alive are killed first. A record that cannot be used is refused,
 /// unless `reset` says to set it aside and start from zero.
 pub fn take_up(
+    state_dir: &std::path::Path,
     state: &StateFile,
     plan: &RunPlan,
     info: &mut PodInfo,
@@ -93,11 +96,19 @@ pub fn take_up(
             pod: Pod::new(plan.pod.clone()),
             resumed: false,
             notes,
+            found: Default::default(),
         });
     };
+    let mut found = super::keep::Found::default();
     if record.boot == boot_id() {
+        let names: Vec<String> = plan.pod.containers.iter().map(|c| c.name.clone()).collect();
+        // Before anything is killed: a keeper this podvisor cannot adopt refuses the run.
+        found = super::keep::find(state_dir, &record, &names)?;
         for c in &record.containers {
             let Some(p) = c.process else { continue };
+            if found.survivors.contains_key(&c.name) {
+                continue;
+            }
             let n = kill_leftovers(&[(p.pid, p.start_ticks)], LEFTOVER_PATIENCE);
             if n > 0 {
                 notes.push(Event {
@@ -115,10 +126,12 @@ pub fn take_up(
             }
         }
     }
-    let pod = Pod::resume(plan.pod.clone(), &record).map_err(|e| StateError::Mismatch {
-        path,
-        message: e.to_string(),
-        remedy: RESET_REMEDY,
+    let pod = Pod::resume_adopting(plan.pod.clone(), &record, &found.survivors).map_err(|e| {
+        StateError::Mismatch {
+            path,
+            message: e.to_string(),
+            remedy: RESET_REMEDY,
+        }
     })?;
     // The same pod goes on: its UID and creation time are the record's.
     info.uid = record.uid.clone();
@@ -127,6 +140,7 @@ pub fn take_up(
         pod,
         resumed: true,
         notes,
+        found,
     })
 }
 

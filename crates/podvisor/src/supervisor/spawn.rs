@@ -89,14 +89,8 @@ impl Supervisor {
     /// Starts an instance, its environment made for its stage; returns the input that reports
     /// how it went.
     pub(super) fn spawn(&mut self, id: InstanceId, stage: Option<Stage>) -> io::Result<Input> {
-        let mut vars = self.base_envs[id.container].clone();
-        if let (Some(stage), Some(staging)) = (stage, self.plan.pod.staging) {
-            self.plan
-                .staged_env
-                .apply(stage, staging.policy.logging, &mut vars);
-        }
         // Probes and hooks of this instance see what it sees.
-        self.envs[id.container] = os_env(&vars);
+        self.envs[id.container] = self.instance_env(id.container, stage);
         let exec = &self.plan.exec[id.container];
         let name = &self.plan.pod.containers[id.container].name;
         let dir = self.state_dir.join("logs").join(name);
@@ -140,19 +134,40 @@ impl Supervisor {
         };
         let has_mounts = !io.mounts.is_empty() || io.root.is_some();
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
-        let result = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited);
+        let result = if self.live_restore {
+            let oom = cgroup.as_ref().and_then(|cg| cg.oom_file());
+            self.start_kept(id, &argv, io, &out_read, &err_read, oom)
+                .map(|(keeper, pid)| (Some(keeper), pid))
+        } else {
+            sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited)
+                .map(|pid| (None, pid))
+        };
         // Our copies of the write ends must go, or the pipes never reach end-of-file.
         drop((out_write, err_write));
         match result {
-            Ok(pid) => {
+            Ok((keeper, pid)) => {
                 if let Some(cg) = cgroup {
                     self.instance_cgroups.insert(id, cg);
                 }
-                let file = LogFile::create(log_path, self.log_limits)?;
-                let out = LogStream::new(id, out_read, "stdout", file.clone());
-                self.add_log(out)?;
-                self.add_log(LogStream::new(id, err_read, "stderr", file))?;
-                self.pids.insert(pid, PidOwner::Container(id));
+                match keeper {
+                    // The keeper reads the pipes and writes the log.
+                    Some(keeper) => {
+                        drop((out_read, err_read));
+                        self.pids.insert(keeper, PidOwner::Keeper(id));
+                        let k = super::keep::Keeper {
+                            pid: keeper,
+                            conn: None,
+                        };
+                        self.keepers.insert(id, k);
+                    }
+                    None => {
+                        let file = LogFile::create(log_path, self.log_limits)?;
+                        let out = LogStream::new(id, out_read, "stdout", file.clone());
+                        self.add_log(out)?;
+                        self.add_log(LogStream::new(id, err_read, "stderr", file))?;
+                        self.pids.insert(pid, PidOwner::Container(id));
+                    }
+                }
                 if has_mounts {
                     // Its probes and hooks run in its mount namespace, as `exec` in a container
                     // (rootless: in its user namespace first).
@@ -192,6 +207,17 @@ impl Supervisor {
                 Ok(Input::StartFailed(id, msg))
             }
         }
+    }
+
+    /// Container `i`'s environment for an instance in `stage`, `NAME=value`.
+    pub(super) fn instance_env(&self, i: usize, stage: Option<Stage>) -> Vec<OsString> {
+        let mut vars = self.base_envs[i].clone();
+        if let (Some(stage), Some(staging)) = (stage, self.plan.pod.staging) {
+            self.plan
+                .staged_env
+                .apply(stage, staging.policy.logging, &mut vars);
+        }
+        os_env(&vars)
     }
 
     /// Container `i`'s working directory: its `workingDir`, else the one podvisor was started

@@ -14,10 +14,12 @@ use std::time::Duration;
 
 mod child;
 mod fd;
+mod fork;
 mod rootfs;
 mod spawn;
 
 pub use fd::*;
+pub use fork::*;
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 

@@ -1,0 +1,339 @@
+//! Live restore (`run --live-restore`): the containers outlive `run`, each held by a keeper;
+//! `run` again on the state dir takes them over. kill -9 of `run`, SIGTERM, an exit while no
+//! podvisor ran, a killed keeper, and a keeper of a protocol this podvisor does not adopt.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::*;
+use crate::probes::{event_ms, free_port, pod_with};
+
+const LIVE: [&str; 1] = ["--live-restore"];
+
+const DAY: i64 = 86_400_000;
+
+/// `podvisor status -o json` of the run.
+fn status(r: &PodRun) -> Value {
+    let out = client(r, &["status", "-o", "json"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+/// Each container's (pid, restartCount, ready).
+fn containers(r: &PodRun) -> Vec<(String, i64, u64, bool)> {
+    let s = status(r);
+    s["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let pid = c["containerID"]
+                .as_str()
+                .and_then(|id| id.strip_prefix("podvisor://"))
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(-1);
+            (
+                c["name"].as_str().unwrap().to_string(),
+                pid,
+                c["restartCount"].as_u64().unwrap(),
+                c["ready"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Pids of keeper processes of `state_dir`.
+fn keepers(state_dir: &Path) -> Vec<(i32, String)> {
+    let needle = format!("keeper\0{}\0", state_dir.display());
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if cmd.windows(needle.len()).any(|w| w == needle.as_bytes()) && !is_zombie(pid) {
+            found.push((pid, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+fn alive(pid: i64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid as i32)
+}
+
+/// How many live processes run exactly `cmdline` (NUL-separated argv).
+fn count_cmdline(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|pid| !is_zombie(*pid))
+        .count()
+}
+
+/// A sequence printer (every 10 ms), an HTTP server with a readiness probe, and a sleeper.
+fn three(port: u16, tag: &str) -> String {
+    let spec = format!(
+        "  containers:
+  - name: seq
+    command: [sh, -c, 'i=0; while true; do echo $i; i=$((i+1)); sleep 0.01; done']
+  - name: web
+    command: [{bin}, serve, '{port}']
+    readinessProbe: {{httpGet: {{path: /, port: {port}}}, periodSeconds: 1}}
+  - name: idle
+    command: [sleep, '{tag}']
+",
+        bin = testbin().display()
+    );
+    pod_with("Always", 1, &spec)
+}
+
+/// The numbers of `seq`'s log lines in `text` (what `logs` prints), all of them in order.
+fn assert_every_number_once(text: &str) -> u64 {
+    let numbers: Vec<u64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert!(numbers.len() > 100, "{} numbers", numbers.len());
+    for (i, n) in numbers.iter().enumerate() {
+        assert_eq!(*n, i as u64, "line {i} of the log is {n}");
+    }
+    *numbers.last().unwrap()
+}
+
+#[test]
+fn a_killed_run_is_taken_over_without_restarting_anything() {
+    let port = free_port();
+    // A sleep length no other test uses, so that its processes can be counted.
+    let tag = "600.25";
+    let r = PodRun::new(&three(port, tag));
+    let state = r.dir.file("state");
+    let mut first = r.cmd(&LIVE).start();
+    r.wait_event("web", "Ready", 1);
+    let before = containers(&r);
+    assert_eq!(keepers(&state).len(), 3, "{:?}", keepers(&state));
+    first.signal("KILL");
+    first.wait();
+    // The containers and their keepers run on; seq goes on printing for 2 s.
+    std::thread::sleep(Duration::from_secs(2));
+    for (name, pid, _, _) in &before {
+        assert!(alive(*pid), "{name} ({pid}) died with the run");
+    }
+
+    let mut second = r.cmd(&LIVE).start();
+    let adopted = r.wait_event("web", "Adopted", 1);
+    let ready = r.wait_event("web", "Ready", 2);
+    // Ready again within one probe period (1 s) of being taken over.
+    let took = event_ms(&ready[1]) - event_ms(&adopted[0]);
+    assert!(
+        (0..=1_500).contains(&took),
+        "ready {took} ms after adoption"
+    );
+    for name in ["seq", "web", "idle"] {
+        assert_eq!(r.find(name, "Adopted").len(), 1, "{name}");
+        assert_eq!(r.find(name, "Started").len(), 1, "{name} started again");
+    }
+    let after = containers(&r);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(
+            (&b.0, b.1, b.2),
+            (&a.0, a.1, a.2),
+            "pid or restartCount changed"
+        );
+    }
+    assert_eq!(
+        count_cmdline(&["sleep", tag]),
+        1,
+        "a duplicate process runs"
+    );
+
+    // SIGTERM under live restore ends only the supervisor; the next run takes over again
+    // (keepers that are no longer its children).
+    second.signal("TERM");
+    assert_eq!(second.wait().code(), Some(0));
+    for (name, pid, _, _) in &before {
+        assert!(alive(*pid), "{name} ({pid}) died with SIGTERM");
+    }
+    let mut third = r.cmd(&LIVE).start();
+    r.wait_event("idle", "Adopted", 2);
+    assert_eq!(containers(&r)[2].1, before[2].1);
+
+    // Every number once, in order, in `logs` and in `logs -f`.
+    let last = assert_every_number_once(&client(&r, &["logs", "seq"]).stdout);
+    let mut follow = Run::new(podvisor())
+        .args(["logs", "-f", "seq", "--state-dir"])
+        .arg(&state)
+        .start();
+    let past = (last + 20).to_string();
+    follow.expect_line("a number printed after following began", |l| {
+        l.trim() == past
+    });
+    drop(follow);
+
+    // `podvisor stop` stops the pod: the run ends, keepers and containers go.
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(third.wait().code(), Some(0), "{:?}", third.stderr);
+    wait_until("the keepers end", || keepers(&state).is_empty());
+    for (name, pid, _, _) in &before {
+        assert!(!alive(*pid), "{name} ({pid}) outlived the stop");
+    }
+    first.assert_no_leftovers();
+    assert!(
+        std::fs::read_dir(state.join("keepers"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "keeper files left"
+    );
+}
+
+#[test]
+fn an_exit_while_away_is_reported_with_its_time_and_backed_off_from_it() {
+    let dir = TempDir::new();
+    let count = dir.file("count");
+    // The first instance crashes at once (restarted at once), the second after 1 s: while no
+    // podvisor runs.
+    let spec = format!(
+        "  containers:
+  - name: app
+    command: [sh, -c, 'n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; [ $n = 1 ] && exit 3; [ $n = 2 ] && sleep 1 && exit 3; exec sleep 600']
+",
+        c = count.display()
+    );
+    let r = PodRun::new(&pod_with("Always", 1, &spec));
+    let state = r.dir.file("state");
+    let backoff = ["--live-restore", "--backoff-initial", "3s"];
+    let mut first = r.cmd(&backoff).start();
+    r.wait_event("app", "Started", 2);
+    first.signal("KILL");
+    first.wait();
+    let exit_file = state.join("keepers").join("app.2.exit");
+    wait_until("the keeper records the exit", || exit_file.exists());
+    let record = std::fs::read_to_string(&exit_file).unwrap();
+    // Milliseconds of the day, as `event_ms` counts them.
+    let finished: i64 = record
+        .lines()
+        .find_map(|l| l.strip_prefix("finished "))
+        .unwrap()
+        .parse::<i64>()
+        .unwrap()
+        % DAY;
+    assert!(record.contains("\ncode 3\n"), "{record}");
+    wait_until("the keeper ends", || keepers(&state).is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+
+    let _second = r.cmd(&backoff).start();
+    let adopted = r.wait_event("app", "Adopted", 1);
+    let s = status(&r);
+    let c = &s["status"]["containerStatuses"][0];
+    let last = &c["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 3, "{c}");
+    let at = last["finishedAt"].as_str().unwrap();
+    let ms = event_ms(&serde_json::json!({ "time": at })) % DAY;
+    assert_eq!(
+        ms / 1000,
+        finished / 1000,
+        "finishedAt {at}, recorded {finished}"
+    );
+    // Restarted 3 s (the backoff) after it finished, not 3 s after the adoption.
+    let started = r.wait_event("app", "Started", 3);
+    let restart = event_ms(&started[2]) % DAY;
+    assert!(
+        (2_700..4_000).contains(&(restart - finished)),
+        "restarted {} ms after it finished ({} ms after adoption)",
+        restart - finished,
+        restart - event_ms(&adopted[0]) % DAY
+    );
+    assert_eq!(started[2]["restartCount"], 2);
+    assert!(!exit_file.exists(), "the exit record was left");
+}
+
+#[test]
+fn a_killed_keeper_takes_its_container_with_it_and_it_is_restarted() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ));
+    let state = r.dir.file("state");
+    let mut p = r.cmd(&LIVE).start();
+    r.wait_event("app", "Started", 1);
+    let pid = containers(&r)[0].1;
+    let keeper = keepers(&state)[0].0;
+    send(keeper, "KILL");
+    let lost = r.wait_event("app", "ContainerStatusUnknown", 1);
+    assert_eq!(lost[0]["exitCode"], 137);
+    assert_eq!(lost[0]["type"], "Warning");
+    let started = r.wait_event("app", "Started", 2);
+    assert_eq!(started[1]["restartCount"], 1);
+    wait_until("the container is gone", || !alive(pid));
+    let s = status(&r);
+    let last = &s["status"]["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(last["reason"], "ContainerStatusUnknown", "{last}");
+    assert_eq!(last["exitCode"], 137);
+    assert_eq!(keepers(&state).len(), 1);
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(p.wait().code(), Some(0));
+    wait_until("the keepers end", || keepers(&state).is_empty());
+    p.assert_no_leftovers();
+}
+
+#[test]
+fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ));
+    let state = r.dir.file("state");
+    let mut first = r
+        .cmd(&LIVE)
+        .env("PODVISOR_TEST_KEEPER_PROTOCOL", "2")
+        .start();
+    r.wait_event("app", "Started", 1);
+    let pid = containers(&r)[0].1;
+    first.signal("KILL");
+    first.wait();
+    let out = r.cmd(&LIVE).output();
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("container app is held by a keeper")
+            && out
+                .stderr
+                .contains("that speaks protocol 2; this podvisor adopts protocols 1..=1"),
+        "{}",
+        out.stderr
+    );
+    // Nothing was touched: the container and its keeper run on.
+    assert!(alive(pid));
+    assert_eq!(keepers(&state).len(), 1);
+    assert_eq!(r.find("app", "Started").len(), 1);
+    // `first`'s drop kills its tree (keeper and container) when the test ends.
+}
+
+#[test]
+fn without_live_restore_a_killed_run_takes_its_containers_along() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ));
+    let state = r.dir.file("state");
+    let mut first = r.cmd(&[]).start();
+    r.wait_event("app", "Started", 1);
+    let pid = containers(&r)[0].1;
+    assert!(keepers(&state).is_empty());
+    assert!(!state.join("keepers").exists());
+    first.signal("KILL");
+    first.wait();
+    wait_until("the container dies with the run", || !alive(pid));
+    first.assert_no_leftovers();
+}
