@@ -37,12 +37,16 @@
 //! `podvisor-bench top`: `podvisor top` on 10 pods × 100 containers: its CPU and peak RSS, and
 //! the supervisors' CPU with and without it attached.
 //!
+//! `podvisor-bench live-restore`: keepers' start cost, memory and idle CPU, and the time to
+//! adopt 100 running containers, beside a status read and horust's RSS.
+//!
 //! `podvisor-bench docker`: `docker run --rm IMAGE true` with podvisor as ENTRYPOINT, with
 //! `--init` and with no init; the static PID 1 build's size and RSS beside tini-static.
 
 mod api;
 mod docker;
 mod init;
+mod live;
 mod probes;
 mod run;
 mod runtime;
@@ -71,9 +75,10 @@ fn main() {
         Some("docker") => docker::docker_bench(&args[1..]),
         Some("runtime") => runtime::runtime_bench(&args[1..]),
         Some("top") => top::top_bench(&args[1..]),
+        Some("live-restore") => live::live_bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
+                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top|live-restore [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
             );
             std::process::exit(2);
         }

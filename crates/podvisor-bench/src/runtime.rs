@@ -228,7 +228,7 @@ fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
 }
 
 /// The same 100 `sleep`s under horust: (CPU s per 10 s idle, peak RSS KiB).
-fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<(f64, f64)> {
+pub(crate) fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<(f64, f64)> {
     let services = dir.join("horust-services");
     std::fs::create_dir_all(&services).ok()?;
     for i in 0..CONTAINERS {

@@ -55,7 +55,8 @@ const HELLO_PATIENCE: Duration = Duration::from_secs(2);
 /// touched, nothing killed.
 pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Found, StateError> {
     let mut found = Found::default();
-    if record.restarting_all {
+    // No keeper ever ran here (no --live-restore), or a restart of everything was under way.
+    if record.restarting_all || !protocol::dir(state_dir).is_dir() {
         return Ok(found);
     }
     for c in &record.containers {
