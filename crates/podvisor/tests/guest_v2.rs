@@ -106,6 +106,59 @@ mod placement {
         assert!(!r.dir.file("state").join("cgroups").exists());
     }
 
+    /// `--live-restore` on v2: the instance's cgroup and its limits stay while no podvisor
+    /// runs, and the next run takes the container over in it.
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_container_taken_over_keeps_its_cgroup_and_limits() {
+        let r = pod_run(&pod(
+            "Always",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 64Mi}}\n",
+        ));
+        let mut first = r.cmd(&["--live-restore"]).start();
+        let pid = running_pid(&r);
+        let instance = cgroup_of(pid);
+        let pod_dir = recorded(&r).unwrap();
+        assert_eq!(instance, pod_dir.join("app-1"));
+        first.signal("KILL");
+        first.wait();
+        let mut second = r.cmd(&["--live-restore"]).start();
+        wait_until("app adopted", || {
+            r.events().iter().any(|e| e["reason"] == "Adopted")
+        });
+        assert_eq!(container_pid(&r, 0), Some(pid));
+        assert_eq!(cgroup_of(pid), instance);
+        assert_eq!(read(&instance, "memory.max"), (64 << 20).to_string());
+        assert_usage(&status(&r), "app");
+        assert_eq!(client(&r, &["stop"]).code(), 0);
+        assert_eq!(second.wait().code(), Some(0));
+        first.assert_no_leftovers();
+        assert!(!pod_dir.exists(), "{}", pod_dir.display());
+    }
+
+    /// The keeper tells an OOM kill from its cgroup's memory.events.
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_memory_hog_under_a_keeper_is_oomkilled_with_137() {
+        let r = pod_run(&pod(
+            "Never",
+            &format!(
+                "  containers:\n  - name: hog\n    command: [{}, alloc, '300']\n    resources: {{limits: {{memory: 64Mi}}}}\n",
+                testbin().display()
+            ),
+        ));
+        let out = r.cmd(&["--live-restore"]).output();
+        assert_eq!(out.code(), 1, "{out:?}");
+        let killed: Vec<_> = r
+            .events()
+            .into_iter()
+            .filter(|e| e["reason"] == "OOMKilled")
+            .collect();
+        assert_eq!(killed.len(), 1, "{:?}", r.events());
+        assert_eq!(killed[0]["exitCode"], 137);
+        assert!(recorded(&r).is_none(), "the pod's cgroup is gone");
+    }
+
     #[test]
     #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
     fn a_memory_hog_is_oomkilled_with_137() {

@@ -337,3 +337,119 @@ fn without_live_restore_a_killed_run_takes_its_containers_along() {
     wait_until("the container dies with the run", || !alive(pid));
     first.assert_no_leftovers();
 }
+
+#[test]
+fn the_systemd_unit_upgrades_in_place_without_stopping_the_pod() {
+    // The unit's ExecStart, run as systemd would (KillMode=process: `systemctl restart` is a
+    // SIGTERM to `run` alone), with the binary replaced between the two runs.
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/systemd/podvisor@.service"),
+    )
+    .unwrap();
+    assert!(unit.lines().any(|l| l == "KillMode=process"), "{unit}");
+    let exec: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert!(exec.contains(&"--live-restore".to_string()), "{exec:?}");
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ));
+    let state = r.dir.file("state");
+    let install = |at: &str| {
+        let bin = r.dir.file(at).join("podvisor");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        std::fs::copy(podvisor(), &bin).unwrap();
+        bin
+    };
+    let unit_run = |bin: &Path| {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let mut rest = exec[1..].iter();
+        while let Some(a) = rest.next() {
+            match a.as_str() {
+                "run" => {
+                    args.extend(["run".into(), "-q".into(), "--events".into()]);
+                    args.push(r.dir.file("events.json").into());
+                }
+                "--state-dir" => {
+                    rest.next();
+                    args.extend(["--state-dir".into(), state.clone().into()]);
+                }
+                m if m.ends_with("%i.yaml") => args.push(r.dir.file("pod.yaml").into()),
+                other => args.push(other.into()),
+            }
+        }
+        Run::new(bin).args(args).start()
+    };
+    let old = install("old");
+    let mut first = unit_run(&old);
+    r.wait_event("app", "Started", 1);
+    let pid = containers(&r)[0].1;
+    first.signal("TERM");
+    assert_eq!(first.wait().code(), Some(0), "{:?}", first.stderr);
+    // The new binary replaces the old one; the keeper runs on from the old.
+    std::fs::remove_file(&old).unwrap();
+    let new = install("new");
+    let mut second = unit_run(&new);
+    r.wait_event("app", "Adopted", 1);
+    assert_eq!(containers(&r)[0].1, pid);
+    assert_eq!(r.find("app", "Started").len(), 1);
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(second.wait().code(), Some(0));
+    wait_until("the keeper ends", || keepers(&state).is_empty());
+    first.assert_no_leftovers();
+}
+
+#[test]
+fn a_container_taken_over_keeps_its_cgroup_and_an_oom_kill_is_told() {
+    if !crate::resources::cgroups_here() {
+        return;
+    }
+    let marks = TempDir::new();
+    let spec = format!(
+        "  containers:
+  - name: app
+    command: [sleep, '600']
+    resources: {{limits: {{memory: 64Mi}}}}
+  - name: hog
+    command: [sh, -c, 'test -f {m} && exec sleep 600; touch {m}; exec {bin} alloc 400']
+    resources: {{limits: {{memory: 64Mi}}}}
+",
+        m = marks.file("hogged").display(),
+        bin = testbin().display()
+    );
+    let r = PodRun::new(&pod_with("Always", 1, &spec));
+    let mut first = r.cmd(&LIVE).start();
+    // The keeper reads the OOM kill from the instance's cgroup.
+    let killed = r.wait_event("hog", "OOMKilled", 1);
+    assert_eq!(killed[0]["exitCode"], 137);
+    r.wait_event("hog", "Started", 2);
+    assert_eq!(r.find("hog", "OOMKilled").len(), 1);
+    let pid = containers(&r)[0].1;
+    let memory_cgroup = |pid: i64| -> String {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        text.lines()
+            .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+            .unwrap()
+    };
+    let before = memory_cgroup(pid);
+    assert!(before.ends_with("/app-1"), "{before}");
+    first.signal("KILL");
+    first.wait();
+    let _second = r.cmd(&LIVE).start();
+    r.wait_event("app", "Adopted", 1);
+    assert_eq!(memory_cgroup(pid), before);
+    let limit = Path::new("/sys/fs/cgroup/memory")
+        .join(before.trim_start_matches('/'))
+        .join("memory.limit_in_bytes");
+    assert_eq!(
+        std::fs::read_to_string(limit).unwrap().trim(),
+        (64 << 20).to_string()
+    );
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+}

@@ -50,7 +50,7 @@ fn cgroup_dir(pid: i32, controller: &str) -> Option<PathBuf> {
 }
 
 /// cgroup v1 with the memory and cpu controllers, and root: what these tests need.
-fn cgroups_here() -> bool {
+pub fn cgroups_here() -> bool {
     let v1 = std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
