@@ -13,9 +13,10 @@
 //! the container); if it is killed, the container goes with it (PR_SET_PDEATHSIG), and a
 //! supervisor that finds no record reports the container lost.
 //!
-//! The command line is internal (the supervisor writes it):
-//! `podvisor keeper STATE_DIR CONTAINER INSTANCE PID STDOUT_FD STDERR_FD PROTOCOL MAX_SIZE
-//! MAX_FILES [OOM_FILE]`.
+//! It runs as `podvisor-keeper` (a binary of its own beside `podvisor`, which links little, so
+//! that a hundred keepers hold little memory), or as `podvisor keeper` where that binary is
+//! missing. The command line is internal (the supervisor writes it): `STATE_DIR CONTAINER
+//! INSTANCE PID STDOUT_FD STDERR_FD PROTOCOL MAX_SIZE MAX_FILES [OOM_FILE]`.
 
 pub mod protocol;
 
@@ -49,11 +50,9 @@ pub struct KeeperArgs {
 }
 
 impl KeeperArgs {
-    /// The command line (argv[0] included).
-    pub fn to_argv(&self) -> Vec<OsString> {
+    /// The command line after the program (`podvisor keeper` or `podvisor-keeper`).
+    pub fn to_args(&self) -> Vec<OsString> {
         let mut v: Vec<OsString> = vec![
-            "podvisor".into(),
-            "keeper".into(),
             self.state_dir.clone().into(),
             self.container.clone().into(),
             self.instance.to_string().into(),

@@ -46,6 +46,14 @@ pub struct Found {
     pub exit_files: Vec<PathBuf>,
 }
 
+/// The keeper binary beside this one, opened now (`podvisor-keeper`), so that the keepers
+/// this run starts are of its release even once the files on disk are replaced; `None` where
+/// it is missing (keepers then run as `podvisor keeper`).
+pub fn keeper_exe() -> Option<File> {
+    let exe = std::env::current_exe().ok()?;
+    File::open(exe.with_file_name("podvisor-keeper")).ok()
+}
+
 /// How long a keeper has to say hello.
 const HELLO_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -178,7 +186,15 @@ impl Supervisor {
         match sys::fork()? {
             Forked::Child => {
                 drop(report);
-                sys::exit_now(keeper_child(child_end, argv, io, &self.inherited, args))
+                let exe = self.keeper_exe.as_ref();
+                sys::exit_now(keeper_child(
+                    child_end,
+                    argv,
+                    io,
+                    &self.inherited,
+                    args,
+                    exe,
+                ))
             }
             Forked::Parent(keeper) => {
                 drop(child_end);
@@ -333,6 +349,7 @@ fn keeper_child(
     io: ContainerIo,
     inherited: &Inherited,
     mut args: KeeperArgs,
+    exe: Option<&File>,
 ) -> i32 {
     // Its own session: a terminal's signals and hang-up never reach it.
     let _ = sys::new_session();
@@ -355,9 +372,18 @@ fn keeper_child(
     let kept = [args.stdout, args.stderr]
         .into_iter()
         .try_for_each(sys::keep_across_exec);
-    let e = match kept {
-        Ok(()) => sys::exec_self(&args.to_argv()),
-        Err(e) => e,
+    let e = match (kept, exe) {
+        (Ok(()), Some(exe)) => {
+            let mut argv: Vec<OsString> = vec!["podvisor-keeper".into()];
+            argv.extend(args.to_args());
+            sys::exec_file(exe, &argv)
+        }
+        (Ok(()), None) => {
+            let mut argv: Vec<OsString> = vec!["podvisor".into(), "keeper".into()];
+            argv.extend(args.to_args());
+            sys::exec_self(&argv)
+        }
+        (Err(e), _) => e,
     };
     let _ = writeln!(report, "error start its keeper: {e}");
     // The container must not run without its keeper.

@@ -208,6 +208,7 @@ pub fn run(
         keepers: HashMap::new(),
         keeper_slots: Vec::new(),
         next_keeper_slot: 0,
+        keeper_exe: settings.live_restore.then(keep::keeper_exe).flatten(),
         pending: Vec::new(),
         stopped: false,
         finished: None,
@@ -404,6 +405,8 @@ struct Supervisor {
     keepers: HashMap<InstanceId, keep::Keeper>,
     keeper_slots: Vec<(usize, InstanceId)>,
     next_keeper_slot: usize,
+    /// The keeper binary, opened when the run began (see `keep::keeper_exe`).
+    keeper_exe: Option<std::fs::File>,
     /// Events of this turn, sent out once its record is saved (see `announce`).
     pending: Vec<(SystemTime, podvisor_core::lifecycle::Event)>,
     stopped: bool,

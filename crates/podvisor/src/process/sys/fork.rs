@@ -48,6 +48,20 @@ pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
 /// Execs this binary again (`/proc/self/exe`, which stays the binary this process runs even
 /// after a newer one replaced it on disk) with `args` (argv[0] included). Returns only on error.
 pub fn exec_self(args: &[OsString]) -> io::Error {
+    exec_path(c"/proc/self/exe", args)
+}
+
+/// Execs the program open at `file` (a binary opened earlier, so that replacing it on disk
+/// changes nothing) with `args` (argv[0] included). Returns only on error.
+pub fn exec_file(file: &std::fs::File, args: &[OsString]) -> io::Error {
+    use std::os::fd::AsRawFd;
+    match CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        Ok(path) => exec_path(&path, args),
+        Err(_) => io::Error::from_raw_os_error(libc::EINVAL),
+    }
+}
+
+fn exec_path(path: &std::ffi::CStr, args: &[OsString]) -> io::Error {
     let c: Result<Vec<CString>, _> = args
         .iter()
         .map(|a| CString::new(a.as_bytes().to_vec()))
@@ -59,7 +73,7 @@ pub fn exec_self(args: &[OsString]) -> io::Error {
     argv.push(std::ptr::null());
     // SAFETY: a NUL-terminated array of pointers to NUL-terminated strings that live until the
     // call returns (it returns only on failure).
-    unsafe { libc::execv(c"/proc/self/exe".as_ptr(), argv.as_ptr()) };
+    unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
     io::Error::last_os_error()
 }
 
