@@ -453,3 +453,23 @@ fn a_container_taken_over_keeps_its_cgroup_and_an_oom_kill_is_told() {
     );
     assert_eq!(client(&r, &["stop"]).code(), 0);
 }
+
+#[test]
+fn a_memory_volume_is_refused_with_live_restore() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600'], volumeMounts: [{name: scratch, mountPath: /scratch}]}\n  volumes:\n  - {name: scratch, emptyDir: {medium: Memory}}\n",
+    ));
+    let out = r.cmd(&LIVE).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("--live-restore")
+            && out
+                .stderr
+                .contains("emptyDir volume \"scratch\" has medium: Memory"),
+        "{}",
+        out.stderr
+    );
+    assert!(r.find("app", "Started").is_empty());
+}

@@ -198,25 +198,30 @@ impl Supervisor {
             }
             Forked::Parent(keeper) => {
                 drop(child_end);
-                // Until end of file: the child's end closes at its exec (or its exit).
-                let mut text = String::new();
-                report.read_to_string(&mut text)?;
-                let mut pid = None;
-                for line in text.lines() {
-                    let (what, rest) = line.split_once(' ').unwrap_or((line, ""));
-                    match what {
-                        "pid" => pid = rest.parse().ok(),
-                        "errno" => {
-                            let n = rest.parse().unwrap_or(libc::EIO);
-                            return Err(io::Error::from_raw_os_error(n));
-                        }
-                        _ => return Err(io::Error::other(rest.to_string())),
-                    }
+                // One line: the container's pid once it runs (its exec done), or why it could
+                // not start. The keeper's own exec is not waited for: a keeper that cannot
+                // exec kills the container and ends without a record, which reports it lost.
+                let mut line = String::new();
+                BufReader::new(&mut report).read_line(&mut line)?;
+                let (what, rest) = line
+                    .trim_end()
+                    .split_once(' ')
+                    .unwrap_or((line.trim_end(), ""));
+                match what {
+                    "pid" => match rest.parse() {
+                        Ok(pid) => Ok((keeper, pid)),
+                        Err(_) => Err(io::Error::other(format!(
+                            "start its keeper: it said {line:?}"
+                        ))),
+                    },
+                    "errno" => Err(io::Error::from_raw_os_error(
+                        rest.parse().unwrap_or(libc::EIO),
+                    )),
+                    "" => Err(io::Error::other(
+                        "start its keeper: the keeper ended before it said anything",
+                    )),
+                    _ => Err(io::Error::other(rest.to_string())),
                 }
-                let pid = pid.ok_or_else(|| {
-                    io::Error::other("start its keeper: the keeper ended before it said anything")
-                })?;
-                Ok((keeper, pid))
             }
         }
     }

@@ -306,8 +306,13 @@ fn isolate(
         .find(|v| matches!(v, VolumePlan::EmptyDir { memory: true, .. }));
     if let (Some(v), true) = (memory, settings.live_restore) {
         // Its tmpfs lives in this run's mount namespace: it cannot outlive the run.
+        let user = plan
+            .exec
+            .iter()
+            .zip(&plan.pod.containers)
+            .find(|(x, _)| x.mounts.iter().any(|m| m.volume == v.name()));
         return Err(Unenforceable {
-            container: String::new(),
+            container: user.map_or_else(String::new, |(_, c)| c.name.clone()),
             field: "--live-restore",
             needs: "volumes that outlive the run",
             why: format!("emptyDir volume {:?} has medium: Memory, whose tmpfs ends with the run; use a disk emptyDir", v.name()),
