@@ -367,13 +367,16 @@ fn a_second_stop_signal_cuts_the_delay_short() {
     let dir = TempDir::new();
     let rec = dir.file("rec");
     let mut p = init()
-        .args(["-q", "--stop-delay", "60s", "--"])
+        .args(["-v", "--stop-delay", "60s", "--"])
         .arg(testbin())
         .args(["signals", "--exit-on", "INT", "--out"])
         .arg(&rec)
         .start();
     wait_for_file_line(&rec, "ready", |l| l == "ready");
     p.signal("TERM");
+    // INT only once TERM is held: two signals pending at once are read lowest number first
+    // (INT before TERM), whatever order they were sent in.
+    p.expect_line("holding SIGTERM", |l| l.contains("holding SIGTERM"));
     p.signal("INT");
     // The 60 s delay would outlast PATIENCE: exiting at all proves INT went through at once.
     assert_eq!(p.wait().code(), Some(0));

@@ -67,6 +67,24 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
     if record.restarting_all || !protocol::dir(state_dir).is_dir() {
         return Ok(found);
     }
+    // Exit records no run will read (an instance the record no longer counts as running, as
+    // after a restart of everything): removed with the others once the pod is taken up.
+    let running: Vec<String> = record
+        .containers
+        .iter()
+        .filter(|c| matches!(c.state, StateRecord::Running(_)))
+        .map(|c| protocol::exit_file(&c.name, c.instance))
+        .collect();
+    for e in std::fs::read_dir(protocol::dir(state_dir))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".exit") && !running.contains(&name) {
+            found.exit_files.push(e.path());
+        }
+    }
     for c in &record.containers {
         let (StateRecord::Running(_), Some(process)) = (&c.state, c.process) else {
             continue;
