@@ -269,11 +269,3 @@ pub fn live_bench(args: &[String]) {
         "restarts after adoption (all rounds)", restarts
     );
 }
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}

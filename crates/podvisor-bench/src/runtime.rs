@@ -144,14 +144,6 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
     let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n");
     if matches!(mode, Mode::Cgroups | Mode::Bare) {

@@ -237,14 +237,6 @@ fn stop(child: &mut std::process::Child) {
     child.wait().unwrap();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Writes `bytes` as podvisor writes its record; milliseconds.
 fn atomic_write_ms(dir: &Path, bytes: &[u8]) -> f64 {
     let (tmp, path) = (dir.join(".floor.tmp"), dir.join("floor.state"));

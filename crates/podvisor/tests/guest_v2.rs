@@ -136,10 +136,9 @@ mod placement {
         assert!(!pod_dir.exists(), "{}", pod_dir.display());
     }
 
-    /// The keeper tells an OOM kill from its cgroup's memory.events.
-    #[test]
-    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
-    fn a_memory_hog_under_a_keeper_is_oomkilled_with_137() {
+    /// A hog past its limit: OOMKilled, 137, told by podvisor or (`extra`: `--live-restore`)
+    /// by its keeper, from the cgroup's memory.events.
+    fn hog_is_oomkilled(extra: &[&str]) {
         let r = pod_run(&pod(
             "Never",
             &format!(
@@ -147,29 +146,7 @@ mod placement {
                 testbin().display()
             ),
         ));
-        let out = r.cmd(&["--live-restore"]).output();
-        assert_eq!(out.code(), 1, "{out:?}");
-        let killed: Vec<_> = r
-            .events()
-            .into_iter()
-            .filter(|e| e["reason"] == "OOMKilled")
-            .collect();
-        assert_eq!(killed.len(), 1, "{:?}", r.events());
-        assert_eq!(killed[0]["exitCode"], 137);
-        assert!(recorded(&r).is_none(), "the pod's cgroup is gone");
-    }
-
-    #[test]
-    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
-    fn a_memory_hog_is_oomkilled_with_137() {
-        let r = pod_run(&pod(
-            "Never",
-            &format!(
-                "  containers:\n  - name: hog\n    command: [{}, alloc, '300']\n    resources: {{limits: {{memory: 64Mi}}}}\n",
-                testbin().display()
-            ),
-        ));
-        let out = r.cmd(&[]).output();
+        let out = r.cmd(extra).output();
         assert_eq!(out.code(), 1, "{out:?}");
         let killed: Vec<_> = r
             .events()
@@ -180,6 +157,18 @@ mod placement {
         assert_eq!(killed[0]["exitCode"], 137);
         assert!(!r.log("hog", 1).contains("allocated"));
         assert!(recorded(&r).is_none(), "the pod's cgroup is gone");
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_memory_hog_is_oomkilled_with_137() {
+        hog_is_oomkilled(&[]);
+    }
+
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_memory_hog_under_a_keeper_is_oomkilled_with_137() {
+        hog_is_oomkilled(&["--live-restore"]);
     }
 
     #[test]

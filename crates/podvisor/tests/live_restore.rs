@@ -82,6 +82,15 @@ fn count_cmdline(argv: &[&str]) -> usize {
         .count()
 }
 
+/// One container, `app`, that sleeps.
+fn sleeper() -> PodRun {
+    PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ))
+}
+
 /// A sequence printer (every 10 ms), an HTTP server with a readiness probe, and a sleeper.
 fn three(port: u16, tag: &str) -> String {
     let spec = format!(
@@ -258,11 +267,7 @@ fn an_exit_while_away_is_reported_with_its_time_and_backed_off_from_it() {
 
 #[test]
 fn a_killed_keeper_takes_its_container_with_it_and_it_is_restarted() {
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
-    ));
+    let r = sleeper();
     let state = r.dir.file("state");
     let mut p = r.cmd(&LIVE).start();
     r.wait_event("app", "Started", 1);
@@ -288,11 +293,7 @@ fn a_killed_keeper_takes_its_container_with_it_and_it_is_restarted() {
 
 #[test]
 fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
-    ));
+    let r = sleeper();
     let state = r.dir.file("state");
     let mut first = r
         .cmd(&LIVE)
@@ -321,11 +322,7 @@ fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
 
 #[test]
 fn without_live_restore_a_killed_run_takes_its_containers_along() {
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
-    ));
+    let r = sleeper();
     let state = r.dir.file("state");
     let mut first = r.cmd(&[]).start();
     r.wait_event("app", "Started", 1);
@@ -355,11 +352,7 @@ fn the_systemd_unit_upgrades_in_place_without_stopping_the_pod() {
         .map(String::from)
         .collect();
     assert!(exec.contains(&"--live-restore".to_string()), "{exec:?}");
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
-    ));
+    let r = sleeper();
     let state = r.dir.file("state");
     let install = |at: &str| {
         let bin = r.dir.file(at).join("podvisor");

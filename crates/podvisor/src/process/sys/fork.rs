@@ -46,13 +46,13 @@ pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
 }
 
 /// Execs this binary again (`/proc/self/exe`, which stays the binary this process runs even
-/// after a newer one replaced it on disk) with `args` (argv[0] included). Returns only on error.
+/// after a newer one replaced it on disk) with `args` (`argv[0]` included). Returns only on error.
 pub fn exec_self(args: &[OsString]) -> io::Error {
     exec_path(c"/proc/self/exe", args)
 }
 
 /// Execs the program open at `file` (a binary opened earlier, so that replacing it on disk
-/// changes nothing) with `args` (argv[0] included). Returns only on error.
+/// changes nothing) with `args` (`argv[0]` included). Returns only on error.
 pub fn exec_file(file: &std::fs::File, args: &[OsString]) -> io::Error {
     use std::os::fd::AsRawFd;
     match CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())) {
