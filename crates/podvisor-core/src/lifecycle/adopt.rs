@@ -9,17 +9,14 @@
 //! on from that time; one whose keeper died with nothing recorded is lost, and `Lost` reports
 //! it as the kubelet reports a container it cannot find (`ContainerStatusUnknown`, 137).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::clock::Instant;
 use crate::duration::format_duration;
-use crate::record::{PodRecord, StateRecord};
 
-use super::container::{Next, Process};
+use super::container::Process;
 use super::{
-    set_exit_code, ContainerState, Effect, EventType, Exit, InstanceId, Pod, ResumeError,
-    TerminatedReason,
+    set_exit_code, ContainerState, Effect, EventType, Exit, InstanceId, Pod, TerminatedReason,
 };
 
 /// What the shell found of a container the record says was running.
@@ -32,45 +29,6 @@ pub enum Survivor {
 }
 
 impl Pod {
-    /// `resume`, with the containers the shell found alive or exited (by name); those the
-    /// record says were running and that are not in `survivors` are lost, as `resume` has it.
-    /// A record taken up during an in-place restart of every container adopts nothing.
-    pub fn resume_adopting(
-        plan: super::PodPlan,
-        record: &PodRecord,
-        survivors: &BTreeMap<String, Survivor>,
-    ) -> Result<Pod, ResumeError> {
-        let mut pod = Pod::resume(plan, record)?;
-        if record.restarting_all {
-            return Ok(pod);
-        }
-        for (i, c) in pod.containers.iter_mut().enumerate() {
-            let Some(r) = record.containers.iter().find(|r| r.name == c.name) else {
-                continue;
-            };
-            let (StateRecord::Running(since), Some(found)) = (&r.state, survivors.get(&c.name))
-            else {
-                continue;
-            };
-            let since = Instant::from_millis(*since);
-            // Undo what `resume` did for a lost container: it is the same instance.
-            c.last_state = c.last_state.take().filter(|s| !is_unknown(s)).or_else(|| {
-                r.last
-                    .as_ref()
-                    .and_then(|e| super::resume::exit_state(e).ok())
-            });
-            c.state = ContainerState::Running { started_at: since };
-            c.process = Process::Up {
-                since,
-                post_start: false,
-            };
-            c.next = Next::ByPolicy;
-            c.ever_started = true;
-            pod.adopted.push((i, *found));
-        }
-        Ok(pod)
-    }
-
     /// At admission: each survivor taken over (`Adopted`, its probes begin) or its exit while
     /// podvisor was away recorded at its own finish time.
     pub(super) fn admit_survivors(&mut self, now: Instant, fx: &mut Vec<Effect>) {
@@ -130,14 +88,4 @@ impl Pod {
         set_exit_code(&mut e, 137);
         fx.push(e);
     }
-}
-
-fn is_unknown(s: &ContainerState) -> bool {
-    matches!(
-        s,
-        ContainerState::Terminated {
-            reason: TerminatedReason::ContainerStatusUnknown,
-            ..
-        }
-    )
 }

@@ -2,8 +2,9 @@
 //!
 //! What is kept: restart counts, instance numbers, exits, stages, verdicts, backoff entries,
 //! restart windows and whole-pod restarts. What a resume does with them:
-//! - a container that was running (or being started) when the record was written vanished
-//!   with the run: it shows `lastState` terminated `ContainerStatusUnknown` (137, as the
+//! - a container that was running (or being started) when the record was written and that
+//!   the shell found held by its keeper (live restore) is the same instance (`adopt`);
+//! - one it did not find vanished with the run: it shows `lastState` terminated `ContainerStatusUnknown` (137, as the
 //!   kubelet reports a container it lost) and starts again at once as a restart (its count
 //!   grows by one, its backoff and restart window are not touched: the run failed, not it);
 //! - a container waiting out its CrashLoopBackOff waits out the rest of it (times are on the
@@ -14,6 +15,7 @@
 //! - a run that ended while it was restarting every container in place (`RestartAllContainers`)
 //!   finishes that restart: every container starts again from the first init container.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
@@ -24,7 +26,7 @@ use crate::record::{ContainerRecord, ExitRecord, NextRecord, PodRecord, StateRec
 use crate::stage::Judgement;
 
 use super::container::{Next, Process};
-use super::{initial_waiting, ContainerState, Effect, EventType, Pod, TerminatedReason};
+use super::{initial_waiting, ContainerState, Effect, EventType, Pod, Survivor, TerminatedReason};
 
 /// Why a record cannot be taken up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,6 +94,18 @@ impl Pod {
     /// A pod taken up from `record` (see the module's doc). Containers of the plan that the
     /// record does not name start afresh; records of containers no longer planned are dropped.
     pub fn resume(plan: super::PodPlan, record: &PodRecord) -> Result<Pod, ResumeError> {
+        Pod::resume_adopting(plan, record, &BTreeMap::new())
+    }
+
+    /// `resume`, with what the shell found of the containers the record says were running
+    /// (by name; live restore, see `adopt`): those in `survivors` are the same instance,
+    /// taken over at admission; the others are lost. A record taken up during an in-place
+    /// restart of every container adopts nothing: that restart is finished instead.
+    pub fn resume_adopting(
+        plan: super::PodPlan,
+        record: &PodRecord,
+        survivors: &BTreeMap<String, Survivor>,
+    ) -> Result<Pod, ResumeError> {
         let mut pod = Pod::new(plan);
         pod.pod_restarts = record.pod_restarts;
         pod.restarts_all = record.restarts_all;
@@ -100,6 +114,7 @@ impl Pod {
             saved,
             saved_by: record.saved_by,
         });
+        let mut adopted = Vec::new();
         for i in 0..pod.containers.len() {
             let Some(r) = record
                 .containers
@@ -130,6 +145,20 @@ impl Pod {
             let last = r.last.as_ref().map(exit_state).transpose().map_err(bad)?;
             match (&r.state, r.next) {
                 (StateRecord::Running(since), _) => {
+                    let since = Instant::from_millis(*since);
+                    let found = survivors.get(&r.name).filter(|_| !record.restarting_all);
+                    if let Some(found) = found {
+                        c.last_state = last;
+                        c.state = ContainerState::Running { started_at: since };
+                        c.process = Process::Up {
+                            since,
+                            post_start: false,
+                        };
+                        c.next = Next::ByPolicy;
+                        c.ever_started = true;
+                        adopted.push((i, *found));
+                        continue;
+                    }
                     c.last_state = Some(ContainerState::Terminated {
                         exit_code: 137,
                         signal: None,
@@ -139,7 +168,7 @@ impl Pod {
                              it was running when the previous run ended"
                                 .into(),
                         ),
-                        started_at: Some(Instant::from_millis(*since)),
+                        started_at: Some(since),
                         finished_at: saved,
                     });
                     c.state = waiting;
@@ -169,6 +198,7 @@ impl Pod {
                 }
             }
         }
+        pod.adopted = adopted;
         if record.restarting_all {
             // The run ended during an in-place restart of every container: what it was killing
             // went with it, so the teardown is over and the pod starts again from its first init
@@ -234,7 +264,7 @@ fn exit_record(s: &ContainerState) -> Option<ExitRecord> {
     })
 }
 
-pub(super) fn exit_state(e: &ExitRecord) -> Result<ContainerState, String> {
+fn exit_state(e: &ExitRecord) -> Result<ContainerState, String> {
     let reason = TerminatedReason::parse(&e.reason)
         .ok_or_else(|| format!("{:?} is not a reason a container terminates with", e.reason))?;
     Ok(ContainerState::Terminated {
