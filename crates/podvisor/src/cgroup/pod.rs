@@ -181,6 +181,14 @@ impl PodCgroup {
     }
 }
 
+/// Whether an `oom_file` (memory.events, memory.oom_control) counts an OOM kill.
+pub fn oom_kills_in(file: &Path) -> bool {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| keyed(&t, "oom_kill"))
+        .is_some_and(|n| n > 0)
+}
+
 /// The directory name of a container instance's cgroup in its pod's.
 pub fn instance_dir(container: &str, instance: u32) -> String {
     format!("{container}-{instance}")
@@ -232,10 +240,7 @@ impl InstanceCgroup {
 
     /// Whether the kernel's OOM killer killed a process of this instance.
     pub fn oom_killed(&self) -> bool {
-        self.oom_file()
-            .and_then(|f| std::fs::read_to_string(f).ok())
-            .and_then(|t| keyed(&t, "oom_kill"))
-            .is_some_and(|n| n > 0)
+        self.oom_file().is_some_and(|f| oom_kills_in(&f))
     }
 
     /// The file whose `oom_kill` line counts the OOM kills in it (a keeper reads it).

@@ -24,7 +24,7 @@ use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use podvisor_core::lifecycle::InstanceId;
@@ -218,7 +218,10 @@ fn keep(a: &KeeperArgs) -> io::Result<()> {
     let note = ExitNote {
         pid: a.pid,
         exit,
-        oom_killed: a.oom_file.as_deref().is_some_and(oom_killed),
+        oom_killed: a
+            .oom_file
+            .as_deref()
+            .is_some_and(crate::cgroup::oom_kills_in),
         finished,
     };
     let name = protocol::exit_file(&a.container, a.instance);
@@ -243,15 +246,4 @@ fn accept(listener: &UnixListener, epoll: &Epoll, hello: &str, clients: &mut Vec
             clients.push(s);
         }
     }
-}
-
-/// Whether the cgroup file (`memory.events` or `memory.oom_control`) counts an OOM kill.
-fn oom_killed(file: &Path) -> bool {
-    std::fs::read_to_string(file).is_ok_and(|t| {
-        t.lines().any(|l| {
-            l.strip_prefix("oom_kill ")
-                .and_then(|n| n.trim().parse::<u64>().ok())
-                .is_some_and(|n| n > 0)
-        })
-    })
 }

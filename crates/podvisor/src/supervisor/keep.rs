@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use podvisor_core::clock::Instant;
-use podvisor_core::lifecycle::{ExitStatus, Input, InstanceId, Survivor};
+use podvisor_core::lifecycle::{Input, InstanceId, Survivor};
 use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
 
 use super::{Supervisor, TOKEN_KEEPER};
 use crate::keeper::protocol::{self, ExitNote, Hello};
 use crate::keeper::KeeperArgs;
-use crate::process::sys::{self, ChildSetup, ContainerIo, Exit, Forked, Inherited, EV_READ};
+use crate::process::sys::{self, ChildSetup, ContainerIo, Forked, Inherited, EV_READ};
 use crate::state::{StateError, StateFile, RESET_REMEDY};
 
 /// A keeper the supervisor knows: its pid and, for one taken over, the connection whose end
@@ -127,26 +127,17 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
             });
             continue;
         }
-        let file = StateFile::new(
-            &protocol::dir(state_dir),
-            &protocol::exit_file(&c.name, c.instance),
-        )?;
-        if let Some(text) = file.read()? {
-            let note = ExitNote::decode(&text).map_err(|e| StateError::Mismatch {
-                path: file.path().display().to_string(),
-                message: format!("container {}'s exit record: {e}", c.name),
-                remedy: RESET_REMEDY,
-            })?;
-            found.survivors.insert(
-                c.name.clone(),
-                Survivor::Exited {
-                    exit: podvisor_core::lifecycle::Exit {
-                        status: status(note.exit),
-                        oom_killed: note.oom_killed,
-                    },
-                    finished_at: Instant::from_millis(note.finished),
-                },
-            );
+        let file = exit_record(state_dir, &c.name, c.instance)?;
+        let note = read_note(&file).map_err(|message| StateError::Mismatch {
+            path: file.path().display().to_string(),
+            message: format!("container {}'s {message}", c.name),
+            remedy: RESET_REMEDY,
+        })?;
+        if let Some(note) = note {
+            let exit = lifecycle_exit(&note, false);
+            let finished_at = Instant::from_millis(note.finished);
+            let found_exit = Survivor::Exited { exit, finished_at };
+            found.survivors.insert(c.name.clone(), found_exit);
             found.exit_files.push(file.path().to_path_buf());
         }
     }
@@ -165,10 +156,27 @@ fn read_hello(conn: &UnixStream) -> Result<Hello, String> {
     protocol::parse_hello(line.trim_end())
 }
 
-fn status(exit: Exit) -> ExitStatus {
-    match exit {
-        Exit::Code(c) => ExitStatus::Code(c),
-        Exit::Signal(s) => ExitStatus::Signal(s),
+/// The exit record of a container instance's keeper.
+fn exit_record(state_dir: &Path, container: &str, instance: u32) -> Result<StateFile, StateError> {
+    StateFile::new(
+        &protocol::dir(state_dir),
+        &protocol::exit_file(container, instance),
+    )
+}
+
+/// What an exit record holds, if it is there; `Err` says why it cannot be read.
+fn read_note(file: &StateFile) -> Result<Option<ExitNote>, String> {
+    let text = file.read().map_err(|e| format!("exit record: {e}"))?;
+    text.map(|t| ExitNote::decode(&t))
+        .transpose()
+        .map_err(|e| format!("exit record: {e}"))
+}
+
+/// A recorded exit as the core takes it; `oom`: the cgroup also says OOM killer.
+fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit {
+    podvisor_core::lifecycle::Exit {
+        status: super::exit_status(note.exit),
+        oom_killed: note.oom_killed || oom,
     }
 }
 
@@ -252,30 +260,18 @@ impl Supervisor {
         };
         if let Some(conn) = keeper.conn {
             let _ = self.epoll.delete(conn.as_raw_fd());
-            self.keeper_slots.retain(|(_, i)| *i != id);
         }
-        let name = self.plan.pod.containers[id.container].name.clone();
-        let note = StateFile::new(
-            &protocol::dir(&self.state_dir),
-            &protocol::exit_file(&name, id.instance),
-        )
-        .and_then(|f| {
-            let text = f.read()?;
-            let _ = f.remove();
-            Ok(text)
-        });
+        let name = &self.plan.pod.containers[id.container].name;
+        let note = exit_record(&self.state_dir, name, id.instance)
+            .map_err(|e| e.to_string())
+            .and_then(|f| {
+                let note = read_note(&f);
+                let _ = f.remove();
+                note
+            });
         let oom = self.instance_ended(id);
         let input = match note {
-            Ok(Some(text)) => match ExitNote::decode(&text) {
-                Ok(n) => Input::Exited(
-                    id,
-                    podvisor_core::lifecycle::Exit {
-                        status: status(n.exit),
-                        oom_killed: n.oom_killed || oom,
-                    },
-                ),
-                Err(e) => Input::Lost(id, format!("its keeper's exit record cannot be read: {e}")),
-            },
+            Ok(Some(n)) => Input::Exited(id, lifecycle_exit(&n, oom)),
             Ok(None) => Input::Lost(
                 id,
                 format!(
@@ -283,26 +279,26 @@ impl Supervisor {
                     keeper.pid
                 ),
             ),
-            Err(e) => Input::Lost(id, format!("its keeper's exit record cannot be read: {e}")),
+            Err(e) => Input::Lost(id, format!("its keeper's {e}")),
         };
         self.feed(input)
     }
 
-    /// A keeper's connection is readable: it ends when the keeper does.
-    pub(super) fn keeper_readable(&mut self, slot: usize) -> io::Result<()> {
-        let Some(&(_, id)) = self.keeper_slots.iter().find(|(s, _)| *s == slot) else {
+    /// The connection to container `i`'s keeper (one taken over) is readable: it ends when
+    /// the keeper does.
+    pub(super) fn keeper_readable(&mut self, i: usize) -> io::Result<()> {
+        let Some((&id, conn)) = self
+            .keepers
+            .iter_mut()
+            .find_map(|(id, k)| Some((id, k.conn.as_mut()?)).filter(|(id, _)| id.container == i))
+        else {
             return Ok(());
         };
-        let ended = match self.keepers.get_mut(&id).and_then(|k| k.conn.as_mut()) {
-            None => return Ok(()),
-            Some(conn) => {
-                let mut buf = [0u8; 256];
-                match conn.read(&mut buf) {
-                    Ok(0) => true,
-                    Ok(_) => false,
-                    Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-                }
-            }
+        let mut buf = [0u8; 256];
+        let ended = match conn.read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
         };
         if ended {
             self.keeper_ended(id)?;
@@ -344,11 +340,9 @@ impl Supervisor {
             }
             a.conn.set_nonblocking(true)?;
             a.conn.set_read_timeout(None)?;
-            let slot = self.next_keeper_slot;
-            self.next_keeper_slot += 1;
-            self.epoll
-                .add(a.conn.as_raw_fd(), TOKEN_KEEPER | slot as u64, EV_READ)?;
-            self.keeper_slots.push((slot, id));
+            // One live instance per container: its index is the token's slot.
+            let token = TOKEN_KEEPER | a.container as u64;
+            self.epoll.add(a.conn.as_raw_fd(), token, EV_READ)?;
             self.keepers.insert(
                 id,
                 Keeper {

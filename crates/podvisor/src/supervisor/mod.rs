@@ -206,8 +206,6 @@ pub fn run(
         live_restore: settings.live_restore,
         detached: false,
         keepers: HashMap::new(),
-        keeper_slots: Vec::new(),
-        next_keeper_slot: 0,
         keeper_exe: settings.live_restore.then(keep::keeper_exe).flatten(),
         pending: Vec::new(),
         stopped: false,
@@ -406,10 +404,9 @@ struct Supervisor {
     live_restore: bool,
     /// The run ended by a stop signal under live restore: the containers run on.
     detached: bool,
-    /// Keepers of live instances, and the slots of the connections to those taken over.
+    /// Keepers of live instances (with the connection to those taken over, whose epoll
+    /// slot is the container's index).
     keepers: HashMap<InstanceId, keep::Keeper>,
-    keeper_slots: Vec<(usize, InstanceId)>,
-    next_keeper_slot: usize,
     /// The keeper binary, opened when the run began (see `keep::keeper_exe`).
     keeper_exe: Option<std::fs::File>,
     /// Events of this turn, sent out once its record is saved (see `announce`).
@@ -639,10 +636,7 @@ impl Supervisor {
             Some(PidOwner::Container(id)) => id,
         };
         let oom_killed = self.instance_ended(id);
-        let status = match exit {
-            Exit::Code(c) => ExitStatus::Code(c),
-            Exit::Signal(s) => ExitStatus::Signal(s),
-        };
+        let status = exit_status(exit);
         self.feed(Input::Exited(
             id,
             podvisor_core::lifecycle::Exit { status, oom_killed },
@@ -742,6 +736,14 @@ impl Supervisor {
             self.api.event(line, &self.epoll);
         }
         self.after_changes();
+    }
+}
+
+/// A wait status as the core takes it.
+fn exit_status(exit: Exit) -> ExitStatus {
+    match exit {
+        Exit::Code(c) => ExitStatus::Code(c),
+        Exit::Signal(s) => ExitStatus::Signal(s),
     }
 }
 
