@@ -3,10 +3,7 @@
 use super::*;
 
 pub fn api_bench(args: &[String]) {
-    let here = std::env::current_exe().unwrap();
-    let podvisor = arg_value(args, "--podvisor")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let podvisor = program(args, "--podvisor", "podvisor");
     let quick = args.iter().any(|a| a == "--quick");
     let dir = std::env::temp_dir().join(format!("podvisor-bench-api-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -183,10 +183,7 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
 }
 
 pub fn live_bench(args: &[String]) {
-    let here = std::env::current_exe().unwrap();
-    let podvisor = arg_value(args, "--podvisor")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let podvisor = program(args, "--podvisor", "podvisor");
     let horust = arg_value(args, "--horust").map(PathBuf::from);
     let quick = args.iter().any(|a| a == "--quick");
     let rounds = if quick { 1 } else { 3 };

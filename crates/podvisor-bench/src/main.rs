@@ -94,6 +94,13 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The program `flag` names, else `name` beside this benchmark's binary (target/release).
+fn program(args: &[String], flag: &str, name: &str) -> PathBuf {
+    arg_value(args, flag)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name(name))
+}
+
 fn arg_value(args: &[String], name: &str) -> Option<String> {
     args.iter()
         .position(|a| a == name)

@@ -61,10 +61,7 @@ fn probe_targets() -> (u16, u16, Arrivals) {
 }
 
 pub fn probes_bench(args: &[String]) {
-    let here = std::env::current_exe().unwrap();
-    let podvisor = arg_value(args, "--podvisor")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let podvisor = program(args, "--podvisor", "podvisor");
     let quick = args.iter().any(|a| a == "--quick");
     let (n, window, n_exec) = if quick {
         (200, Duration::from_secs(8), 50)

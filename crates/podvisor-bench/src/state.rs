@@ -14,10 +14,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use super::*;
 
 pub fn state_bench(args: &[String]) {
-    let here = std::env::current_exe().unwrap();
-    let podvisor = arg_value(args, "--podvisor")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let podvisor = program(args, "--podvisor", "podvisor");
     let quick = args.iter().any(|a| a == "--quick");
     let dir = std::env::temp_dir().join(format!("podvisor-bench-state-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

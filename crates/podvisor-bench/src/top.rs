@@ -10,10 +10,7 @@ const PODS: usize = 10;
 const CONTAINERS: usize = 100;
 
 pub fn top_bench(args: &[String]) {
-    let here = std::env::current_exe().unwrap();
-    let podvisor = arg_value(args, "--podvisor")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| here.with_file_name("podvisor"));
+    let podvisor = program(args, "--podvisor", "podvisor");
     let quick = args.iter().any(|a| a == "--quick");
     // --idle: no crash loop, nothing changes (what top costs a quiet machine).
     let idle = args.iter().any(|a| a == "--idle");

@@ -15,7 +15,8 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn start(width: u16, height: u16, args: &[String]) -> Tmux {
+    /// `podvisor top` on `pods` (by their state dirs) in a `width` × `height` terminal.
+    fn start(width: u16, height: u16, pods: &[&PodRun]) -> Tmux {
         static N: AtomicU32 = AtomicU32::new(0);
         let socket = format!(
             "podvisor-top-{}-{}",
@@ -23,7 +24,10 @@ impl Tmux {
             N.fetch_add(1, Ordering::SeqCst)
         );
         let mut cmd = vec![podvisor().display().to_string(), "top".into()];
-        cmd.extend(args.iter().cloned());
+        for r in pods {
+            cmd.push("--state-dir".into());
+            cmd.push(r.dir.file("state").display().to_string());
+        }
         let t = Tmux { socket };
         let ok = Command::new("tmux")
             .args([
@@ -102,10 +106,6 @@ fn manifest(name: &str, containers: &str) -> String {
     )
 }
 
-fn state_dir(r: &PodRun) -> String {
-    r.dir.file("state").display().to_string()
-}
-
 fn have_tmux() -> bool {
     have("tmux", "podvisor top's terminal tests run it in tmux")
 }
@@ -132,16 +132,7 @@ fn lists_pods_follows_a_crash_and_restarts_from_the_keyboard() {
     let mut pb = batch.cmd(&FAST).start();
     web.wait_event("side", "Started", 1);
     batch.wait_event("worker", "Started", 1);
-    let t = Tmux::start(
-        120,
-        40,
-        &[
-            "--state-dir".into(),
-            state_dir(&web),
-            "--state-dir".into(),
-            state_dir(&batch),
-        ],
-    );
+    let t = Tmux::start(120, 40, &[&web, &batch]);
     let screen = t.wait("both pods, running", |s| {
         s.contains("ns/web") && s.contains("ns/batch") && s.matches("Running").count() >= 4
     });
@@ -211,16 +202,7 @@ fn a_pod_that_goes_away_and_a_narrow_terminal() {
     let mut p2 = two.cmd(&[]).start();
     one.wait_event("app", "Started", 1);
     two.wait_event("app", "Started", 1);
-    let t = Tmux::start(
-        120,
-        30,
-        &[
-            "--state-dir".into(),
-            state_dir(&one),
-            "--state-dir".into(),
-            state_dir(&two),
-        ],
-    );
+    let t = Tmux::start(120, 30, &[&one, &two]);
     t.wait("both pods", |s| {
         s.contains("ns/one") && s.contains("ns/two")
     });
