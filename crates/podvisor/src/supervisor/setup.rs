@@ -1,0 +1,144 @@
+//! What `run` does before its loop: this process made ready to supervise, the state dir
+//! locked, and what keeps the containers apart (root layer, cgroups, mount namespace).
+
+use std::time::SystemTime;
+
+use podvisor_core::lifecycle::EventType;
+use podvisor_core::spec::plan::{RunPlan, VolumePlan};
+
+use super::rootfs::{root_layer, RootLayer};
+use super::{persist, RunError, Settings};
+use crate::api::status::PodInfo;
+use crate::cgroup::{PodCgroups, Unenforceable};
+use crate::process::sys::{self, SigSet, SignalFd};
+
+/// This process made ready to supervise: the probes' jitter seed, the open-files limit, the
+/// signals it waits for (returned: the mask the containers get back, and the signalfd), the
+/// subreaper, no inherited descriptor for the containers, and the low descriptors kept.
+pub(super) fn take_process(plan: &mut RunPlan) -> Result<(SigSet, SignalFd), RunError> {
+    // First probes of the containers started now spread over their period (see PodPlan).
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    plan.pod.probe_jitter_seed = Some(nanos ^ u64::from(std::process::id()).rotate_left(32));
+    let _ = sys::raise_open_files_limit();
+    let mut set = SigSet::empty();
+    for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
+        set.add(sig);
+    }
+    let mask = sys::set_signal_mask(&set)?;
+    let signals = SignalFd::new(&set)?;
+    // Orphans of containers come back to us (and are reaped) rather than to the host's init.
+    sys::set_child_subreaper()?;
+    // Nothing podvisor inherited reaches the containers.
+    sys::cloexec_inherited()?;
+    // Before the pod's pipes and logs are open, so that the kept descriptors are low.
+    sys::reserve_low_fds()?;
+    Ok((mask, signals))
+}
+
+/// What keeps the containers apart: a private root layer (or a note why there is none), the
+/// cgroups, and a mount namespace of podvisor's own for `medium: Memory` volumes.
+pub(super) fn isolate(
+    plan: &RunPlan,
+    state_dir: &std::path::Path,
+    settings: &Settings,
+    info: &mut PodInfo,
+    taken: &mut persist::TakenUp,
+) -> Result<(Option<RootLayer>, PodCgroups), RunError> {
+    let root_layer = root_layer(plan, state_dir)?;
+    if root_layer.is_none() && !plan.host_root_writable {
+        taken.notes.push(persist::pod_note(
+            EventType::Warning,
+            "HostRoot",
+            "not running as root: containers write to the host's root filesystem (no private writable layer, /tmp shared)".into(),
+        ));
+    }
+    let root_note = match &root_layer {
+        Some(l) if l.rootless.is_some() => "private layer per start, rootless (user namespace)",
+        Some(_) if plan.host_root_writable => "host's, writable (podvisor.io/host-root)",
+        Some(_) => "private layer per start",
+        None => "host's (not root)",
+    };
+    info.annotations
+        .insert("podvisor.io/root".into(), root_note.into());
+    // The cgroups of containers taken over stay as they are.
+    let keep: Vec<String> = taken
+        .found
+        .adopted
+        .iter()
+        .map(|a| {
+            let name = &plan.pod.containers[a.container].name;
+            crate::cgroup::instance_dir(name, a.instance)
+        })
+        .collect();
+    let cgroups = PodCgroups::set_up(
+        plan,
+        state_dir,
+        settings.pod_max_pids,
+        settings.cgroup_driver,
+        &keep,
+    )?;
+    info.annotations
+        .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
+    // A `medium: Memory` emptyDir is a tmpfs in podvisor's own mount namespace: its
+    // containers see it, the host never does, and it cannot outlive the run.
+    let memory = plan
+        .volumes
+        .iter()
+        .find(|v| matches!(v, VolumePlan::EmptyDir { memory: true, .. }));
+    if let (Some(v), true) = (memory, settings.live_restore) {
+        // Its tmpfs lives in this run's mount namespace: it cannot outlive the run.
+        let user = plan
+            .exec
+            .iter()
+            .zip(&plan.pod.containers)
+            .find(|(x, _)| x.mounts.iter().any(|m| m.volume == v.name()));
+        return Err(Unenforceable {
+            container: user.map_or_else(String::new, |(_, c)| c.name.clone()),
+            field: "--live-restore",
+            needs: "volumes that outlive the run",
+            why: format!("emptyDir volume {:?} has medium: Memory, whose tmpfs ends with the run; use a disk emptyDir", v.name()),
+        }
+        .into());
+    }
+    if memory.is_some() && sys::getuid() == 0 {
+        sys::private_mount_namespace()?;
+    }
+    Ok((root_layer, cgroups))
+}
+
+/// Why `run` refused to start.
+#[derive(Debug, thiserror::Error)]
+#[error("{dir}: in use by another podvisor run (pid {pid}): one pod per state dir; pass another --state-dir")]
+pub struct StateDirInUse {
+    pub dir: String,
+    pub pid: String,
+}
+
+/// One pod per state dir: an exclusive lock on `STATE_DIR/podvisor.lock`, holding our pid, for
+/// as long as the run lasts (the kernel drops it when podvisor dies, however it dies).
+pub(super) fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, RunError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join("podvisor.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    if !sys::try_lock(&file)? {
+        let mut pid = String::new();
+        let _ = file.read_to_string(&mut pid);
+        let err = StateDirInUse {
+            dir: dir.display().to_string(),
+            pid: pid.trim().to_string(),
+        };
+        return Err(RunError::InUse(err));
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    write!(file, "{}", std::process::id())?;
+    Ok(file)
+}
