@@ -195,6 +195,10 @@ fn restart_a_container_and_the_whole_pod() {
     // One container: restarted under restartPolicy Never too; the others untouched.
     assert_eq!(client(&r, &["restart", "app"]).code(), 0);
     started(&r, "app", 2);
+    // Its shell has written its line before the pod restart can stop it.
+    wait_until("two runs of app", || {
+        std::fs::read_to_string(&runs).unwrap_or_default() == "setup\napp\napp\n"
+    });
     assert_eq!(r.find("other", "Started").len(), 1);
     assert_eq!(r.find("app", "Started")[1]["restartCount"], 1);
     // A regular init container is not restarted on its own.

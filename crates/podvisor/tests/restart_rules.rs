@@ -62,9 +62,21 @@ fn exit_codes(r: &PodRun, object: &str) -> Vec<i64> {
         .collect()
 }
 
-/// The first stdout line of instance `n` of `container`.
+/// The first stdout line of instance `n` of `container` (waited for: a started shell may
+/// not have written it yet).
 fn first_line(r: &PodRun, container: &str, n: u32) -> String {
-    let log = r.log(container, n);
+    let mut log = String::new();
+    wait_until(&format!("{container}#{n} writes a line"), || {
+        log = std::fs::read_to_string(
+            r.dir
+                .file("state")
+                .join("logs")
+                .join(container)
+                .join(format!("{n}.log")),
+        )
+        .unwrap_or_default();
+        log.contains(" stdout F ")
+    });
     log.split(" stdout F ")
         .nth(1)
         .unwrap_or_else(|| panic!("{container}#{n} wrote nothing: {log:?}"))
