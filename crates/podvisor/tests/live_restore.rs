@@ -1,4 +1,4 @@
-//! Live restore (`run --live-restore`): the containers outlive `run`, each held by a keeper;
+//! Live restore (`run --live-restore`): the containers outlive `run`, held by its keeper;
 //! `run` again on the state dir takes them over. kill -9 of `run`, SIGTERM, an exit while no
 //! podvisor ran, a killed keeper, and a keeper of a protocol this podvisor does not adopt.
 
@@ -129,7 +129,16 @@ fn a_killed_run_is_taken_over_without_restarting_anything() {
     let mut first = r.cmd(&LIVE).start();
     r.wait_event("web", "Ready", 1);
     let before = containers(&r);
-    assert_eq!(keepers(&state).len(), 3, "{:?}", keepers(&state));
+    // One keeper holds the pod's three containers.
+    assert_eq!(keepers(&state).len(), 1, "{:?}", keepers(&state));
+    // A container holds nothing of its keeper's: stdin, stdout and stderr only.
+    let idle = before[2].1;
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{idle}/fd"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(fds.len(), 3, "idle's descriptors: {fds:?}");
     first.signal("KILL");
     first.wait();
     // The containers and their keepers run on; seq goes on printing for 2 s.
@@ -293,6 +302,38 @@ fn a_killed_keeper_takes_its_container_with_it_and_it_is_restarted() {
 }
 
 #[test]
+fn a_restart_after_a_takeover_starts_under_the_new_runs_keeper() {
+    let r = sleeper();
+    let state = r.dir.file("state");
+    let mut first = r.cmd(&LIVE).start();
+    r.wait_event("app", "Started", 1);
+    let old = keepers(&state);
+    assert_eq!(old.len(), 1, "{old:?}");
+    first.signal("KILL");
+    first.wait();
+    let mut second = r.cmd(&LIVE).start();
+    r.wait_event("app", "Adopted", 1);
+    // The old keeper tells the new run of the exit; the next instance starts in a keeper of
+    // the new run's own, and the old one, holding nothing, ends.
+    assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+    let started = r.wait_event("app", "Started", 2);
+    assert_eq!(started[1]["restartCount"], 1);
+    wait_until("the old keeper ends", || {
+        keepers(&state).iter().all(|k| k.0 != old[0].0)
+    });
+    assert_eq!(keepers(&state).len(), 1);
+    let pid = containers(&r)[0].1;
+    assert!(alive(pid));
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(second.wait().code(), Some(0), "{:?}", second.stderr);
+    wait_until("the keepers end", || keepers(&state).is_empty());
+    assert!(!alive(pid), "app#2 outlived the stop");
+    let left: Vec<_> = std::fs::read_dir(state.join("keepers")).unwrap().collect();
+    assert!(left.is_empty(), "keeper files left: {left:?}");
+    first.assert_no_leftovers();
+}
+
+#[test]
 fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
     let r = sleeper();
     let state = r.dir.file("state");
@@ -307,7 +348,8 @@ fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
     let out = r.cmd(&LIVE).output();
     assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(
-        out.stderr.contains("container app is held by a keeper")
+        out.stderr
+            .contains("the pod's containers are held by a keeper")
             && out
                 .stderr
                 .contains("that speaks protocol 2; this podvisor adopts protocols 1..=1"),

@@ -221,6 +221,14 @@ impl InstanceCgroup {
         }
     }
 
+    /// The `cgroup.procs` files of `join_fds` (a keeper opens them itself).
+    pub fn join_paths(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .map(|(_, d)| d.join("cgroup.procs"))
+            .collect()
+    }
+
     /// Descriptors a spawned child writes "0" into to join.
     pub fn join_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(|f| f.as_raw_fd()).collect()

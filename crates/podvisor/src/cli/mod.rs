@@ -65,7 +65,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     if argv.get(1).is_some_and(|a| a == "copy-self") {
         return copy_self::main(&argv[2..]);
     }
-    // The keeper of a container instance, started by `run --live-restore` (internal).
+    // The keeper of a run's containers, started by `run --live-restore` (internal).
     #[cfg(feature = "full")]
     if argv.get(1).is_some_and(|a| a == "keeper") {
         return crate::keeper::main(&argv[2..]);

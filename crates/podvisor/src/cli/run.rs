@@ -52,7 +52,7 @@ pub struct RunArgs {
     /// (systemd where it is PID 1 on cgroup v2)
     #[arg(long, value_name = "DRIVER", default_value = "auto", value_parser = cgroup_driver)]
     cgroup_driver: crate::cgroup::Driver,
-    /// The containers outlive this run: each is held by a keeper process, SIGTERM/SIGINT (or
+    /// The containers outlive this run: they are held by a keeper process, SIGTERM/SIGINT (or
     /// a crash) end only the supervisor, and `run` again on the state dir takes them over.
     /// `podvisor stop` stops the pod
     #[arg(long)]

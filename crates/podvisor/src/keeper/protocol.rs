@@ -1,22 +1,35 @@
 //! What a keeper and a supervisor say to each other, and where a keeper's files are.
 //!
-//! A keeper holds one container instance. In `STATE_DIR/keepers/` it has:
-//! - `NAME.INSTANCE.sock`, its socket (0600; only root or its own user may connect), there
-//!   for as long as the container runs. On each connection the keeper writes one hello line,
-//!   `podvisor-keeper PROTOCOL keeper=PID pid=PID`, and later, when the container has exited
-//!   and its exit is recorded, `exited`; then it closes the connection and ends. The
-//!   supervisor says nothing; closing its end is all it does.
-//! - `NAME.INSTANCE.exit`, the instance's exit, written atomically before `exited` is said:
+//! A keeper holds the container instances one run started (`--live-restore`). The run that
+//! started it talks to it over two socket pairs made before the fork:
+//! - the **control** pair: the run writes `start JSON` (a `StartRequest` on one line), the
+//!   keeper starts the container and answers one line, `pid N` once it runs (its exec done),
+//!   `errno N` when the exec failed, or `error TEXT` when a step before it did. Only the run
+//!   that started a keeper starts containers in it; once that end closes, the keeper starts
+//!   nothing more and ends when the last container it holds has exited.
+//! - the **events** pair: the keeper writes `exited NAME INSTANCE` once that instance's exit
+//!   is recorded (below).
+//!
+//! In `STATE_DIR/keepers/` a keeper has:
+//! - `keeper.PID.sock`, its socket (0600; only root or its own user may connect), there for
+//!   as long as the keeper runs. On each connection it writes a hello, `podvisor-keeper
+//!   PROTOCOL keeper=PID`, one line `holds NAME INSTANCE PID` per container it holds and a
+//!   line `end`; then, on that connection too, `exited NAME INSTANCE` lines. A run that
+//!   takes the pod over connects here; it says nothing, and closing its end is all it does.
+//! - `NAME.INSTANCE.exit`, an instance's exit, written atomically before `exited` is said:
 //!   the first line `podvisor-keeper-exit PROTOCOL`, then `pid N`, `code N` or `signal N`,
 //!   `oom 0|1`, `finished MS` (ms since the Unix epoch), and a last line `end`.
 //!
 //! `PROTOCOL` is a number: a supervisor adopts keepers that speak a version it knows (this
 //! one and those before it, `ADOPTS`) and refuses any other with a clear error, touching
-//! nothing. Version 1 is the first.
+//! nothing. It never starts containers in a keeper it did not start, so the start request
+//! is only ever read by a keeper of its own release. Version 1 is the first.
 
+use std::io::{self, Read};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use crate::process::sys::Exit;
+use crate::process::sys::{BindMount, Exit, PrivateRoot};
 
 /// The protocol this podvisor's keepers speak.
 pub const PROTOCOL: u32 = 1;
@@ -32,9 +45,25 @@ pub fn dir(state_dir: &Path) -> PathBuf {
     state_dir.join("keepers")
 }
 
-/// The socket of the keeper of `container`'s instance `instance`.
-pub fn socket(state_dir: &Path, container: &str, instance: u32) -> PathBuf {
-    dir(state_dir).join(format!("{container}.{instance}.sock"))
+/// The socket of keeper `pid`.
+pub fn socket(state_dir: &Path, pid: i32) -> PathBuf {
+    dir(state_dir).join(format!("keeper.{pid}.sock"))
+}
+
+/// The keepers' sockets found in a state dir.
+pub fn sockets(state_dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir(state_dir))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.is_some_and(|n| n.starts_with("keeper.") && n.ends_with(".sock"))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// Its exit record.
@@ -42,21 +71,49 @@ pub fn exit_file(container: &str, instance: u32) -> String {
     format!("{container}.{instance}.exit")
 }
 
-/// The hello line a keeper writes on each connection (with its newline).
-pub fn hello(protocol: u32, keeper: i32, pid: i32) -> String {
-    format!("podvisor-keeper {protocol} keeper={keeper} pid={pid}\n")
+/// What the run asks its keeper to start: the container's process as the run prepared it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StartRequest {
+    pub container: String,
+    pub instance: u32,
+    pub argv: Vec<String>,
+    /// The whole environment, `NAME=value`.
+    pub env: Vec<String>,
+    pub working_dir: Option<PathBuf>,
+    pub working_dir_optional: bool,
+    pub mounts: Vec<BindMount>,
+    pub root: Option<PrivateRoot>,
+    /// The `cgroup.procs` files of the cgroups it joins before exec.
+    pub cgroups: Vec<PathBuf>,
+    /// The instance cgroup's file that counts OOM kills, if it has one.
+    pub oom_file: Option<PathBuf>,
+    /// The signals blocked when podvisor started, given back to the container.
+    pub blocked: Vec<i32>,
 }
 
-/// A keeper's hello, read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A keeper's hello: its protocol, its pid and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     pub protocol: u32,
     pub keeper: i32,
-    pub pid: i32,
+    /// (container, instance, pid)
+    pub holds: Vec<(String, u32, i32)>,
 }
 
-/// Reads a hello line; `Err` says what is wrong with it.
-pub fn parse_hello(line: &str) -> Result<Hello, String> {
+impl Hello {
+    /// The hello as written (with its newlines).
+    pub fn encode(&self) -> String {
+        let mut s = format!("podvisor-keeper {} keeper={}\n", self.protocol, self.keeper);
+        for (name, instance, pid) in &self.holds {
+            s.push_str(&format!("holds {name} {instance} {pid}\n"));
+        }
+        s.push_str("end\n");
+        s
+    }
+}
+
+/// Reads the first line of a hello; `Err` says what is wrong with it.
+pub fn parse_greeting(line: &str) -> Result<(u32, i32), String> {
     let mut words = line.split_whitespace();
     if words.next() != Some("podvisor-keeper") {
         return Err(format!("{line:?} is not a podvisor keeper's greeting"));
@@ -65,18 +122,118 @@ pub fn parse_hello(line: &str) -> Result<Hello, String> {
         .next()
         .and_then(|w| w.parse().ok())
         .ok_or_else(|| format!("{line:?} has no protocol version"))?;
-    let mut field = |key: &str| -> Result<i32, String> {
-        words
-            .next()
-            .and_then(|w| w.strip_prefix(key)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{line:?} has no {key}"))
-    };
-    Ok(Hello {
+    let keeper = words
+        .next()
+        .and_then(|w| w.strip_prefix("keeper=")?.parse().ok())
+        .ok_or_else(|| format!("{line:?} has no keeper pid"))?;
+    Ok((protocol, keeper))
+}
+
+/// Reads a `holds NAME INSTANCE PID` line.
+pub fn parse_holds(line: &str) -> Result<(String, u32, i32), String> {
+    let w: Vec<&str> = line.split(' ').collect();
+    match w.as_slice() {
+        ["holds", name, instance, pid] => match (instance.parse(), pid.parse()) {
+            (Ok(i), Ok(p)) => Ok((name.to_string(), i, p)),
+            _ => Err(format!("{line:?} is not a holds line")),
+        },
+        _ => Err(format!("{line:?} is not a holds line")),
+    }
+}
+
+/// Reads an `exited NAME INSTANCE` line.
+pub fn parse_exited(line: &str) -> Option<(&str, u32)> {
+    let rest = line.strip_prefix("exited ")?;
+    let (name, instance) = rest.split_once(' ')?;
+    Some((name, instance.parse().ok()?))
+}
+
+/// A connection read a line at a time, keeping what came after the last whole line (a
+/// blocking read of a hello and the non-blocking reads of events after it share it).
+#[derive(Debug)]
+pub struct Lines {
+    pub stream: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    pub fn new(stream: UnixStream) -> Lines {
+        Lines {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next whole line already read, without its newline.
+    pub fn take_line(&mut self) -> Option<String> {
+        let end = self.buf.iter().position(|&b| b == b'\n')?;
+        let line: Vec<u8> = self.buf.drain(..=end).take(end).collect();
+        Some(String::from_utf8_lossy(&line).into_owned())
+    }
+
+    /// Reads once: `Ok(false)` at end of stream. A blocking stream's read timeout (or a
+    /// non-blocking stream with nothing to read) is `WouldBlock`.
+    pub fn fill(&mut self) -> io::Result<bool> {
+        let mut chunk = [0u8; 4096];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads what is there of a non-blocking stream: `false` once it has ended (or failed).
+    pub fn fill_ready(&mut self) -> bool {
+        match self.fill() {
+            Ok(open) => open,
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        }
+    }
+
+    /// Blocks for the next line (the stream is blocking); `None` at end of stream, an error
+    /// when its read timeout passes first.
+    pub fn read_line(&mut self) -> io::Result<Option<String>> {
+        loop {
+            if let Some(line) = self.take_line() {
+                return Ok(Some(line));
+            }
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Reads a keeper's hello from `conn` (blocking).
+pub fn read_hello(conn: &mut Lines) -> Result<Hello, String> {
+    let first = conn
+        .read_line()
+        .map_err(|e| e.to_string())?
+        .ok_or("it closed the connection without a greeting")?;
+    let (protocol, keeper) = parse_greeting(&first)?;
+    let mut hello = Hello {
         protocol,
-        keeper: field("keeper")?,
-        pid: field("pid")?,
-    })
+        keeper,
+        holds: Vec::new(),
+    };
+    if !ADOPTS.contains(&protocol) {
+        // What follows is in a protocol we do not know: not read.
+        return Ok(hello);
+    }
+    loop {
+        let line = conn
+            .read_line()
+            .map_err(|e| e.to_string())?
+            .ok_or("its greeting has no last line \"end\"")?;
+        if line == "end" {
+            return Ok(hello);
+        }
+        hello.holds.push(parse_holds(&line)?);
+    }
 }
 
 /// An instance's exit as its keeper recorded it.
@@ -181,15 +338,24 @@ mod tests {
 
     #[test]
     fn a_hello_reads_back() {
-        let h = parse_hello(hello(1, 10, 11).trim_end()).unwrap();
-        assert_eq!(
-            h,
-            Hello {
-                protocol: 1,
-                keeper: 10,
-                pid: 11
-            }
-        );
-        assert!(parse_hello("HTTP/1.1 200 OK").is_err());
+        let hello = Hello {
+            protocol: 1,
+            keeper: 10,
+            holds: vec![("app".into(), 3, 11), ("side".into(), 0, 12)],
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        std::io::Write::write_all(
+            &mut &a,
+            format!("{}exited app 3\n", hello.encode()).as_bytes(),
+        )
+        .unwrap();
+        drop(a);
+        let mut conn = Lines::new(b);
+        assert_eq!(read_hello(&mut conn), Ok(hello));
+        let line = conn.read_line().unwrap().unwrap();
+        assert_eq!(parse_exited(&line), Some(("app", 3)));
+        assert_eq!(conn.read_line().unwrap(), None);
+        assert!(parse_greeting("HTTP/1.1 200 OK").is_err());
+        assert!(parse_holds("holds app x 1").is_err());
     }
 }

@@ -1,9 +1,11 @@
-//! Containers held by keepers (`--live-restore`, see `crate::keeper`): starting an instance
-//! through a new keeper, a keeper's end, and keepers taken over from the run before.
+//! Containers held by keepers (`--live-restore`, see `crate::keeper`): starting an instance in
+//! the run's keeper (started at the first), the exits keepers tell and their end, and the
+//! keepers taken over from the runs before.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -13,18 +15,56 @@ use podvisor_core::clock::Instant;
 use podvisor_core::lifecycle::{Input, InstanceId, Survivor};
 use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
 
-use super::{Supervisor, TOKEN_KEEPER};
-use crate::keeper::protocol::{self, ExitNote, Hello};
+use super::{PidOwner, Supervisor, TOKEN_KEEPER};
+use crate::keeper::protocol::{self, ExitNote, Hello, Lines, StartRequest};
 use crate::keeper::KeeperArgs;
-use crate::process::sys::{self, ChildSetup, ContainerIo, Forked, Inherited, EV_READ};
+use crate::process::sys::{self, ContainerIo, Forked, EV_READ};
 use crate::state::{StateError, StateFile, RESET_REMEDY};
 
-/// A keeper the supervisor knows: its pid and, for one taken over, the connection whose end
-/// says that it ended (it is not our child).
-#[derive(Debug)]
-pub(super) struct Keeper {
-    pub pid: i32,
-    pub conn: Option<UnixStream>,
+/// The keepers a run knows: the one it started (the only one it starts containers in),
+/// connections to all of them, and which holds each live instance.
+#[derive(Debug, Default)]
+pub(super) struct Keepers {
+    /// The keeper this run started: its pid and control channel.
+    own: Option<(i32, Lines)>,
+    /// Connections that tell exits (the own keeper's events channel and those taken over),
+    /// by slot (the epoll token's); the keeper's pid with each.
+    conns: Vec<Option<(i32, Lines)>>,
+    /// The keeper (pid) of each live instance.
+    held: HashMap<InstanceId, i32>,
+}
+
+impl Keepers {
+    fn add_conn(&mut self, keeper: i32, conn: Lines) -> usize {
+        let slot = match self.conns.iter().position(Option::is_none) {
+            Some(s) => s,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        self.conns[slot] = Some((keeper, conn));
+        slot
+    }
+
+    /// The run's end: its keeper hears that nothing more will start (it ends once it holds
+    /// nothing), and is waited for when it holds nothing already.
+    pub(super) fn close(&mut self) {
+        let own = self.own.take();
+        self.conns.clear();
+        if let Some((pid, control)) = own {
+            drop(control);
+            if !self.held.values().any(|&k| k == pid) {
+                let give_up = std::time::Instant::now() + Duration::from_secs(2);
+                while std::time::Instant::now() < give_up {
+                    match sys::reap_pid(pid) {
+                        Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A running container found held by a keeper when the run began.
@@ -32,8 +72,7 @@ pub(super) struct Keeper {
 pub struct Adopted {
     pub container: usize,
     pub instance: u32,
-    pub hello: Hello,
-    pub conn: UnixStream,
+    pub keeper: i32,
     pub process: ProcessRecord,
 }
 
@@ -42,7 +81,12 @@ pub struct Adopted {
 pub struct Found {
     pub survivors: std::collections::BTreeMap<String, Survivor>,
     pub adopted: Vec<Adopted>,
-    /// Exit records read (removed once the pod is taken up).
+    /// The keepers found running (pid, connection after its hello).
+    pub keepers: Vec<(i32, Lines)>,
+    /// Containers a keeper holds that the record does not know (started just before the run
+    /// before was killed, never saved): killed once the pod is taken up.
+    pub strays: Vec<i32>,
+    /// Exit records read (removed once the pod is taken up), and sockets of keepers gone.
     pub exit_files: Vec<PathBuf>,
 }
 
@@ -54,17 +98,20 @@ pub fn keeper_exe() -> Option<File> {
     File::open(exe.with_file_name("podvisor-keeper")).ok()
 }
 
+/// How long a keeper has to answer a start request.
+const START_PATIENCE: Duration = Duration::from_secs(30);
+
 /// How long a keeper has to say hello.
 const HELLO_PATIENCE: Duration = Duration::from_secs(2);
 
-/// Looks for the keeper of each container `record` says was running: alive (it says hello in
-/// a protocol this podvisor adopts), ended with the exit recorded, or neither (lost). A keeper
-/// of an unknown protocol, or a record that cannot be read, refuses the run: nothing is
-/// touched, nothing killed.
+/// Looks for the keeper of each container `record` says was running: alive (a keeper that
+/// speaks a protocol this podvisor adopts holds it), ended with the exit recorded, or neither
+/// (lost). A keeper of an unknown protocol, or a record that cannot be read, refuses the run:
+/// nothing is touched, nothing killed.
 pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Found, StateError> {
     let mut found = Found::default();
-    // No keeper ever ran here (no --live-restore), or a restart of everything was under way.
-    if record.restarting_all || !protocol::dir(state_dir).is_dir() {
+    // No keeper ever ran here (no --live-restore).
+    if !protocol::dir(state_dir).is_dir() {
         return Ok(found);
     }
     // Exit records no run will read (an instance the record no longer counts as running, as
@@ -81,48 +128,64 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
         .flatten()
     {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".exit") && !running.contains(&name) {
+        if name.ends_with(".exit") && (record.restarting_all || !running.contains(&name)) {
             found.exit_files.push(e.path());
         }
     }
-    for c in &record.containers {
-        let (StateRecord::Running(_), Some(process)) = (&c.state, c.process) else {
-            continue;
-        };
-        let Some(index) = names.iter().position(|n| *n == c.name) else {
-            continue;
-        };
-        let socket = protocol::socket(state_dir, &c.name, c.instance);
+    // Every keeper alive, and what it holds.
+    let mut holds: HashMap<(String, u32), (i32, i32)> = HashMap::new();
+    for socket in protocol::sockets(state_dir) {
         let refuse = |message: String| StateError::Mismatch {
             path: socket.display().to_string(),
             message,
             remedy: KEEPER_REMEDY,
         };
-        if let Ok(conn) = UnixStream::connect(&socket) {
-            let hello = read_hello(&conn)
-                .map_err(|e| refuse(format!("container {}'s keeper: {e}", c.name)))?;
-            if !protocol::ADOPTS.contains(&hello.protocol) {
-                return Err(refuse(format!(
-                    "container {} is held by a keeper (pid {}) that speaks protocol {}; this podvisor adopts protocols {}..={}",
-                    c.name,
-                    hello.keeper,
-                    hello.protocol,
-                    protocol::ADOPTS.start(),
-                    protocol::ADOPTS.end()
-                )));
-            }
-            if hello.pid != process.pid {
-                return Err(refuse(format!(
-                    "container {}'s keeper holds pid {}, the saved state says pid {}",
-                    c.name, hello.pid, process.pid
-                )));
+        let Ok(conn) = UnixStream::connect(&socket) else {
+            // Its keeper is gone (killed: it removes its socket when it ends).
+            found.exit_files.push(socket.clone());
+            continue;
+        };
+        let hello = read_hello(conn).map_err(|e| refuse(format!("a keeper: {e}")))?;
+        let (hello, conn) = hello;
+        if !protocol::ADOPTS.contains(&hello.protocol) {
+            return Err(refuse(format!(
+                "the pod's containers are held by a keeper (pid {}) that speaks protocol {}; this podvisor adopts protocols {}..={}",
+                hello.keeper,
+                hello.protocol,
+                protocol::ADOPTS.start(),
+                protocol::ADOPTS.end()
+            )));
+        }
+        for (name, instance, pid) in &hello.holds {
+            holds.insert((name.clone(), *instance), (hello.keeper, *pid));
+        }
+        found.keepers.push((hello.keeper, conn));
+    }
+    for c in &record.containers {
+        let (StateRecord::Running(_), Some(process), false) =
+            (&c.state, c.process, record.restarting_all)
+        else {
+            continue;
+        };
+        let Some(index) = names.iter().position(|n| *n == c.name) else {
+            continue;
+        };
+        if let Some((keeper, pid)) = holds.remove(&(c.name.clone(), c.instance)) {
+            if pid != process.pid {
+                return Err(StateError::Mismatch {
+                    path: protocol::socket(state_dir, keeper).display().to_string(),
+                    message: format!(
+                        "container {}'s keeper holds pid {pid}, the saved state says pid {}",
+                        c.name, process.pid
+                    ),
+                    remedy: KEEPER_REMEDY,
+                });
             }
             found.survivors.insert(c.name.clone(), Survivor::Running);
             found.adopted.push(Adopted {
                 container: index,
                 instance: c.instance,
-                hello,
-                conn,
+                keeper,
                 process,
             });
             continue;
@@ -141,19 +204,19 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
             found.exit_files.push(file.path().to_path_buf());
         }
     }
+    found.strays = holds.into_values().map(|(_, pid)| pid).collect();
     Ok(found)
 }
 
 const KEEPER_REMEDY: &str = "run the podvisor release that started the pod (or a newer one) on this state dir, or stop the pod with it (podvisor stop) first";
 
-fn read_hello(conn: &UnixStream) -> Result<Hello, String> {
+fn read_hello(conn: UnixStream) -> Result<(Hello, Lines), String> {
     conn.set_read_timeout(Some(HELLO_PATIENCE))
         .map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    BufReader::new(conn)
-        .read_line(&mut line)
+    let mut lines = Lines::new(conn);
+    let hello = protocol::read_hello(&mut lines)
         .map_err(|e| format!("no greeting within {HELLO_PATIENCE:?}: {e}"))?;
-    protocol::parse_hello(line.trim_end())
+    Ok((hello, lines))
 }
 
 /// The exit record of a container instance's keeper.
@@ -181,85 +244,143 @@ fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit 
 }
 
 impl Supervisor {
-    /// Starts `argv` as instance `id` under a new keeper, which takes the pipes' read ends
-    /// (`out`, `err`) and writes the log file: (keeper pid, container pid).
+    /// Starts `argv` as instance `id` in this run's keeper (started first if there is none),
+    /// which writes its log file: (keeper pid, container pid).
     pub(super) fn start_kept(
-        &self,
+        &mut self,
         id: InstanceId,
         argv: &[OsString],
         io: ContainerIo,
-        out: &File,
-        err: &File,
+        cgroups: Vec<PathBuf>,
         oom_file: Option<PathBuf>,
     ) -> io::Result<(i32, i32)> {
+        let text = |v: OsString| {
+            v.into_string()
+                .map_err(|v| io::Error::other(format!("{v:?} is not UTF-8")))
+        };
+        let request = StartRequest {
+            container: self.plan.pod.containers[id.container].name.clone(),
+            instance: id.instance,
+            argv: argv.iter().cloned().map(text).collect::<io::Result<_>>()?,
+            env: io.env.into_iter().map(text).collect::<io::Result<_>>()?,
+            working_dir: io.working_dir,
+            working_dir_optional: io.working_dir_optional,
+            mounts: io.mounts,
+            root: io.root,
+            cgroups,
+            oom_file,
+            blocked: (1..=libc::SIGRTMAX())
+                .filter(|&s| self.inherited.mask.contains(s))
+                .collect(),
+        };
+        let json = serde_json::to_string(&request).map_err(io::Error::other)?;
+        if self.keepers.own.is_none() {
+            self.start_keeper()?;
+        }
+        let Some((keeper, control)) = self.keepers.own.as_mut() else {
+            return Err(io::Error::other("no keeper"));
+        };
+        let keeper = *keeper;
+        let asked = control
+            .stream
+            .write_all(format!("start {json}\n").as_bytes())
+            .and_then(|()| control.read_line());
+        let line = match asked {
+            Ok(Some(line)) => line,
+            failed => {
+                // It is gone (its reaping reports what it held) or stuck: the next start gets
+                // a new one.
+                self.keepers.own = None;
+                let why = match failed {
+                    Err(e) => format!("the keeper (pid {keeper}) did not answer: {e}"),
+                    _ => format!("the keeper (pid {keeper}) ended before it answered"),
+                };
+                return Err(io::Error::other(format!("start it in its keeper: {why}")));
+            }
+        };
+        let (what, rest) = line.split_once(' ').unwrap_or((&line, ""));
+        match what {
+            "pid" => match rest.parse() {
+                Ok(pid) => {
+                    self.keepers.held.insert(id, keeper);
+                    Ok((keeper, pid))
+                }
+                Err(_) => Err(io::Error::other(format!(
+                    "start it in its keeper: it said {line:?}"
+                ))),
+            },
+            "errno" => Err(io::Error::from_raw_os_error(
+                rest.parse().unwrap_or(libc::EIO),
+            )),
+            _ => Err(io::Error::other(rest.to_string())),
+        }
+    }
+
+    /// Forks and execs this run's keeper, with its control and events channels.
+    fn start_keeper(&mut self) -> io::Result<()> {
         std::fs::create_dir_all(protocol::dir(&self.state_dir))?;
         let protocol = std::env::var(protocol::TEST_PROTOCOL_ENV)
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(protocol::PROTOCOL);
+        let (control, control_end) = UnixStream::pair()?;
+        let (events, events_end) = UnixStream::pair()?;
         let args = KeeperArgs {
             state_dir: self.state_dir.clone(),
-            container: self.plan.pod.containers[id.container].name.clone(),
-            instance: id.instance,
-            pid: 0,
-            stdout: out.as_raw_fd(),
-            stderr: err.as_raw_fd(),
+            control: control_end.as_raw_fd(),
+            events: events_end.as_raw_fd(),
             protocol,
             limits: self.log_limits,
-            oom_file,
         };
-        let (mut report, child_end) = UnixStream::pair()?;
         match sys::fork()? {
-            Forked::Child => {
-                drop(report);
-                let exe = self.keeper_exe.as_ref();
-                sys::exit_now(keeper_child(
-                    child_end,
-                    argv,
-                    io,
-                    &self.inherited,
-                    args,
-                    exe,
-                ))
-            }
-            Forked::Parent(keeper) => {
-                drop(child_end);
-                // One line: the container's pid once it runs (its exec done), or why it could
-                // not start. The keeper's own exec is not waited for: a keeper that cannot
-                // exec kills the container and ends without a record, which reports it lost.
-                let mut line = String::new();
-                BufReader::new(&mut report).read_line(&mut line)?;
-                let (what, rest) = line
-                    .trim_end()
-                    .split_once(' ')
-                    .unwrap_or((line.trim_end(), ""));
-                match what {
-                    "pid" => match rest.parse() {
-                        Ok(pid) => Ok((keeper, pid)),
-                        Err(_) => Err(io::Error::other(format!(
-                            "start its keeper: it said {line:?}"
-                        ))),
-                    },
-                    "errno" => Err(io::Error::from_raw_os_error(
-                        rest.parse().unwrap_or(libc::EIO),
-                    )),
-                    "" => Err(io::Error::other(
-                        "start its keeper: the keeper ended before it said anything",
-                    )),
-                    _ => Err(io::Error::other(rest.to_string())),
-                }
+            Forked::Child => sys::exit_now(exec_keeper(args, self.keeper_exe.as_ref())),
+            Forked::Parent(pid) => {
+                drop((control_end, events_end));
+                self.pids.insert(pid, PidOwner::Keeper);
+                events.set_nonblocking(true)?;
+                let fd = events.as_raw_fd();
+                let slot = self.keepers.add_conn(pid, Lines::new(events));
+                self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
+                // A keeper answers a start at once; one that does not is given up on.
+                control.set_read_timeout(Some(START_PATIENCE))?;
+                self.keepers.own = Some((pid, Lines::new(control)));
+                Ok(())
             }
         }
     }
 
-    /// Instance `id`'s keeper ended (reaped, or its connection closed): the container's exit
-    /// as it recorded it, or the container lost when it recorded none.
-    pub(super) fn keeper_ended(&mut self, id: InstanceId) -> io::Result<()> {
-        let Some(keeper) = self.keepers.remove(&id) else {
+    /// Keeper `pid` ended (reaped, or its connection closed): each container it held ended
+    /// as it recorded, or is lost when it recorded nothing.
+    pub(super) fn keeper_gone(&mut self, pid: i32) -> io::Result<()> {
+        if self.keepers.own.as_ref().is_some_and(|(k, _)| *k == pid) {
+            self.keepers.own = None;
+        }
+        for slot in 0..self.keepers.conns.len() {
+            if self.keepers.conns[slot]
+                .as_ref()
+                .is_some_and(|(k, _)| *k == pid)
+            {
+                if let Some((_, conn)) = self.keepers.conns[slot].take() {
+                    let _ = self.epoll.delete(conn.stream.as_raw_fd());
+                }
+            }
+        }
+        let mut ids: Vec<InstanceId> = (self.keepers.held.iter())
+            .filter(|(_, &k)| k == pid)
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort_by_key(|id| id.container);
+        for id in ids {
+            self.instance_gone(id, Some(pid))?;
+        }
+        Ok(())
+    }
+
+    /// Instance `id` has ended under its keeper: its exit as recorded, or lost (`keeper`: it
+    /// ended without a record).
+    fn instance_gone(&mut self, id: InstanceId, keeper: Option<i32>) -> io::Result<()> {
+        if self.keepers.held.remove(&id).is_none() {
             return Ok(());
-        };
-        if let Some(conn) = keeper.conn {
-            let _ = self.epoll.delete(conn.as_raw_fd());
         }
         let name = &self.plan.pod.containers[id.container].name;
         let note = exit_record(&self.state_dir, name, id.instance)
@@ -270,46 +391,70 @@ impl Supervisor {
                 note
             });
         let oom = self.instance_ended(id);
-        let input = match note {
-            Ok(Some(n)) => Input::Exited(id, lifecycle_exit(&n, oom)),
-            Ok(None) => Input::Lost(
+        let input = match (note, keeper) {
+            (Ok(Some(n)), _) => Input::Exited(id, lifecycle_exit(&n, oom)),
+            (Ok(None), Some(k)) => Input::Lost(
                 id,
                 format!(
-                    "its keeper (pid {}) ended without recording an exit; the container went with it",
-                    keeper.pid
+                    "its keeper (pid {k}) ended without recording an exit; the container went with it"
                 ),
             ),
-            Err(e) => Input::Lost(id, format!("its keeper's {e}")),
+            (Ok(None), None) => Input::Lost(id, "its keeper recorded no exit".into()),
+            (Err(e), _) => Input::Lost(id, format!("its keeper's {e}")),
         };
         self.feed(input)
     }
 
-    /// The connection to container `i`'s keeper (one taken over) is readable: it ends when
-    /// the keeper does.
-    pub(super) fn keeper_readable(&mut self, i: usize) -> io::Result<()> {
-        let Some((&id, conn)) = self
-            .keepers
-            .iter_mut()
-            .find_map(|(id, k)| Some((id, k.conn.as_mut()?)).filter(|(id, _)| id.container == i))
-        else {
+    /// A keeper's connection (`slot`) is readable: the exits it tells, or its end.
+    pub(super) fn keeper_readable(&mut self, slot: usize) -> io::Result<()> {
+        let Some((keeper, conn)) = self.keepers.conns.get_mut(slot).and_then(Option::as_mut) else {
             return Ok(());
         };
-        let mut buf = [0u8; 256];
-        let ended = match conn.read(&mut buf) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-        };
-        if ended {
-            self.keeper_ended(id)?;
+        let keeper = *keeper;
+        let open = conn.fill_ready();
+        let mut exited = Vec::new();
+        while let Some(line) = conn.take_line() {
+            if let Some((name, instance)) = protocol::parse_exited(&line) {
+                exited.push((name.to_string(), instance));
+            }
+        }
+        for (name, instance) in exited {
+            match self.plan.pod.containers.iter().position(|c| c.name == name) {
+                Some(container) => {
+                    let id = InstanceId {
+                        container,
+                        instance,
+                    };
+                    self.instance_gone(id, None)?;
+                }
+                // Not ours (a stray killed at take-up): its record goes.
+                None => {
+                    let dir = protocol::dir(&self.state_dir);
+                    let _ = std::fs::remove_file(dir.join(protocol::exit_file(&name, instance)));
+                }
+            }
+        }
+        if !open {
+            self.keeper_gone(keeper)?;
         }
         Ok(())
     }
 
     /// Takes over the containers found running under keepers: their process, group, cgroup,
-    /// namespaces and environment as a start would have set them, and the keeper's connection.
-    pub(super) fn adopt(&mut self, adopted: Vec<Adopted>) -> io::Result<()> {
-        for a in adopted {
+    /// namespaces and environment as a start would have set them, and the keepers'
+    /// connections. What a keeper holds that the record does not know is killed.
+    pub(super) fn adopt(&mut self, found: &mut super::keep::Found) -> io::Result<()> {
+        for pid in found.strays.drain(..) {
+            let _ = sys::send_signal(-pid, libc::SIGKILL);
+        }
+        for (keeper, conn) in found.keepers.drain(..) {
+            conn.stream.set_nonblocking(true)?;
+            conn.stream.set_read_timeout(None)?;
+            let fd = conn.stream.as_raw_fd();
+            let slot = self.keepers.add_conn(keeper, conn);
+            self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
+        }
+        for a in found.adopted.drain(..) {
             let id = InstanceId {
                 container: a.container,
                 instance: a.instance,
@@ -338,18 +483,7 @@ impl Supervisor {
                     }
                 }
             }
-            a.conn.set_nonblocking(true)?;
-            a.conn.set_read_timeout(None)?;
-            // One live instance per container: its index is the token's slot.
-            let token = TOKEN_KEEPER | a.container as u64;
-            self.epoll.add(a.conn.as_raw_fd(), token, EV_READ)?;
-            self.keepers.insert(
-                id,
-                Keeper {
-                    pid: a.hello.keeper,
-                    conn: Some(a.conn),
-                },
-            );
+            self.keepers.held.insert(id, a.keeper);
             self.groups.insert(id, pid);
             self.instance_pids.insert((id.container, id.instance), pid);
             self.processes.insert(id, a.process);
@@ -358,52 +492,30 @@ impl Supervisor {
     }
 }
 
-/// The forked child: starts the container (its parent from now on), then becomes the keeper.
-/// Returns the exit code when it cannot.
-fn keeper_child(
-    mut report: UnixStream,
-    argv: &[OsString],
-    io: ContainerIo,
-    inherited: &Inherited,
-    mut args: KeeperArgs,
-    exe: Option<&File>,
-) -> i32 {
+/// The forked child: becomes the keeper. Returns the exit code when it cannot.
+fn exec_keeper(args: KeeperArgs, exe: Option<&File>) -> i32 {
     // Its own session: a terminal's signals and hang-up never reach it.
     let _ = sys::new_session();
-    if let Err(e) = sys::set_child_subreaper() {
-        let _ = writeln!(report, "error start its keeper: {e}");
+    if sys::set_child_subreaper().is_err() {
         return 1;
     }
-    let pid = match sys::spawn(argv, ChildSetup::Container(Box::new(io)), inherited) {
-        Ok(pid) => pid,
-        Err(e) => {
-            let _ = match e.raw_os_error() {
-                Some(n) => writeln!(report, "errno {n}"),
-                None => writeln!(report, "error {e}"),
-            };
-            return 0;
-        }
-    };
-    let _ = writeln!(report, "pid {pid}");
-    args.pid = pid;
-    let kept = [args.stdout, args.stderr]
+    let kept = [args.control, args.events]
         .into_iter()
         .try_for_each(sys::keep_across_exec);
-    let e = match (kept, exe) {
-        (Ok(()), Some(exe)) => {
+    if kept.is_err() {
+        return 1;
+    }
+    let _ = match exe {
+        Some(exe) => {
             let mut argv: Vec<OsString> = vec!["podvisor-keeper".into()];
             argv.extend(args.to_args());
             sys::exec_file(exe, &argv)
         }
-        (Ok(()), None) => {
+        None => {
             let mut argv: Vec<OsString> = vec!["podvisor".into(), "keeper".into()];
             argv.extend(args.to_args());
             sys::exec_self(&argv)
         }
-        (Err(e), _) => e,
     };
-    let _ = writeln!(report, "error start its keeper: {e}");
-    // The container must not run without its keeper.
-    let _ = sys::send_signal(pid, libc::SIGKILL);
     1
 }

@@ -206,7 +206,7 @@ pub fn run(
         signals,
         live_restore: settings.live_restore,
         detached: false,
-        keepers: HashMap::new(),
+        keepers: keep::Keepers::default(),
         keeper_exe: settings.live_restore.then(keep::keeper_exe).flatten(),
         pending: Vec::new(),
         stopped: false,
@@ -217,7 +217,7 @@ pub fn run(
         let line = sup.events.emit(SystemTime::now(), note);
         sup.api.event(line, &sup.epoll);
     }
-    sup.adopt(std::mem::take(&mut taken.found.adopted))?;
+    sup.adopt(&mut taken.found)?;
     // Written before anything starts: a state dir that cannot hold it stops the run here.
     sup.save()?;
     // The exits the keepers recorded are in the pod now (and in the record just written).
@@ -244,8 +244,8 @@ enum PidOwner {
     Container(InstanceId),
     /// An exec probe or hook, by task slot.
     Task(usize),
-    /// The keeper of a container instance (`--live-restore`).
-    Keeper(InstanceId),
+    /// This run's keeper (`--live-restore`).
+    Keeper,
 }
 
 struct Supervisor {
@@ -308,9 +308,9 @@ struct Supervisor {
     live_restore: bool,
     /// The run ended by a stop signal under live restore: the containers run on.
     detached: bool,
-    /// Keepers of live instances (with the connection to those taken over, whose epoll
-    /// slot is the container's index).
-    keepers: HashMap<InstanceId, keep::Keeper>,
+    /// Keepers (`--live-restore`): the one this run started, those taken over, and which
+    /// holds each live instance.
+    keepers: keep::Keepers,
     /// The keeper binary, opened when the run began (see `keep::keeper_exe`).
     keeper_exe: Option<std::fs::File>,
     /// Events of this turn, sent out once its record is saved (see `announce`).
@@ -437,6 +437,8 @@ impl Supervisor {
                 }
             }
         }
+        // This run's keeper starts nothing more (it ends when it holds nothing).
+        self.keepers.close();
         self.api.shut_down(&self.epoll);
         if let Some(m) = &mut self.metrics {
             m.shut_down(&self.epoll);
@@ -536,7 +538,7 @@ impl Supervisor {
                 }
                 return Ok(());
             }
-            Some(PidOwner::Keeper(id)) => return self.keeper_ended(id),
+            Some(PidOwner::Keeper) => return self.keeper_gone(pid),
             Some(PidOwner::Container(id)) => id,
         };
         let oom_killed = self.instance_ended(id);

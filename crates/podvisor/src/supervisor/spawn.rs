@@ -1,8 +1,9 @@
 //! Starting container instances, exec probes and hooks.
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use podvisor_core::clock::Clock;
@@ -15,6 +16,9 @@ use super::logs::{tail_text, LogFile, LogStream};
 use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
 use crate::probe::{Done, ExecContext, Owner};
 use crate::process::sys::{self, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
+
+/// A pipe's read end and write end.
+type Pipe = (File, OwnedFd);
 
 impl Supervisor {
     /// Starts a probe attempt or hook; the input to feed when it ended at once.
@@ -96,8 +100,16 @@ impl Supervisor {
         let dir = self.state_dir.join("logs").join(name);
         std::fs::create_dir_all(&dir)?;
         let log_path = dir.join(format!("{}.log", id.instance));
-        let (out_read, out_write) = sys::pipe()?;
-        let (err_read, err_write) = sys::pipe()?;
+        // Under live restore the keeper makes the pipes and holds their read ends.
+        let pipes = match self.live_restore {
+            true => None,
+            false => Some((sys::pipe()?, sys::pipe()?)),
+        };
+        let fd = |k: usize| {
+            pipes
+                .as_ref()
+                .map_or(-1, |(o, e): &(Pipe, Pipe)| [o, e][k].1.as_raw_fd())
+        };
         let root = self.root_layer.as_ref().and_then(|layer| {
             // readOnlyRootFilesystem always gets a root of its own (read-only); the annotation
             // `podvisor.io/host-root: writable` gives the others the host's.
@@ -121,8 +133,8 @@ impl Supervisor {
             None => None,
         };
         let io = ContainerIo {
-            stdout: out_write.as_raw_fd(),
-            stderr: err_write.as_raw_fd(),
+            stdout: fd(0),
+            stderr: fd(1),
             working_dir: self.working_dir(id.container),
             working_dir_optional: exec.working_dir.is_none(),
             env: self.envs[id.container].clone(),
@@ -134,33 +146,33 @@ impl Supervisor {
         };
         let has_mounts = !io.mounts.is_empty() || io.root.is_some();
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
-        let result = if self.live_restore {
-            let oom = cgroup.as_ref().and_then(|cg| cg.oom_file());
-            self.start_kept(id, &argv, io, &out_read, &err_read, oom)
-                .map(|(keeper, pid)| (Some(keeper), pid))
-        } else {
-            sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited)
-                .map(|pid| (None, pid))
+        let program = exec.argv.first().cloned().unwrap_or_default();
+        let result = match pipes {
+            None => {
+                let oom = cgroup.as_ref().and_then(|cg| cg.oom_file());
+                let paths = cgroup
+                    .as_ref()
+                    .map(|cg| cg.join_paths())
+                    .unwrap_or_default();
+                self.start_kept(id, &argv, io, paths, oom)
+                    .map(|(_keeper, pid)| (None, pid))
+            }
+            Some(((out_read, out_write), (err_read, err_write))) => {
+                let spawned =
+                    sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited);
+                // Our copies of the write ends must go, or the pipes never reach end-of-file.
+                drop((out_write, err_write));
+                spawned.map(|pid| (Some((out_read, err_read)), pid))
+            }
         };
-        // Our copies of the write ends must go, or the pipes never reach end-of-file.
-        drop((out_write, err_write));
         match result {
-            Ok((keeper, pid)) => {
+            Ok((held, pid)) => {
                 if let Some(cg) = cgroup {
                     self.instance_cgroups.insert(id, cg);
                 }
-                match keeper {
-                    // The keeper reads the pipes and writes the log.
-                    Some(keeper) => {
-                        drop((out_read, err_read));
-                        self.pids.insert(keeper, PidOwner::Keeper(id));
-                        let k = super::keep::Keeper {
-                            pid: keeper,
-                            conn: None,
-                        };
-                        self.keepers.insert(id, k);
-                    }
-                    None => {
+                // Under a keeper, the keeper reads the pipes and writes the log.
+                if let Some((out_read, err_read)) = held {
+                    {
                         let file = LogFile::create(log_path, self.log_limits)?;
                         let out = LogStream::new(id, out_read, "stdout", file.clone());
                         self.add_log(out)?;
@@ -199,7 +211,6 @@ impl Supervisor {
                             libc::EACCES => "permission denied",
                             _ => "cannot start it",
                         };
-                        let program = exec.argv.first().cloned().unwrap_or_default();
                         format!("exec: {program:?}: {what}: {e}")
                     }
                     None => format!("cannot {e}"),

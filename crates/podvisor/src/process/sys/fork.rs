@@ -100,7 +100,8 @@ pub fn block_signals(signals: &[i32]) -> io::Result<()> {
 }
 
 /// Takes ownership of descriptor `fd`, handed over across exec by the process that started
-/// this one (a keeper's pipes), after checking that it is open. Call it once per descriptor.
+/// this one (a keeper's channels), after checking that it is open; it is closed on exec again,
+/// so that what this process starts does not inherit it. Call it once per descriptor.
 pub fn take_handed_fd(fd: RawFd) -> io::Result<std::fs::File> {
     if fd <= 2 {
         return Err(io::Error::new(
@@ -109,7 +110,9 @@ pub fn take_handed_fd(fd: RawFd) -> io::Result<std::fs::File> {
         ));
     }
     // SAFETY: F_GETFD has no memory effects; it tells whether the descriptor is open.
-    check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: F_SETFD on an open descriptor has no memory effects.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
     // SAFETY: the descriptor is open and was handed to this process to own; nothing else in
     // it refers to it (the caller takes each once).
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })

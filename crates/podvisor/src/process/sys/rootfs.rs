@@ -12,6 +12,7 @@ use super::c_string;
 /// layer on a tmpfs that lives as long as the container's mount namespace, so what the
 /// container writes outside its volumes is gone when it ends, as with a runtime's
 /// container layer. `/tmp` is a fresh tmpfs (empty at each start).
+#[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone)]
 pub struct PrivateRoot {
     /// An empty directory of the host: the layer's tmpfs is mounted on it inside the
@@ -30,6 +31,7 @@ pub struct PrivateRoot {
 }
 
 /// What a rootless root is built from.
+#[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone)]
 pub struct Rootless {
     pub uid: u32,
@@ -41,6 +43,7 @@ pub struct Rootless {
 }
 
 /// One entry of the host's `/` in a rootless root.
+#[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone)]
 pub enum TopEntry {
     /// A directory with nothing mounted in it: an overlay, writes go to the layer.
@@ -60,6 +63,7 @@ pub enum TopEntry {
 }
 
 /// `source` bound at `target`, read-only or not.
+#[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone)]
 pub struct BindMount {
     pub source: std::path::PathBuf,
