@@ -292,7 +292,12 @@ impl Supervisor {
                 // a new one.
                 self.keepers.own = None;
                 let why = match failed {
-                    Err(e) => format!("the keeper (pid {keeper}) did not answer: {e}"),
+                    Err(e) => {
+                        // Stuck: it goes, with what it holds (reported when it is reaped), so
+                        // that nothing it may still start runs unknown to us.
+                        let _ = sys::send_signal(keeper, libc::SIGKILL);
+                        format!("the keeper (pid {keeper}) did not answer: {e}")
+                    }
                     _ => format!("the keeper (pid {keeper}) ended before it answered"),
                 };
                 return Err(io::Error::other(format!("start it in its keeper: {why}")));
