@@ -82,6 +82,16 @@ fn count_cmdline(argv: &[&str]) -> usize {
         .count()
 }
 
+/// `podvisor stop`: the run ends with 0, its keepers end and leave no file behind.
+fn stop_and_find_nothing_left(r: &PodRun, run: &mut Proc) {
+    let state = r.dir.file("state");
+    assert_eq!(client(r, &["stop"]).code(), 0);
+    assert_eq!(run.wait().code(), Some(0), "{:?}", run.stderr);
+    wait_until("the keepers end", || keepers(&state).is_empty());
+    let left: Vec<_> = std::fs::read_dir(state.join("keepers")).unwrap().collect();
+    assert!(left.is_empty(), "keeper files left: {left:?}");
+}
+
 /// One container, `app`, that sleeps.
 fn sleeper() -> PodRun {
     PodRun::new(&pod_with(
@@ -198,20 +208,11 @@ fn a_killed_run_is_taken_over_without_restarting_anything() {
     drop(follow);
 
     // `podvisor stop` stops the pod: the run ends, keepers and containers go.
-    assert_eq!(client(&r, &["stop"]).code(), 0);
-    assert_eq!(third.wait().code(), Some(0), "{:?}", third.stderr);
-    wait_until("the keepers end", || keepers(&state).is_empty());
+    stop_and_find_nothing_left(&r, &mut third);
     for (name, pid, _, _) in &before {
         assert!(!alive(*pid), "{name} ({pid}) outlived the stop");
     }
     first.assert_no_leftovers();
-    assert!(
-        std::fs::read_dir(state.join("keepers"))
-            .unwrap()
-            .next()
-            .is_none(),
-        "keeper files left"
-    );
 }
 
 #[test]
@@ -295,9 +296,7 @@ fn a_killed_keeper_takes_its_container_with_it_and_it_is_restarted() {
     assert_eq!(last["reason"], "ContainerStatusUnknown", "{last}");
     assert_eq!(last["exitCode"], 137);
     assert_eq!(keepers(&state).len(), 1);
-    assert_eq!(client(&r, &["stop"]).code(), 0);
-    assert_eq!(p.wait().code(), Some(0));
-    wait_until("the keepers end", || keepers(&state).is_empty());
+    stop_and_find_nothing_left(&r, &mut p);
     p.assert_no_leftovers();
 }
 
@@ -324,12 +323,8 @@ fn a_restart_after_a_takeover_starts_under_the_new_runs_keeper() {
     assert_eq!(keepers(&state).len(), 1);
     let pid = containers(&r)[0].1;
     assert!(alive(pid));
-    assert_eq!(client(&r, &["stop"]).code(), 0);
-    assert_eq!(second.wait().code(), Some(0), "{:?}", second.stderr);
-    wait_until("the keepers end", || keepers(&state).is_empty());
+    stop_and_find_nothing_left(&r, &mut second);
     assert!(!alive(pid), "app#2 outlived the stop");
-    let left: Vec<_> = std::fs::read_dir(state.join("keepers")).unwrap().collect();
-    assert!(left.is_empty(), "keeper files left: {left:?}");
     first.assert_no_leftovers();
 }
 
@@ -435,9 +430,7 @@ fn the_systemd_unit_upgrades_in_place_without_stopping_the_pod() {
     r.wait_event("app", "Adopted", 1);
     assert_eq!(containers(&r)[0].1, pid);
     assert_eq!(r.find("app", "Started").len(), 1);
-    assert_eq!(client(&r, &["stop"]).code(), 0);
-    assert_eq!(second.wait().code(), Some(0));
-    wait_until("the keeper ends", || keepers(&state).is_empty());
+    stop_and_find_nothing_left(&r, &mut second);
     first.assert_no_leftovers();
 }
 

@@ -108,6 +108,17 @@ pub fn main(args: &[OsString]) -> i32 {
     }
 }
 
+/// The index of a free (`None`) slot of `slots`, one added if there is none.
+pub fn free_slot<T>(slots: &mut Vec<Option<T>>) -> usize {
+    match slots.iter().position(Option::is_none) {
+        Some(s) => s,
+        None => {
+            slots.push(None);
+            slots.len() - 1
+        }
+    }
+}
+
 const TOKEN_SIGNALS: u64 = 0;
 const TOKEN_LISTEN: u64 = 1;
 const TOKEN_CONTROL: u64 = 2;
@@ -166,7 +177,7 @@ impl Keeper {
         listener.set_nonblocking(true)?;
         epoll.add(listener.as_raw_fd(), TOKEN_LISTEN, EV_READ)?;
         let mut ready = Vec::with_capacity(64);
-        let result = loop {
+        loop {
             ready.clear();
             epoll.wait(&mut ready, None)?;
             // Output first, so that a container's last lines are in before its exit.
@@ -225,12 +236,12 @@ impl Keeper {
             }
             // Nobody can start anything here any more, and nothing is held: done.
             if control.is_none() && self.held.iter().all(Option::is_none) {
-                break Ok(());
+                break;
             }
-        };
+        }
         let _ = std::fs::remove_file(&socket);
         // Orphans the containers left that are still exiting are reaped by whoever adopts them.
-        result
+        Ok(())
     }
 
     fn slot_of(&self, pid: i32) -> Option<usize> {
@@ -294,13 +305,7 @@ impl Keeper {
         let argv: Vec<OsString> = r.argv.into_iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &inherited)?;
         drop((out_write, err_write, cgroups));
-        let slot = match self.held.iter().position(Option::is_none) {
-            Some(s) => s,
-            None => {
-                self.held.push(None);
-                self.held.len() - 1
-            }
-        };
+        let slot = free_slot(&mut self.held);
         let held = (|| -> io::Result<Held> {
             let dir = self.args.state_dir.join("logs").join(&r.container);
             let path = dir.join(format!("{}.log", r.instance));
@@ -341,9 +346,7 @@ impl Keeper {
         let Some(mut h) = self.held[slot].take() else {
             return Ok(());
         };
-        let finished = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let finished = crate::supervisor::persist::millis(SystemTime::now());
         let _ = sys::send_signal(-h.pid, libc::SIGKILL);
         for s in h.streams.iter_mut().flatten() {
             let _ = epoll.delete(s.fd());

@@ -17,7 +17,7 @@ use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
 
 use super::{PidOwner, Supervisor, TOKEN_KEEPER};
 use crate::keeper::protocol::{self, ExitNote, Hello, Lines, StartRequest};
-use crate::keeper::KeeperArgs;
+use crate::keeper::{free_slot, KeeperArgs};
 use crate::process::sys::{self, ContainerIo, Forked, EV_READ};
 use crate::state::{StateError, StateFile, RESET_REMEDY};
 
@@ -35,35 +35,12 @@ pub(super) struct Keepers {
 }
 
 impl Keepers {
-    fn add_conn(&mut self, keeper: i32, conn: Lines) -> usize {
-        let slot = match self.conns.iter().position(Option::is_none) {
-            Some(s) => s,
-            None => {
-                self.conns.push(None);
-                self.conns.len() - 1
-            }
-        };
-        self.conns[slot] = Some((keeper, conn));
-        slot
-    }
-
     /// The run's end: its keeper hears that nothing more will start (it ends once it holds
-    /// nothing), and is waited for when it holds nothing already.
-    pub(super) fn close(&mut self) {
-        let own = self.own.take();
+    /// nothing). Returns its pid when it holds nothing already (it is ending: wait for it).
+    pub(super) fn close(&mut self) -> Option<i32> {
         self.conns.clear();
-        if let Some((pid, control)) = own {
-            drop(control);
-            if !self.held.values().any(|&k| k == pid) {
-                let give_up = std::time::Instant::now() + Duration::from_secs(2);
-                while std::time::Instant::now() < give_up {
-                    match sys::reap_pid(pid) {
-                        Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-                        _ => break,
-                    }
-                }
-            }
-        }
+        let (pid, _control) = self.own.take()?;
+        (!self.held.values().any(|&k| k == pid)).then_some(pid)
     }
 }
 
@@ -86,8 +63,8 @@ pub struct Found {
     /// Containers a keeper holds that the record does not know (started just before the run
     /// before was killed, never saved): killed once the pod is taken up.
     pub strays: Vec<i32>,
-    /// Exit records read (removed once the pod is taken up), and sockets of keepers gone.
-    pub exit_files: Vec<PathBuf>,
+    /// Exit records read and sockets of keepers gone: removed once the pod is taken up.
+    pub stale_files: Vec<PathBuf>,
 }
 
 /// The keeper binary beside this one, opened now (`podvisor-keeper`), so that the keepers
@@ -129,7 +106,7 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
     {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.ends_with(".exit") && (record.restarting_all || !running.contains(&name)) {
-            found.exit_files.push(e.path());
+            found.stale_files.push(e.path());
         }
     }
     // Every keeper alive, and what it holds.
@@ -142,7 +119,7 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
         };
         let Ok(conn) = UnixStream::connect(&socket) else {
             // Its keeper is gone (killed: it removes its socket when it ends).
-            found.exit_files.push(socket.clone());
+            found.stale_files.push(socket.clone());
             continue;
         };
         let hello = read_hello(conn).map_err(|e| refuse(format!("a keeper: {e}")))?;
@@ -201,7 +178,7 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
             let finished_at = Instant::from_millis(note.finished);
             let found_exit = Survivor::Exited { exit, finished_at };
             found.survivors.insert(c.name.clone(), found_exit);
-            found.exit_files.push(file.path().to_path_buf());
+            found.stale_files.push(file.path().to_path_buf());
         }
     }
     found.strays = holds.into_values().map(|(_, pid)| pid).collect();
@@ -245,7 +222,7 @@ fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit 
 
 impl Supervisor {
     /// Starts `argv` as instance `id` in this run's keeper (started first if there is none),
-    /// which writes its log file: (keeper pid, container pid).
+    /// which writes its log file: the container's pid.
     pub(super) fn start_kept(
         &mut self,
         id: InstanceId,
@@ -253,7 +230,7 @@ impl Supervisor {
         io: ContainerIo,
         cgroups: Vec<PathBuf>,
         oom_file: Option<PathBuf>,
-    ) -> io::Result<(i32, i32)> {
+    ) -> io::Result<i32> {
         let text = |v: OsString| {
             v.into_string()
                 .map_err(|v| io::Error::other(format!("{v:?} is not UTF-8")))
@@ -308,7 +285,7 @@ impl Supervisor {
             "pid" => match rest.parse() {
                 Ok(pid) => {
                     self.keepers.held.insert(id, keeper);
-                    Ok((keeper, pid))
+                    Ok(pid)
                 }
                 Err(_) => Err(io::Error::other(format!(
                     "start it in its keeper: it said {line:?}"
@@ -344,7 +321,8 @@ impl Supervisor {
                 self.pids.insert(pid, PidOwner::Keeper);
                 events.set_nonblocking(true)?;
                 let fd = events.as_raw_fd();
-                let slot = self.keepers.add_conn(pid, Lines::new(events));
+                let slot = free_slot(&mut self.keepers.conns);
+                self.keepers.conns[slot] = Some((pid, Lines::new(events)));
                 self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
                 // A keeper answers a start at once; one that does not is given up on.
                 control.set_read_timeout(Some(START_PATIENCE))?;
@@ -360,12 +338,11 @@ impl Supervisor {
         if self.keepers.own.as_ref().is_some_and(|(k, _)| *k == pid) {
             self.keepers.own = None;
         }
-        for slot in 0..self.keepers.conns.len() {
-            if self.keepers.conns[slot]
-                .as_ref()
-                .is_some_and(|(k, _)| *k == pid)
-            {
-                if let Some((_, conn)) = self.keepers.conns[slot].take() {
+        // A keeper that was killed could not remove its socket.
+        let _ = std::fs::remove_file(protocol::socket(&self.state_dir, pid));
+        for slot in self.keepers.conns.iter_mut() {
+            if slot.as_ref().is_some_and(|(k, _)| *k == pid) {
+                if let Some((_, conn)) = slot.take() {
                     let _ = self.epoll.delete(conn.stream.as_raw_fd());
                 }
             }
@@ -376,17 +353,17 @@ impl Supervisor {
             .collect();
         ids.sort_by_key(|id| id.container);
         for id in ids {
-            self.instance_gone(id, Some(pid))?;
+            self.instance_gone(id)?;
         }
         Ok(())
     }
 
-    /// Instance `id` has ended under its keeper: its exit as recorded, or lost (`keeper`: it
-    /// ended without a record).
-    fn instance_gone(&mut self, id: InstanceId, keeper: Option<i32>) -> io::Result<()> {
-        if self.keepers.held.remove(&id).is_none() {
+    /// Instance `id` has ended under its keeper: its exit as recorded, or lost when the keeper
+    /// recorded none (it ended, and the container went with it).
+    fn instance_gone(&mut self, id: InstanceId) -> io::Result<()> {
+        let Some(keeper) = self.keepers.held.remove(&id) else {
             return Ok(());
-        }
+        };
         let name = &self.plan.pod.containers[id.container].name;
         let note = exit_record(&self.state_dir, name, id.instance)
             .map_err(|e| e.to_string())
@@ -396,16 +373,15 @@ impl Supervisor {
                 note
             });
         let oom = self.instance_ended(id);
-        let input = match (note, keeper) {
-            (Ok(Some(n)), _) => Input::Exited(id, lifecycle_exit(&n, oom)),
-            (Ok(None), Some(k)) => Input::Lost(
+        let input = match note {
+            Ok(Some(n)) => Input::Exited(id, lifecycle_exit(&n, oom)),
+            Ok(None) => Input::Lost(
                 id,
                 format!(
-                    "its keeper (pid {k}) ended without recording an exit; the container went with it"
+                    "its keeper (pid {keeper}) ended without recording an exit; the container went with it"
                 ),
             ),
-            (Ok(None), None) => Input::Lost(id, "its keeper recorded no exit".into()),
-            (Err(e), _) => Input::Lost(id, format!("its keeper's {e}")),
+            Err(e) => Input::Lost(id, format!("its keeper's {e}")),
         };
         self.feed(input)
     }
@@ -430,7 +406,7 @@ impl Supervisor {
                         container,
                         instance,
                     };
-                    self.instance_gone(id, None)?;
+                    self.instance_gone(id)?;
                 }
                 // Not ours (a stray killed at take-up): its record goes.
                 None => {
@@ -456,7 +432,8 @@ impl Supervisor {
             conn.stream.set_nonblocking(true)?;
             conn.stream.set_read_timeout(None)?;
             let fd = conn.stream.as_raw_fd();
-            let slot = self.keepers.add_conn(keeper, conn);
+            let slot = free_slot(&mut self.keepers.conns);
+            self.keepers.conns[slot] = Some((keeper, conn));
             self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
         }
         for a in found.adopted.drain(..) {

@@ -221,7 +221,7 @@ pub fn run(
     // Written before anything starts: a state dir that cannot hold it stops the run here.
     sup.save()?;
     // The exits the keepers recorded are in the pod now (and in the record just written).
-    for f in &taken.found.exit_files {
+    for f in &taken.found.stale_files {
         let _ = std::fs::remove_file(f);
     }
     Ok(sup.run()?)
@@ -423,7 +423,10 @@ impl Supervisor {
         for mut log in std::mem::take(&mut self.logs).into_iter().flatten() {
             log.finish()?;
         }
-        self.reap_tasks();
+        // This run's keeper starts nothing more: it ends once it holds nothing, and is waited
+        // for with the exec tasks when it holds nothing already.
+        let idle_keeper = self.keepers.close();
+        self.reap_children(idle_keeper);
         // Under live restore a stop signal leaves the pod to its keepers: its volumes and
         // cgroups stay for the next run.
         if !self.detached {
@@ -437,8 +440,6 @@ impl Supervisor {
                 }
             }
         }
-        // This run's keeper starts nothing more (it ends when it holds nothing).
-        self.keepers.close();
         self.api.shut_down(&self.epoll);
         if let Some(m) = &mut self.metrics {
             m.shut_down(&self.epoll);
@@ -450,9 +451,11 @@ impl Supervisor {
         })
     }
 
-    /// Kills the exec tasks still running and reaps them, so that nothing outlives the run.
-    fn reap_tasks(&mut self) {
+    /// Kills the exec tasks still running and reaps them, and `keeper` (one ending), so that
+    /// nothing outlives the run.
+    fn reap_children(&mut self, keeper: Option<i32>) {
         let mut left: Vec<i32> = self.tasks.cancel_all();
+        left.extend(keeper);
         left.retain(|pid| self.pids.contains_key(pid));
         let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while !left.is_empty() && std::time::Instant::now() < give_up {

@@ -219,7 +219,8 @@ pub fn process_record(pid: i32) -> Option<ProcessRecord> {
     crate::state::processes::start_ticks(pid).map(|start_ticks| ProcessRecord { pid, start_ticks })
 }
 
-fn millis(t: SystemTime) -> u64 {
+/// Milliseconds since the Unix epoch (what the record and the keepers' exit records hold).
+pub fn millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }

@@ -1,9 +1,8 @@
 //! Starting container instances, exec probes and hooks.
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use podvisor_core::clock::Clock;
@@ -16,9 +15,6 @@ use super::logs::{tail_text, LogFile, LogStream};
 use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
 use crate::probe::{Done, ExecContext, Owner};
 use crate::process::sys::{self, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
-
-/// A pipe's read end and write end.
-type Pipe = (File, OwnedFd);
 
 impl Supervisor {
     /// Starts a probe attempt or hook; the input to feed when it ended at once.
@@ -105,11 +101,9 @@ impl Supervisor {
             true => None,
             false => Some((sys::pipe()?, sys::pipe()?)),
         };
-        let fd = |k: usize| {
-            pipes
-                .as_ref()
-                .map_or(-1, |(o, e): &(Pipe, Pipe)| [o, e][k].1.as_raw_fd())
-        };
+        let (stdout, stderr) = pipes.as_ref().map_or((-1, -1), |((_, out), (_, err))| {
+            (out.as_raw_fd(), err.as_raw_fd())
+        });
         let root = self.root_layer.as_ref().and_then(|layer| {
             // readOnlyRootFilesystem always gets a root of its own (read-only); the annotation
             // `podvisor.io/host-root: writable` gives the others the host's.
@@ -133,8 +127,8 @@ impl Supervisor {
             None => None,
         };
         let io = ContainerIo {
-            stdout: fd(0),
-            stderr: fd(1),
+            stdout,
+            stderr,
             working_dir: self.working_dir(id.container),
             working_dir_optional: exec.working_dir.is_none(),
             env: self.envs[id.container].clone(),
@@ -155,7 +149,7 @@ impl Supervisor {
                     .map(|cg| cg.join_paths())
                     .unwrap_or_default();
                 self.start_kept(id, &argv, io, paths, oom)
-                    .map(|(_keeper, pid)| (None, pid))
+                    .map(|pid| (None, pid))
             }
             Some(((out_read, out_write), (err_read, err_write))) => {
                 let spawned =
@@ -172,13 +166,11 @@ impl Supervisor {
                 }
                 // Under a keeper, the keeper reads the pipes and writes the log.
                 if let Some((out_read, err_read)) = held {
-                    {
-                        let file = LogFile::create(log_path, self.log_limits)?;
-                        let out = LogStream::new(id, out_read, "stdout", file.clone());
-                        self.add_log(out)?;
-                        self.add_log(LogStream::new(id, err_read, "stderr", file))?;
-                        self.pids.insert(pid, PidOwner::Container(id));
-                    }
+                    let file = LogFile::create(log_path, self.log_limits)?;
+                    let out = LogStream::new(id, out_read, "stdout", file.clone());
+                    self.add_log(out)?;
+                    self.add_log(LogStream::new(id, err_read, "stderr", file))?;
+                    self.pids.insert(pid, PidOwner::Container(id));
                 }
                 if has_mounts {
                     // Its probes and hooks run in its mount namespace, as `exec` in a container
