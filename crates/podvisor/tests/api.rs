@@ -30,9 +30,13 @@ const MIXED: &str = "  initContainers:
 #[test]
 fn status_is_a_real_pod_status() {
     let r = PodRun::new(&pod_with("Always", 1, MIXED));
-    let mut p = r.cmd(&["--backoff-initial", "200ms"]).start();
+    // The first restart is immediate, the second waits a minute: once crash's first BackOff
+    // is out it sits in CrashLoopBackOff (a running crash, with no readiness probe, would
+    // count as ready for that instant).
+    let mut p = r.cmd(&["--backoff-initial", "60s"]).start();
     r.wait_event("web", "Ready", 1);
     started(&r, "crash", 2);
+    r.wait_event("crash", "BackOff", 1);
     let out = client(&r, &["status", "-o", "json"]);
     assert_eq!(out.code(), 0, "{out:?}");
     let pod: Pod = serde_json::from_str(&out.stdout).expect("a v1 Pod");
@@ -71,7 +75,9 @@ fn status_is_a_real_pod_status() {
     assert_eq!(web.image, "nginx");
     let crash = mains.iter().find(|c| c.name == "crash").unwrap();
     assert!(!crash.ready);
-    assert!(crash.restart_count >= 1);
+    assert_eq!(crash.restart_count, 1);
+    let waiting = crash.state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
     let last = crash
         .last_state
         .as_ref()
