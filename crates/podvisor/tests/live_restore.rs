@@ -1,6 +1,7 @@
 //! Live restore (`run --live-restore`): the containers outlive `run`, held by its keeper;
 //! `run` again on the state dir takes them over. kill -9 of `run`, SIGTERM, an exit while no
-//! podvisor ran, a killed keeper, and a keeper of a protocol this podvisor does not adopt.
+//! podvisor ran, a killed keeper, a keeper of a protocol this podvisor does not adopt and a
+//! keeper's socket that never greets.
 
 use std::path::Path;
 use std::time::Duration;
@@ -356,6 +357,37 @@ fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
     assert_eq!(keepers(&state).len(), 1);
     assert_eq!(r.find("app", "Started").len(), 1);
     // `first`'s drop kills its tree (keeper and container) when the test ends.
+}
+
+#[test]
+fn a_keeper_socket_that_never_greets_refuses_the_run_and_harms_nothing() {
+    let r = sleeper();
+    let state = r.dir.file("state");
+    let mut first = r.cmd(&LIVE).start();
+    r.wait_event("app", "Started", 1);
+    let pid = containers(&r)[0].1;
+    first.signal("KILL");
+    first.wait();
+    // Something listening on a keeper's socket that accepts and never says a word.
+    let silent = state.join("keepers/keeper.1.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&silent).unwrap();
+    let out = r.cmd(&LIVE).output();
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&silent.display().to_string())
+            && out.stderr.contains("a keeper: no greeting within 2s"),
+        "{}",
+        out.stderr
+    );
+    // Nothing was touched: once the socket is gone the pod is taken over as it was.
+    assert!(alive(pid));
+    drop(listener);
+    std::fs::remove_file(&silent).unwrap();
+    let mut second = r.cmd(&LIVE).start();
+    r.wait_event("app", "Adopted", 1);
+    assert_eq!(containers(&r)[0].1, pid);
+    assert_eq!(r.find("app", "Started").len(), 1);
+    stop_and_find_nothing_left(&r, &mut second);
 }
 
 #[test]
