@@ -1,22 +1,36 @@
 //! Times as the Kubernetes API writes them: RFC 3339 in UTC, with milliseconds.
 
+use std::fmt;
 use std::time::SystemTime;
 
 /// `2026-11-23T05:39:22.123Z`.
 pub fn rfc3339_millis(at: SystemTime) -> String {
-    let d = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let (y, m, day) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    Millis(at).to_string()
+}
+
+/// A time written as `rfc3339_millis` writes it, into any writer (the log lines' prefix is
+/// written so, with no allocation).
+#[derive(Debug, Clone, Copy)]
+pub struct Millis(pub SystemTime);
+
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self
+            .0
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let secs = d.as_secs();
+        let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+        let (y, m, day) = civil_from_days(days);
+        write!(
+            f,
+            "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3600,
+            (rem / 60) % 60,
+            rem % 60,
+            d.subsec_millis()
+        )
+    }
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's method).

@@ -94,6 +94,7 @@ pub fn main(args: &[OsString]) -> i32 {
         args: a,
         held: Vec::new(),
         clients: Vec::new(),
+        scratch: Vec::new(),
     };
     match keeper.keep() {
         Ok(()) => 0,
@@ -142,6 +143,8 @@ struct Keeper {
     held: Vec<Option<Held>>,
     /// Who hears of exits: the events channel and the runs that took the pod over.
     clients: Vec<UnixStream>,
+    /// Where the containers' output lines are put together (`LogStream::drain`).
+    scratch: Vec<u8>,
 }
 
 impl Keeper {
@@ -188,7 +191,7 @@ impl Keeper {
                     continue;
                 };
                 if let Some(s) = h.streams[k].as_mut() {
-                    if !s.drain()? {
+                    if !s.drain(&mut self.scratch)? {
                         let _ = epoll.delete(s.fd());
                         h.streams[k] = None;
                     }
@@ -350,7 +353,7 @@ impl Keeper {
         let _ = sys::send_signal(-h.pid, libc::SIGKILL);
         for s in h.streams.iter_mut().flatten() {
             let _ = epoll.delete(s.fd());
-            s.finish()?;
+            s.finish(&mut self.scratch)?;
         }
         let note = ExitNote {
             pid: h.pid,

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use podvisor_core::lifecycle::InstanceId;
 
-use crate::rfc3339::rfc3339_millis;
+use crate::rfc3339::Millis;
 
 /// A line longer than this is written in parts (`P`), as the kubelet does.
 const MAX_LINE: usize = 16 * 1024;
@@ -129,15 +129,33 @@ impl LogStream {
     }
 
     /// Reads what the pipe has. `Ok(false)` at end of output (the stream is done).
-    pub fn drain(&mut self) -> io::Result<bool> {
+    ///
+    /// `scratch` is where the lines are put together before they are written: one buffer
+    /// for all of a process's streams, kept between calls, so that once it has grown a drain
+    /// allocates nothing (the keeper's and run's loops, however much their containers print).
+    pub fn drain(&mut self, scratch: &mut Vec<u8>) -> io::Result<bool> {
+        let open = self.read_ready(scratch)?;
+        if !open {
+            self.write_partial(scratch)?;
+        }
+        Ok(open)
+    }
+
+    /// Reads to the end and writes a last partial line, if any.
+    pub fn finish(&mut self, scratch: &mut Vec<u8>) -> io::Result<()> {
+        // The writers are gone by now; a descendant that still holds the pipe open is not
+        // waited for (the pipe does not block).
+        self.read_ready(scratch)?;
+        self.write_partial(scratch)
+    }
+
+    /// Writes what the pipe holds now; `Ok(false)` once its writers are all gone.
+    fn read_ready(&mut self, scratch: &mut Vec<u8>) -> io::Result<bool> {
         let mut buf = [0u8; 16 * 1024];
         loop {
             match self.pipe.read(&mut buf) {
-                Ok(0) => {
-                    self.finish()?;
-                    return Ok(false);
-                }
-                Ok(n) => self.write_lines(&buf[..n])?,
+                Ok(0) => return Ok(false),
+                Ok(n) => self.write_lines(&buf[..n], scratch)?,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -145,18 +163,26 @@ impl LogStream {
         }
     }
 
-    fn write_lines(&mut self, mut data: &[u8]) -> io::Result<()> {
-        let time = rfc3339_millis(SystemTime::now());
-        let mut out = Vec::with_capacity(data.len() + 64);
+    fn write_lines(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
+        let mut head = [0u8; 64];
+        let head = line_head(&mut head, self.stream)?;
+        out.clear();
         while let Some(nl) = data.iter().position(|&b| b == b'\n') {
-            out.extend_from_slice(format!("{time} {} F ", self.stream).as_bytes());
-            out.append(&mut self.partial);
-            out.extend_from_slice(&data[..nl + 1]);
+            out.extend_from_slice(head);
+            out.extend_from_slice(b"F ");
+            out.extend_from_slice(&self.partial);
+            self.partial.clear();
+            out.extend_from_slice(&data[..=nl]);
             data = &data[nl + 1..];
+            if out.len() >= FLUSH_AT {
+                self.file.borrow_mut().write(out)?;
+                out.clear();
+            }
         }
         self.partial.extend_from_slice(data);
         while self.partial.len() >= MAX_LINE {
-            out.extend_from_slice(format!("{time} {} P ", self.stream).as_bytes());
+            out.extend_from_slice(head);
+            out.extend_from_slice(b"P ");
             out.extend_from_slice(&self.partial[..MAX_LINE]);
             out.push(b'\n');
             self.partial.drain(..MAX_LINE);
@@ -164,29 +190,35 @@ impl LogStream {
         if out.is_empty() {
             return Ok(());
         }
-        self.file.borrow_mut().write(&out)
+        self.file.borrow_mut().write(out)
     }
 
-    /// Reads to the end and writes a last partial line, if any.
-    pub fn finish(&mut self) -> io::Result<()> {
-        let mut rest = Vec::new();
-        // The writers are gone by now; a descendant that still holds the pipe open is not
-        // waited for (non-blocking read).
-        match self.pipe.read_to_end(&mut rest) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+    /// The rest of an output that did not end with a newline, as a partial line.
+    fn write_partial(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        if self.partial.is_empty() {
+            return Ok(());
         }
-        self.write_lines(&rest)?;
-        if !self.partial.is_empty() {
-            let time = rfc3339_millis(SystemTime::now());
-            let mut line = format!("{time} {} P ", self.stream).into_bytes();
-            line.append(&mut self.partial);
-            line.push(b'\n');
-            self.file.borrow_mut().write(&line)?;
-        }
-        Ok(())
+        let mut head = [0u8; 64];
+        out.clear();
+        out.extend_from_slice(line_head(&mut head, self.stream)?);
+        out.extend_from_slice(b"P ");
+        out.extend_from_slice(&self.partial);
+        out.push(b'\n');
+        self.partial.clear();
+        self.file.borrow_mut().write(out)
     }
+}
+
+/// Lines are written to the file whenever this much is put together, which bounds the
+/// scratch buffer.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// `TIME STREAM ` (the start of a CRI log line, now) in `buf`.
+fn line_head<'a>(buf: &'a mut [u8; 64], stream: &str) -> io::Result<&'a [u8]> {
+    let mut w = io::Cursor::new(&mut buf[..]);
+    write!(w, "{} {stream} ", Millis(SystemTime::now()))?;
+    let n = w.position() as usize;
+    Ok(&buf[..n])
 }
 
 /// The instance numbers of a container's log dir that have log files, ascending.
@@ -270,4 +302,100 @@ pub fn tail_text(dir: &Path, instance: u32, n: usize) -> io::Result<String> {
         }
     }
     Ok(text.trim_end_matches('\n').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::sys;
+
+    /// A stream of a fresh log file in a dir of its own, and the pipe's write end.
+    fn stream(name: &str) -> (PathBuf, LogStream, File) {
+        let dir = std::env::temp_dir().join(format!("podvisor-logs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = LogFile::create(dir.join("0.log"), LogLimits::default()).unwrap();
+        let (read, write) = sys::pipe().unwrap();
+        let id = InstanceId {
+            container: 0,
+            instance: 0,
+        };
+        (
+            dir,
+            LogStream::new(id, read, "stdout", file),
+            File::from(write),
+        )
+    }
+
+    /// Each line of the file as (stream, tag, text), after a check of its time.
+    fn lines(dir: &Path) -> Vec<(String, String, String)> {
+        let text = std::fs::read_to_string(dir.join("0.log")).unwrap();
+        text.lines()
+            .map(|l| {
+                let mut parts = l.splitn(4, ' ');
+                let time = parts.next().unwrap();
+                assert!(time.len() == 24 && time.ends_with('Z'), "{l:?}");
+                let mut next = || parts.next().unwrap().to_string();
+                (next(), next(), next())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_drain_allocates_nothing_once_its_buffers_have_grown() {
+        let (dir, mut log, mut pipe) = stream("alloc");
+        let chunk = "a line of output\n".repeat(100) + "and half a line";
+        let mut scratch = Vec::new();
+        pipe.write_all(chunk.as_bytes()).unwrap();
+        assert!(log.drain(&mut scratch).unwrap());
+        let before = sys::allocations();
+        for _ in 0..10 {
+            pipe.write_all(chunk.as_bytes()).unwrap();
+            assert!(log.drain(&mut scratch).unwrap());
+        }
+        assert_eq!(sys::allocations() - before, 0);
+        drop(pipe);
+        assert!(!log.drain(&mut scratch).unwrap());
+        let lines = lines(&dir);
+        assert_eq!(lines.len(), 11 * 100 + 1);
+        assert_eq!(
+            lines[0],
+            ("stdout".into(), "F".into(), "a line of output".into())
+        );
+        let joined = "and half a linea line of output";
+        assert_eq!(lines[100].2, joined);
+        assert_eq!(lines.iter().filter(|l| l.2 == joined).count(), 10);
+        assert!(lines[..1100].iter().all(|l| l.1 == "F"));
+        assert_eq!(
+            lines[1100],
+            ("stdout".into(), "P".into(), "and half a line".into())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_long_line_is_written_in_parts_of_16_kib() {
+        let (dir, mut log, mut pipe) = stream("long");
+        let mut scratch = Vec::new();
+        // 40 KiB and a newline, in three writes of which none ends the line.
+        let line = "x".repeat(40 * 1024);
+        for part in [&line[..10_000], &line[10_000..30_000], &line[30_000..]] {
+            pipe.write_all(part.as_bytes()).unwrap();
+            assert!(log.drain(&mut scratch).unwrap());
+        }
+        pipe.write_all(b"\nend").unwrap();
+        log.finish(&mut scratch).unwrap();
+        let lines = lines(&dir);
+        let shape: Vec<(&str, usize)> = lines.iter().map(|l| (&l.1[..], l.2.len())).collect();
+        assert_eq!(
+            shape,
+            [
+                ("P", MAX_LINE),
+                ("P", MAX_LINE),
+                ("F", 40 * 1024 - 2 * MAX_LINE),
+                ("P", 3)
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -197,6 +197,7 @@ pub fn run(
         groups: HashMap::new(),
         logs: Vec::new(),
         free_logs: Vec::new(),
+        log_scratch: Vec::new(),
         tasks: Tasks::default(),
         base_envs,
         envs,
@@ -294,6 +295,8 @@ struct Supervisor {
     /// Log streams by slot (the epoll token); `None` once finished.
     logs: Vec<Option<LogStream>>,
     free_logs: Vec<usize>,
+    /// Where every stream's lines are put together (`LogStream::drain`).
+    log_scratch: Vec<u8>,
     tasks: Tasks,
     /// Each container's environment before staged instrumentation, made once.
     base_envs: Vec<Vec<(String, String)>>,
@@ -353,7 +356,7 @@ impl Supervisor {
             for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_LOG) {
                 let slot = (token & SLOT_MASK) as usize;
                 if let Some(log) = self.logs.get_mut(slot).and_then(Option::as_mut) {
-                    if !log.drain()? {
+                    if !log.drain(&mut self.log_scratch)? {
                         self.logs[slot] = None;
                         self.free_logs.push(slot);
                     }
@@ -421,7 +424,7 @@ impl Supervisor {
         self.announce();
         // Everything has exited: take what is left in the pipes, end what probes still run.
         for mut log in std::mem::take(&mut self.logs).into_iter().flatten() {
-            log.finish()?;
+            log.finish(&mut self.log_scratch)?;
         }
         // This run's keeper starts nothing more: it ends once it holds nothing, and is waited
         // for with the exec tasks when it holds nothing already.

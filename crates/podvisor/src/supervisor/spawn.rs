@@ -294,7 +294,7 @@ impl Supervisor {
             let Some(log) = self.logs[slot].as_mut().filter(|l| l.owner == id) else {
                 continue;
             };
-            if !log.drain()? {
+            if !log.drain(&mut self.log_scratch)? {
                 self.logs[slot] = None;
                 self.free_logs.push(slot);
             }

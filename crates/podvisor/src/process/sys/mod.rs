@@ -12,12 +12,16 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
+#[cfg(test)]
+mod alloc_count;
 mod child;
 mod fd;
 mod fork;
 mod rootfs;
 mod spawn;
 
+#[cfg(test)]
+pub use alloc_count::allocations;
 pub use fd::*;
 pub use fork::*;
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
