@@ -115,6 +115,9 @@ impl ContainerStatus {
         }
     }
 
+    /// Whether the container has run before: started, or restarted (a start that failed
+    /// counts, as the kubelet counts a main container left `Created`). A sidecar's turn in the
+    /// start order asks for more: the `ever_started` field alone.
     pub(super) fn ever_started(&self) -> bool {
         self.ever_started
             || self.restart_count > 0

@@ -22,7 +22,7 @@ impl Pod {
                     }
                 }
                 Kind::Sidecar => {
-                    if !c.ever_started() {
+                    if !c.ever_started {
                         init_pending = true;
                     }
                 }
@@ -140,7 +140,7 @@ impl Pod {
             .zip(kinds())
             .filter(|(c, k)| match k {
                 Kind::Init => !matches!(c.state, ContainerState::Terminated { exit_code: 0, .. }),
-                Kind::Sidecar => !c.ever_started(),
+                Kind::Sidecar => !c.ever_started,
                 Kind::Main => false,
             })
             .map(|(c, _)| c.name.as_str())

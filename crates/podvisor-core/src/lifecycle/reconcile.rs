@@ -166,8 +166,9 @@ impl Pod {
                         return;
                     }
                     // A sidecar that is not running holds back what follows it only until it
-                    // has first started; later it restarts on its own.
-                    if !self.containers[i].ever_started() {
+                    // has first started (running, its startup probe passed: a start that
+                    // failed is not one); later it restarts on its own.
+                    if !self.containers[i].ever_started {
                         init_done = false;
                         break;
                     }

@@ -427,6 +427,31 @@ fn the_next_container_waits_for_a_sidecars_startup_probe() {
 }
 
 #[test]
+fn a_sidecar_whose_start_failed_still_holds_back_the_next_container() {
+    // A failed start counts as a restart, but the sidecar has not started: what follows it
+    // waits for its next instance's startup probe, as the kubelet waits.
+    let mut p = plan(
+        RestartPolicy::Always,
+        &[("side", Kind::Sidecar), ("app", Kind::Main)],
+    );
+    p.containers[0].probes.startup = Some(probe(0, 1000, 30));
+    let mut script = with_probe(|_, _, since| {
+        if since >= 2500 {
+            Outcome::Success
+        } else {
+            Outcome::Failure("refused".into())
+        }
+    });
+    script.start_fails = vec![1];
+    let mut sim = Sim::new(p, vec![script, forever()]);
+    sim.run(5_000);
+    assert_eq!(
+        sim.lines("spawn"),
+        ["t=0 spawn side#1", "t=0 spawn side#2", "t=3010 spawn app#1"]
+    );
+}
+
+#[test]
 fn first_probes_spread_over_a_period_only_right_after_podvisor_starts() {
     let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
     let kinds: Vec<(&str, Kind)> = names.iter().map(|n| (n.as_str(), Kind::Main)).collect();
