@@ -1,7 +1,7 @@
 //! Live restore (`run --live-restore`): the containers outlive `run`, held by its keeper;
 //! `run` again on the state dir takes them over. kill -9 of `run`, SIGTERM, an exit while no
-//! podvisor ran, a killed keeper, a keeper of a protocol this podvisor does not adopt and a
-//! keeper's socket that never greets.
+//! podvisor ran, a killed keeper, a stuck keeper, a keeper of a protocol this podvisor does
+//! not adopt and a keeper's socket that never greets.
 
 use std::path::Path;
 use std::time::Duration;
@@ -327,6 +327,60 @@ fn a_restart_after_a_takeover_starts_under_the_new_runs_keeper() {
     stop_and_find_nothing_left(&r, &mut second);
     assert!(!alive(pid), "app#2 outlived the stop");
     first.assert_no_leftovers();
+}
+
+#[test]
+fn a_keeper_that_does_not_answer_a_start_is_killed_and_replaced() {
+    // A sidecar holds the main container back until its startup probe finds a file; the
+    // keeper is stopped (SIGSTOP) before that, so the main container's start gets no answer.
+    let gate = TempDir::new();
+    let go = gate.file("go");
+    let spec = format!(
+        "  initContainers:
+  - name: side
+    restartPolicy: Always
+    command: [sleep, '600']
+    startupProbe: {{exec: {{command: [test, -f, '{go}']}}, periodSeconds: 1}}
+  containers:
+  - {{name: app, command: [sleep, '600']}}
+",
+        go = go.display()
+    );
+    let r = PodRun::new(&pod_with("Always", 1, &spec));
+    let state = r.dir.file("state");
+    let mut p = r
+        .cmd(&LIVE)
+        .env("PODVISOR_TEST_KEEPER_START_PATIENCE_MS", "3000")
+        .start();
+    r.wait_event("side", "Started", 1);
+    let side: i64 = status(&r)["status"]["initContainerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("podvisor://"))
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let stuck = keepers(&state)[0].0;
+    send(stuck, "STOP");
+    std::fs::write(&go, "").unwrap();
+    // The start fails after the patience, saying why; the stuck keeper is killed, its
+    // sidecar with it (reported lost), and both start again under a new keeper.
+    let failed = r.wait_event("app", "Failed", 1);
+    let message = failed[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("the keeper (pid {stuck}) did not answer")),
+        "{message}"
+    );
+    assert_eq!(failed[0]["exitCode"], 128);
+    let lost = r.wait_event("side", "ContainerStatusUnknown", 1);
+    assert_eq!(lost[0]["exitCode"], 137);
+    r.wait_event("app", "Started", 1);
+    r.wait_event("side", "Started", 2);
+    wait_until("the stuck keeper and its sidecar are gone", || {
+        !alive(stuck.into()) && !alive(side)
+    });
+    let now = keepers(&state);
+    assert!(now.len() == 1 && now[0].0 != stuck, "{now:?}");
+    stop_and_find_nothing_left(&r, &mut p);
+    p.assert_no_leftovers();
 }
 
 #[test]

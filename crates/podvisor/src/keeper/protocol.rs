@@ -40,6 +40,9 @@ pub const ADOPTS: std::ops::RangeInclusive<u32> = 1..=PROTOCOL;
 /// Lets tests start keepers that speak another version (an older or newer podvisor's).
 pub const TEST_PROTOCOL_ENV: &str = "PODVISOR_TEST_KEEPER_PROTOCOL";
 
+/// Lets tests give up on a keeper's answer to a start sooner than a run does (milliseconds).
+pub const TEST_START_PATIENCE_ENV: &str = "PODVISOR_TEST_KEEPER_START_PATIENCE_MS";
+
 /// The keepers' directory of a state dir.
 pub fn dir(state_dir: &Path) -> PathBuf {
     state_dir.join("keepers")

@@ -325,7 +325,11 @@ impl Supervisor {
                 self.keepers.conns[slot] = Some((pid, Lines::new(events)));
                 self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
                 // A keeper answers a start at once; one that does not is given up on.
-                control.set_read_timeout(Some(START_PATIENCE))?;
+                let patience = std::env::var(protocol::TEST_START_PATIENCE_ENV)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .map_or(START_PATIENCE, Duration::from_millis);
+                control.set_read_timeout(Some(patience))?;
                 self.keepers.own = Some((pid, Lines::new(control)));
                 Ok(())
             }
