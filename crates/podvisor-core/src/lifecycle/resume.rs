@@ -65,7 +65,7 @@ impl Pod {
                 stage: c.stage,
                 disabled_at: c.judgement.disabled_at,
                 verdict: c.judgement.verdict,
-                ever_started: c.ever_started(),
+                ever_started: c.ever_started,
                 backoff: c.backoff.entry().map(|(d, at)| (ms(d), at_ms(at))),
                 window: c.window.times().map(at_ms).collect(),
                 state: match (&c.process, &c.state) {

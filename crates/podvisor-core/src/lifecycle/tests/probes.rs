@@ -443,12 +443,24 @@ fn a_sidecar_whose_start_failed_still_holds_back_the_next_container() {
         }
     });
     script.start_fails = vec![1];
-    let mut sim = Sim::new(p, vec![script, forever()]);
+    let mut sim = Sim::new(p.clone(), vec![script.clone(), forever()]);
     sim.run(5_000);
     assert_eq!(
         sim.lines("spawn"),
         ["t=0 spawn side#1", "t=0 spawn side#2", "t=3010 spawn app#1"]
     );
+    // The same after podvisor restarts from a record saved before side has started: the
+    // record keeps "not started" (its restart count does not say it started).
+    let mut sim = Sim::new(p.clone(), vec![script.clone(), forever()]);
+    sim.run(1_500);
+    sim.now = Instant::from_millis(1_500);
+    let record = saved(&sim);
+    assert!(!record.containers[0].ever_started);
+    let mut next = Sim::new(p, vec![script, forever()]);
+    next.pod = Pod::resume(next.pod.plan().clone(), &record).unwrap();
+    next.now = Instant::from_millis(1_500);
+    next.run(3_000);
+    assert_eq!(next.lines("spawn"), ["t=1500 spawn side#3"]);
 }
 
 #[test]
