@@ -18,7 +18,7 @@ use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
 use super::{PidOwner, Supervisor, TOKEN_KEEPER};
 use crate::keeper::protocol::{self, ExitNote, Hello, Lines, StartRequest};
 use crate::keeper::{free_slot, KeeperArgs};
-use crate::process::sys::{self, ContainerIo, Forked, EV_READ};
+use crate::process::sys::{self, ContainerIo, Exec, Forked, EV_READ};
 use crate::state::{StateError, StateFile, RESET_REMEDY};
 
 /// The keepers a run knows: the one it started (the only one it starts containers in),
@@ -78,6 +78,11 @@ pub fn keeper_exe() -> Option<File> {
 /// How long a keeper has to answer a start request.
 const START_PATIENCE: Duration = Duration::from_secs(30);
 
+/// A number the tests set in the environment (`protocol::TEST_*_ENV`).
+fn test_setting<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
 /// How long a keeper has to say hello.
 const HELLO_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -122,8 +127,7 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
             found.stale_files.push(socket.clone());
             continue;
         };
-        let hello = read_hello(conn).map_err(|e| refuse(format!("a keeper: {e}")))?;
-        let (hello, conn) = hello;
+        let (hello, conn) = read_hello(conn).map_err(|e| refuse(format!("a keeper: {e}")))?;
         if !protocol::ADOPTS.contains(&hello.protocol) {
             return Err(refuse(format!(
                 "the pod's containers are held by a keeper (pid {}) that speaks protocol {}; this podvisor adopts protocols {}..={}",
@@ -301,10 +305,7 @@ impl Supervisor {
     /// Forks and execs this run's keeper, with its control and events channels.
     fn start_keeper(&mut self) -> io::Result<()> {
         std::fs::create_dir_all(protocol::dir(&self.state_dir))?;
-        let protocol = std::env::var(protocol::TEST_PROTOCOL_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(protocol::PROTOCOL);
+        let protocol = test_setting(protocol::TEST_PROTOCOL_ENV).unwrap_or(protocol::PROTOCOL);
         let (control, control_end) = UnixStream::pair()?;
         let (events, events_end) = UnixStream::pair()?;
         let args = KeeperArgs {
@@ -314,8 +315,9 @@ impl Supervisor {
             protocol,
             limits: self.log_limits,
         };
+        let exec = keeper_exec(&args, self.keeper_exe.as_ref())?;
         match sys::fork()? {
-            Forked::Child => sys::exit_now(exec_keeper(args, self.keeper_exe.as_ref())),
+            Forked::Child => sys::exit_now(become_keeper(&args, &exec)),
             Forked::Parent(pid) => {
                 drop((control_end, events_end));
                 self.pids.insert(pid, PidOwner::Keeper);
@@ -325,9 +327,7 @@ impl Supervisor {
                 self.keepers.conns[slot] = Some((pid, Lines::new(events)));
                 self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
                 // A keeper answers a start at once; one that does not is given up on.
-                let patience = std::env::var(protocol::TEST_START_PATIENCE_ENV)
-                    .ok()
-                    .and_then(|v| v.parse().ok())
+                let patience = test_setting(protocol::TEST_START_PATIENCE_ENV)
                     .map_or(START_PATIENCE, Duration::from_millis);
                 control.set_read_timeout(Some(patience))?;
                 self.keepers.own = Some((pid, Lines::new(control)));
@@ -478,8 +478,26 @@ impl Supervisor {
     }
 }
 
-/// The forked child: becomes the keeper. Returns the exit code when it cannot.
-fn exec_keeper(args: KeeperArgs, exe: Option<&File>) -> i32 {
+/// The keeper's exec: `podvisor-keeper` (opened when the run began) or, where it is missing,
+/// `podvisor keeper`, with `args`.
+fn keeper_exec(args: &KeeperArgs, exe: Option<&File>) -> io::Result<Exec> {
+    match exe {
+        Some(exe) => {
+            let mut argv: Vec<OsString> = vec!["podvisor-keeper".into()];
+            argv.extend(args.to_args());
+            Exec::open_file(exe, &argv)
+        }
+        None => {
+            let mut argv: Vec<OsString> = vec!["podvisor".into(), "keeper".into()];
+            argv.extend(args.to_args());
+            Exec::this_binary(&argv)
+        }
+    }
+}
+
+/// The forked child: becomes the keeper (system calls only, see `Exec`). Returns the exit
+/// code when it cannot.
+fn become_keeper(args: &KeeperArgs, exec: &Exec) -> i32 {
     // Its own session: a terminal's signals and hang-up never reach it.
     let _ = sys::new_session();
     if sys::set_child_subreaper().is_err() {
@@ -491,17 +509,6 @@ fn exec_keeper(args: KeeperArgs, exe: Option<&File>) -> i32 {
     if kept.is_err() {
         return 1;
     }
-    let _ = match exe {
-        Some(exe) => {
-            let mut argv: Vec<OsString> = vec!["podvisor-keeper".into()];
-            argv.extend(args.to_args());
-            sys::exec_file(exe, &argv)
-        }
-        None => {
-            let mut argv: Vec<OsString> = vec!["podvisor".into(), "keeper".into()];
-            argv.extend(args.to_args());
-            sys::exec_self(&argv)
-        }
-    };
+    let _ = exec.run();
     1
 }

@@ -1,5 +1,5 @@
-//! What starting a keeper needs: a plain fork of the (single-threaded) supervisor, a session
-//! of its own, descriptors handed across exec, and the exec of this same binary.
+//! What starting a keeper needs: a plain fork, a session of its own, descriptors handed across
+//! exec, and an exec prepared before the fork.
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -15,11 +15,11 @@ pub enum Forked {
     Parent(i32),
 }
 
-/// `fork(2)`. Only for a single-threaded caller (the supervisor is one thread): the child may
-/// then use what the parent had, locks included, until it execs or exits.
+/// `fork(2)`. The child must make system calls only until it execs or exits (no allocation,
+/// no lock: a thread of the parent may have held one; prepare an `Exec` before).
 pub fn fork() -> io::Result<Forked> {
-    // SAFETY: fork has no memory effects on the caller; the child gets a copy of a
-    // single-threaded process, so no lock is held by a thread that does not exist in it.
+    // SAFETY: fork has no memory effects on the caller; the child, which gets a copy of the
+    // calling thread only, keeps to system calls (above).
     let pid = check(unsafe { libc::fork() })?;
     Ok(if pid == 0 {
         Forked::Child
@@ -45,36 +45,53 @@ pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Execs this binary again (`/proc/self/exe`, which stays the binary this process runs even
-/// after a newer one replaced it on disk) with `args` (`argv[0]` included). Returns only on error.
-pub fn exec_self(args: &[OsString]) -> io::Error {
-    exec_path(c"/proc/self/exe", args)
+/// An `execv` made ready before a fork: the child then makes system calls only, and
+/// allocates nothing (a thread of the parent, such as a D-Bus client's, may have held the
+/// allocator's lock when it forked).
+#[derive(Debug)]
+pub struct Exec {
+    path: CString,
+    /// What `argv` points into.
+    _args: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
 }
 
-/// Execs the program open at `file` (a binary opened earlier, so that replacing it on disk
-/// changes nothing) with `args` (`argv[0]` included). Returns only on error.
-pub fn exec_file(file: &std::fs::File, args: &[OsString]) -> io::Error {
-    use std::os::fd::AsRawFd;
-    match CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())) {
-        Ok(path) => exec_path(&path, args),
-        Err(_) => io::Error::from_raw_os_error(libc::EINVAL),
+impl Exec {
+    /// This binary again (`/proc/self/exe`, which stays the binary this process runs even
+    /// after a newer one replaced it on disk) with `args` (`argv[0]` included).
+    pub fn this_binary(args: &[OsString]) -> io::Result<Exec> {
+        Exec::new(c"/proc/self/exe".to_owned(), args)
     }
-}
 
-fn exec_path(path: &std::ffi::CStr, args: &[OsString]) -> io::Error {
-    let c: Result<Vec<CString>, _> = args
-        .iter()
-        .map(|a| CString::new(a.as_bytes().to_vec()))
-        .collect();
-    let Ok(c) = c else {
-        return io::Error::new(io::ErrorKind::InvalidInput, "an argument holds a NUL byte");
-    };
-    let mut argv: Vec<*const libc::c_char> = c.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    // SAFETY: a NUL-terminated array of pointers to NUL-terminated strings that live until the
-    // call returns (it returns only on failure).
-    unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
-    io::Error::last_os_error()
+    /// The program open at `file` (a binary opened earlier, so that replacing it on disk
+    /// changes nothing; the descriptor must still be open in the child) with `args`.
+    pub fn open_file(file: &std::fs::File, args: &[OsString]) -> io::Result<Exec> {
+        use std::os::fd::AsRawFd;
+        let path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        Exec::new(path, args)
+    }
+
+    fn new(path: CString, args: &[OsString]) -> io::Result<Exec> {
+        let args = args
+            .iter()
+            .map(|a| CString::new(a.as_bytes().to_vec()))
+            .collect::<Result<Vec<CString>, _>>()?;
+        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        Ok(Exec {
+            path,
+            _args: args,
+            argv,
+        })
+    }
+
+    /// Execs. Returns only on error.
+    pub fn run(&self) -> io::Error {
+        // SAFETY: `argv` is a NUL-terminated array of pointers into `_args`, NUL-terminated
+        // strings that live as long as `self`.
+        unsafe { libc::execv(self.path.as_ptr(), self.argv.as_ptr()) };
+        io::Error::last_os_error()
+    }
 }
 
 /// Ends this process at once with `code`, running nothing of the parent's (a forked child
