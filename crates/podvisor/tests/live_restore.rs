@@ -30,19 +30,23 @@ fn containers(r: &PodRun) -> Vec<(String, i64, u64, bool)> {
         .unwrap()
         .iter()
         .map(|c| {
-            let pid = c["containerID"]
-                .as_str()
-                .and_then(|id| id.strip_prefix("podvisor://"))
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(-1);
             (
                 c["name"].as_str().unwrap().to_string(),
-                pid,
+                pid_of(c),
                 c["restartCount"].as_u64().unwrap(),
                 c["ready"].as_bool().unwrap(),
             )
         })
         .collect()
+}
+
+/// The pid in a container status's `containerID` (-1 without one).
+fn pid_of(status: &Value) -> i64 {
+    status["containerID"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("podvisor://"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(-1)
 }
 
 /// Pids of keeper processes of `state_dir`.
@@ -353,11 +357,8 @@ fn a_keeper_that_does_not_answer_a_start_is_killed_and_replaced() {
         .env("PODVISOR_TEST_KEEPER_START_PATIENCE_MS", "3000")
         .start();
     r.wait_event("side", "Started", 1);
-    let side: i64 = status(&r)["status"]["initContainerStatuses"][0]["containerID"]
-        .as_str()
-        .and_then(|id| id.strip_prefix("podvisor://"))
-        .and_then(|p| p.parse().ok())
-        .unwrap();
+    let side = pid_of(&status(&r)["status"]["initContainerStatuses"][0]);
+    assert!(side > 0);
     let stuck = keepers(&state)[0].0;
     send(stuck, "STOP");
     std::fs::write(&go, "").unwrap();
