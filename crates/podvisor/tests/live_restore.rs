@@ -144,8 +144,10 @@ fn a_killed_run_is_taken_over_without_restarting_anything() {
     let mut first = r.cmd(&LIVE).start();
     r.wait_event("web", "Ready", 1);
     let before = containers(&r);
-    // One keeper holds the pod's three containers.
-    assert_eq!(keepers(&state).len(), 1, "{:?}", keepers(&state));
+    // One keeper holds the pod's three containers: podvisor-keeper, beside podvisor.
+    let keeper = keepers(&state);
+    assert_eq!(keeper.len(), 1, "{keeper:?}");
+    assert!(keeper[0].1.starts_with("podvisor-keeper "), "{keeper:?}");
     // A container holds nothing of its keeper's: stdin, stdout and stderr only.
     let idle = before[2].1;
     let fds: Vec<String> = std::fs::read_dir(format!("/proc/{idle}/fd"))
@@ -508,6 +510,9 @@ fn the_systemd_unit_upgrades_in_place_without_stopping_the_pod() {
     let mut first = unit_run(&old);
     r.wait_event("app", "Started", 1);
     let pid = containers(&r)[0].1;
+    // No podvisor-keeper beside this podvisor: its keeper is `podvisor keeper`.
+    let keeper = keepers(&state);
+    assert!(keeper[0].1.starts_with("podvisor keeper "), "{keeper:?}");
     first.signal("TERM");
     assert_eq!(first.wait().code(), Some(0), "{:?}", first.stderr);
     // The new binary replaces the old one; the keeper runs on from the old.
