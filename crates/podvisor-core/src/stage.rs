@@ -29,6 +29,7 @@ pub const CLEAR_AFTER_RESTARTS: u32 = 3;
 
 /// The stage of one container start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "supervision", derive(serde::Serialize, serde::Deserialize))]
 pub enum Stage {
     /// The add-on runs (`env`).
     Nominal,
@@ -224,6 +225,7 @@ impl StagedEnv {
 
 /// What podvisor concluded about the add-on once it was switched off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "supervision", derive(serde::Serialize, serde::Deserialize))]
 pub enum Verdict {
     /// The app ran cleanly without it: the add-on is the likely cause of the crashes.
     Blamed,

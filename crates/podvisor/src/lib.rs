@@ -7,6 +7,8 @@ pub mod api;
 #[cfg(feature = "full")]
 pub mod cgroup;
 pub mod cli;
+#[cfg(feature = "full")]
+pub mod client;
 pub mod init;
 #[cfg(feature = "full")]
 pub mod keeper;
@@ -15,11 +17,13 @@ pub mod mountinfo;
 #[cfg(feature = "full")]
 pub mod probe;
 pub mod process;
-#[cfg(feature = "full")]
-pub mod rfc3339;
 pub mod state;
+#[cfg(feature = "full")]
+pub mod status;
 pub mod stdio;
 #[cfg(feature = "full")]
 pub mod supervisor;
+#[cfg(feature = "full")]
+pub mod time;
 #[cfg(feature = "full")]
 pub mod top;

@@ -509,17 +509,21 @@ fn docker_restart_keeps_tmp_unless_it_is_a_tmpfs() {
             "--",
             "sh",
             "-c",
-            "cat /podvisor-state/podvisor-init.state | grep starts",
+            "grep -o '\"starts\": [0-9]*' /podvisor-state/podvisor-init.state",
         ]);
         assert_eq!(docker(&args).code(), 0);
         let first = docker(&["start", "-a", &name]).stdout;
         // `docker restart` (and restart policies) start the same container again: its
         // writable layer, /tmp included, is kept, so the lock is still there.
         let second = docker(&["start", "-a", &name]).stdout;
-        assert_eq!(first, "starts 1");
+        assert_eq!(first, "\"starts\": 1");
         assert_eq!(
             second,
-            if counted { "starts 2" } else { "starts 1" },
+            if counted {
+                "\"starts\": 2"
+            } else {
+                "\"starts\": 1"
+            },
             "tmpfs {tmpfs}"
         );
     }

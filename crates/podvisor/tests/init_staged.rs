@@ -89,8 +89,8 @@ fn case_a_each_container_start_counts_once() {
             "Disabled agent= log=",
         ]
     );
-    let state = std::fs::read_to_string(c.dir.file("state").join("podvisor-init.state")).unwrap();
-    assert!(state.contains("\nstarts 8\n"), "{state}");
+    let state = saved_record(&c.dir.file("state").join("podvisor-init.state"));
+    assert_eq!(state["starts"], 8, "{state}");
     // CMD is told where the lock is, so that its own children (and a podvisor among them)
     // are known to belong to this start.
     let out = Run::new(podvisor())
@@ -125,15 +125,11 @@ fn case_b_a_removed_lock_counts_only_for_a_process_that_lost_the_variable() {
     assert_eq!(out.stdout, "Nominal agent=on log=");
     assert!(lock.exists());
     let state = c.dir.file("state").join("podvisor-init.state");
-    assert!(std::fs::read_to_string(&state)
-        .unwrap()
-        .contains("\nstarts 1\n"));
+    assert_eq!(saved_record(&state)["starts"], 1);
     // Removed again, and this time the variable is gone too: it counts as a new start.
     std::fs::remove_file(&lock).unwrap();
     c.seen();
-    assert!(std::fs::read_to_string(&state)
-        .unwrap()
-        .contains("\nstarts 2\n"));
+    assert_eq!(saved_record(&state)["starts"], 2);
 }
 
 #[test]

@@ -244,16 +244,11 @@ fn an_exit_while_away_is_reported_with_its_time_and_backed_off_from_it() {
     first.wait();
     let exit_file = state.join("keepers").join("app.2.exit");
     wait_until("the keeper records the exit", || exit_file.exists());
-    let record = std::fs::read_to_string(&exit_file).unwrap();
+    let note: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&exit_file).unwrap()).unwrap();
     // Milliseconds of the day, as `event_ms` counts them.
-    let finished: i64 = record
-        .lines()
-        .find_map(|l| l.strip_prefix("finished "))
-        .unwrap()
-        .parse::<i64>()
-        .unwrap()
-        % DAY;
-    assert!(record.contains("\ncode 3\n"), "{record}");
+    let finished = note["finished"].as_i64().unwrap() % DAY;
+    assert_eq!(note["exit"]["code"], 3, "{note}");
     wait_until("the keeper ends", || keepers(&state).is_empty());
     std::thread::sleep(Duration::from_secs(2));
 
@@ -387,12 +382,67 @@ fn a_keeper_that_does_not_answer_a_start_is_killed_and_replaced() {
 }
 
 #[test]
+fn a_keeper_of_the_previous_protocol_is_taken_over() {
+    // The first release's keepers spoke protocol 1 (lines of text); a keeper told to speak
+    // it writes what they wrote. `app` exits (3) while no podvisor runs, `idle` runs on.
+    let tag = "600.75";
+    let spec = format!(
+        "  containers:
+  - name: idle
+    command: [sleep, '{tag}']
+  - name: app
+    command: [sh, -c, 'sleep 1; exit 3']
+"
+    );
+    let r = PodRun::new(&pod_with("Always", 1, &spec));
+    let state = r.dir.file("state");
+    let backoff = ["--live-restore", "--backoff-initial", "3s"];
+    let mut first = r
+        .cmd(&backoff)
+        .env("PODVISOR_TEST_KEEPER_PROTOCOL", "1")
+        .start();
+    r.wait_event("app", "Started", 1);
+    let idle = containers(&r)[0].1;
+    let keeper = keepers(&state);
+    assert_eq!(keeper.len(), 1, "{keeper:?}");
+    // Its hello is protocol 1's.
+    let socket = state
+        .join("keepers")
+        .join(format!("keeper.{}.sock", keeper[0].0));
+    let mut hello = String::new();
+    let conn = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(conn), &mut hello).unwrap();
+    assert_eq!(hello, format!("podvisor-keeper 1 keeper={}\n", keeper[0].0));
+    first.signal("KILL");
+    first.wait();
+    let note = state.join("keepers").join("app.1.exit");
+    wait_until("the keeper notes app's exit", || note.exists());
+    let text = std::fs::read_to_string(&note).unwrap();
+    assert!(text.starts_with("podvisor-keeper-exit 1\n"), "{text}");
+
+    let mut second = r.cmd(&backoff).start();
+    r.wait_event("idle", "Adopted", 1);
+    r.wait_event("app", "Adopted", 1);
+    let s = status(&r);
+    let app = &s["status"]["containerStatuses"][1];
+    assert_eq!(app["lastState"]["terminated"]["exitCode"], 3, "{app}");
+    assert_eq!(containers(&r)[0].1, idle);
+    assert_eq!(count_cmdline(&["sleep", tag]), 1);
+    // app starts again under this run's keeper (protocol 2); the stop ends idle under the
+    // old one, whose exit (noted in protocol 1) the run reads.
+    r.wait_event("app", "Started", 2);
+    stop_and_find_nothing_left(&r, &mut second);
+    assert!(!alive(idle));
+    first.assert_no_leftovers();
+}
+
+#[test]
 fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
     let r = sleeper();
     let state = r.dir.file("state");
     let mut first = r
         .cmd(&LIVE)
-        .env("PODVISOR_TEST_KEEPER_PROTOCOL", "2")
+        .env("PODVISOR_TEST_KEEPER_PROTOCOL", "3")
         .start();
     r.wait_event("app", "Started", 1);
     let pid = containers(&r)[0].1;
@@ -405,7 +455,7 @@ fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
             .contains("the pod's containers are held by a keeper")
             && out
                 .stderr
-                .contains("that speaks protocol 2; this podvisor adopts protocols 1..=1"),
+                .contains("that speaks protocol 3; this podvisor adopts protocols 1..=2"),
         "{}",
         out.stderr
     );

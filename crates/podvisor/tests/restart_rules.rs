@@ -319,8 +319,8 @@ fn a_run_killed_during_the_teardown_finishes_the_restart() {
     // podvisor dies during the teardown (the sidecar holds it for 2 s).
     first.signal("KILL");
     first.wait();
-    let record = std::fs::read_to_string(r.dir.file("state").join("podvisor.state")).unwrap();
-    assert!(record.contains("\nrestarting-all\n"), "{record}");
+    let record = saved_record(&r.dir.file("state").join("podvisor.state"));
+    assert_eq!(record["restartingAll"], true, "{record}");
     assert!(r.find("setup", "Started").len() == 1);
 
     let mut second = r.cmd(&[]).start();

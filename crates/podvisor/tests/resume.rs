@@ -196,6 +196,51 @@ fn a_stopped_run_resumes_and_an_ended_pod_starts_anew() {
     assert_eq!(counts, [0, 0]);
 }
 
+/// FNV-1a, 64 bits: the first release's record checksum.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[test]
+fn a_state_dir_of_the_first_release_is_taken_up() {
+    // What the first release (record format 1) wrote for a staged app that had crashed 3
+    // times and was Debug, in an earlier boot (its processes mean nothing now).
+    let spec = "  containers:\n  - {name: app, command: [sh, -c, 'echo $PODVISOR_INSTR_STAGE; exit 1']}\n---\napiVersion: podvisor.io/v1alpha1\nkind: Supervision\nmetadata: {name: default}\nspec:\n  stagedInstrumentation: {containers: [app], debugAfterRestarts: 2, disableAfterRestarts: 5}\n";
+    let r = PodRun::new(&pod_with("Always", 1, spec));
+    let state = r.dir.file("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let body = "podvisor-state 1 pod\npod ns/p\nuid 0b1c-first\ncreated 1795000000000\n\
+                saved 1795000100000\nsaved-by 4242\nboot an-earlier-boot\npod-restarts 0\n\
+                container app\nrestarts 3\ninstance 4\nnext policy\nstage Debug\n\
+                ever-started yes\nbackoff 40 1795000090000\nwindow 1795000010000\n\
+                state terminated\nstate-exit 1 - Error 1795000080000 1795000090000\n\
+                last-exit 1 - Error 1795000060000 1795000070000\n";
+    let text = format!("{body}checksum {:016x}\n", fnv(body.as_bytes()));
+    std::fs::write(state.join("podvisor.state"), text).unwrap();
+    let mut p = r.cmd(&FAST).start();
+    let resumed = r.wait_event("pod", "Resumed", 1);
+    assert!(
+        resumed[0]["message"].as_str().unwrap().contains("app 3"),
+        "{resumed:?}"
+    );
+    // The counts and the stage go on from the record; the pod is the same pod.
+    let started = r.wait_event("app", "Started", 2);
+    assert_eq!(started[0]["restartCount"], 4, "{started:?}");
+    assert_eq!(started[0]["stage"], "Debug");
+    assert_eq!(started[1]["restartCount"], 5);
+    assert_eq!(started[1]["stage"], "Disabled");
+    let pod: Value = serde_json::from_str(&client(&r, &["status", "-o", "json"]).stdout).unwrap();
+    assert_eq!(pod["metadata"]["uid"], "0b1c-first");
+    stop(&mut p);
+    // What this podvisor wrote in its place is of its own format.
+    assert_eq!(
+        saved_record(&state.join("podvisor.state"))["uid"],
+        "0b1c-first"
+    );
+}
+
 #[test]
 fn a_state_file_that_cannot_be_read_is_refused_and_reset_sets_it_aside() {
     let spec = "  containers:\n  - {name: app, command: [sh, -c, 'exit 1']}\n";
@@ -224,14 +269,15 @@ fn a_state_file_that_cannot_be_read_is_refused_and_reset_sets_it_aside() {
     // A newer format.
     std::fs::write(
         &state,
-        text.replacen("podvisor-state 1", "podvisor-state 9", 1),
+        text.replacen("podvisor-state 2", "podvisor-state 9", 1),
     )
     .unwrap();
     let out = r.cmd(&[]).output();
     assert_eq!(out.code(), 2);
     assert!(
-        out.stderr
-            .contains("it was written by a newer podvisor (format 9; this one reads format 1)"),
+        out.stderr.contains(
+            "it was written by a newer podvisor (format 9; this one reads formats 1 to 2)"
+        ),
         "{out:?}"
     );
     // --reset-state starts from zero and keeps the refused file.

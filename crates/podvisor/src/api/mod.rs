@@ -20,7 +20,6 @@
 //! `GET /metrics` (Prometheus text): nothing that changes the pod is reachable over the network.
 
 pub mod metrics;
-pub mod status;
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -31,8 +30,6 @@ use std::path::{Path, PathBuf};
 
 use crate::process::sys::{self, Epoll, EV_READ, EV_WRITE};
 
-/// The socket's name in the state dir.
-pub const SOCKET: &str = "podvisor.sock";
 /// Events kept for `GET /events`.
 const KEEP_EVENTS: usize = 1000;
 /// A request head larger than this is refused.
@@ -99,15 +96,15 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `STATE_DIR/podvisor.sock` (owner-only). The caller holds the state dir's lock, so
-    /// a socket already there was left by a run that died: it is replaced.
+    /// Binds the state dir's socket at `path` (owner-only). The caller holds the state dir's
+    /// lock, so a socket already there was left by a run that died: it is replaced.
     pub fn bind(
-        state_dir: &Path,
+        path: &Path,
         epoll: &Epoll,
         listen_token: u64,
         token_base: u64,
     ) -> io::Result<Server> {
-        let path = state_dir.join(SOCKET);
+        let path = path.to_path_buf();
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}

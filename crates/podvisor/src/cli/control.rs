@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-use super::client::{self, ClientError};
+use super::exit_code;
+use crate::client::{self, ClientError};
 use crate::process::sys;
+use crate::state::StateDir;
+use crate::status::EventLine;
 
 /// `podvisor events`' arguments: the last 1,000 events, oldest first.
 #[derive(Debug, clap::Args)]
@@ -48,27 +49,22 @@ pub struct RestartArgs {
 }
 
 /// `2026-11-23T08:48:09.236Z  Warning  BackOff  crash  Back-off restarting ...`
-fn event_line(e: &Value) -> String {
-    let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+fn event_line(e: &EventLine) -> String {
     format!(
         "{}  {:<7}  {:<10}  {:<12}  {}\n",
-        s("time"),
-        s("type"),
-        s("reason"),
-        s("object"),
-        s("message")
+        e.time, e.type_, e.reason, e.object, e.message
     )
 }
 
 pub fn events(c: EventsArgs) -> i32 {
     let json = c.output.is_some();
-    client::exit_code((|| {
+    exit_code((|| {
         let dir = client::state_dir(c.state_dir)?;
         let print = |line: &str| -> std::io::Result<()> {
             let out = if json {
                 format!("{line}\n")
             } else {
-                let e: Value = serde_json::from_str(line).map_err(std::io::Error::other)?;
+                let e: EventLine = serde_json::from_str(line).map_err(std::io::Error::other)?;
                 event_line(&e)
             };
             let mut stdout = std::io::stdout().lock();
@@ -90,14 +86,14 @@ pub fn events(c: EventsArgs) -> i32 {
 }
 
 pub fn stop(c: StopArgs) -> i32 {
-    client::exit_code((|| {
+    exit_code((|| {
         let dir = client::state_dir(c.state_dir)?;
         client::call(&dir, "POST", "/stop")?;
         if c.no_wait {
             return Ok(());
         }
         // The run holds the state dir's lock until it has ended.
-        let lock = std::fs::File::open(dir.join("podvisor.lock"))
+        let lock = std::fs::File::open(StateDir::new(&dir).lock_path())
             .map_err(|e| ClientError(format!("{}: {e}", dir.display())))?;
         let began = Instant::now();
         loop {
@@ -113,22 +109,9 @@ pub fn stop(c: StopArgs) -> i32 {
 }
 
 pub fn restart(c: RestartArgs) -> i32 {
-    client::exit_code((|| {
+    exit_code((|| {
         let dir = client::state_dir(c.state_dir)?;
-        let path = match &c.container {
-            Some(name) => format!("/restart?container={}", percent_encode(name)),
-            None => "/restart".to_string(),
-        };
-        client::call(&dir, "POST", &path)?;
+        client::call(&dir, "POST", &client::restart_path(c.container.as_deref()))?;
         Ok(())
     })())
-}
-
-pub(crate) fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -9,12 +9,16 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::ContainerStatus;
 
-use super::client::{self, now_secs, parse_time, ClientError};
+use super::exit_code;
 use super::manifest::duration;
+use crate::client::{self, ClientError};
 use crate::process::sys;
-use crate::supervisor::logs::{instance_files, instances, last_lines};
+use crate::state::logs::{file_name, instance_files, instances, last_lines};
+use crate::state::StateDir;
+use crate::status::print::{container_statuses, now_secs, parse_time};
+use crate::status::ApiPod;
 
 /// `podvisor logs`' arguments.
 #[derive(Debug, clap::Args)]
@@ -52,7 +56,7 @@ struct Args {
 }
 
 pub fn main(a: LogsArgs) -> i32 {
-    client::exit_code(run(Args {
+    exit_code(run(Args {
         dir: a.state_dir,
         container: a.container,
         previous: a.previous,
@@ -69,47 +73,24 @@ fn run(a: Args) -> Result<(), ClientError> {
         Some(d) => d.clone(),
         None => client::state_dir(None)?,
     };
+    let state = StateDir::new(&dir);
     // The pod's view, when it runs: valid names, and whether the container waits.
-    let status: Option<Value> = client::call(&dir, "GET", "/status")
+    let status: Option<ApiPod> = client::call(&dir, "GET", "/status")
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     let pod_name = status
         .as_ref()
-        .and_then(|s| s["metadata"]["name"].as_str().map(String::from))
-        .unwrap_or_else(|| {
-            dir.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        });
-    let logs = dir.join("logs").join(&a.container);
-    let container_status = status.as_ref().and_then(|s| {
-        s["status"]["containerStatuses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .chain(
-                s["status"]["initContainerStatuses"]
-                    .as_array()
-                    .into_iter()
-                    .flatten(),
-            )
-            .find(|c| c["name"] == a.container.as_str())
+        .and_then(|s| s.metadata.name.clone())
+        .unwrap_or_else(|| state.name());
+    let logs = state.container_logs(&a.container);
+    let container_status: Option<ContainerStatus> = status.as_ref().and_then(|s| {
+        container_statuses(s)
+            .find(|c| c.name == a.container)
             .cloned()
     });
     if let Some(s) = &status {
         if container_status.is_none() {
-            let names: Vec<&str> = s["status"]["initContainerStatuses"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .chain(
-                    s["status"]["containerStatuses"]
-                        .as_array()
-                        .into_iter()
-                        .flatten(),
-                )
-                .filter_map(|c| c["name"].as_str())
-                .collect();
+            let names: Vec<&str> = container_statuses(s).map(|c| c.name.as_str()).collect();
             return Err(ClientError(format!(
                 "container {} is not valid for pod {pod_name}; choose one of: [{}]",
                 a.container,
@@ -124,16 +105,15 @@ fn run(a: Args) -> Result<(), ClientError> {
         )));
     }
     let have = instances(&logs);
-    let waiting = container_status
+    let waiting_reason = container_status
         .as_ref()
-        .is_some_and(|c| c["state"]["waiting"].is_object());
+        .and_then(|c| c.state.as_ref()?.waiting.as_ref())
+        .map(|w| w.reason.clone().unwrap_or_default());
+    let waiting = waiting_reason.is_some();
     let latest = have.last().copied();
     let instance = match (a.previous, latest) {
         (_, None) => {
-            let reason = container_status
-                .as_ref()
-                .and_then(|c| c["state"]["waiting"]["reason"].as_str().map(String::from))
-                .unwrap_or_else(|| "ContainerCreating".into());
+            let reason = waiting_reason.unwrap_or_else(|| "ContainerCreating".into());
             return Err(ClientError(format!(
                 "container {:?} in pod {pod_name:?} is waiting to start: {reason}",
                 a.container
@@ -176,7 +156,7 @@ fn run(a: Args) -> Result<(), ClientError> {
         Err(e) => return broken_pipe_ok(e),
     };
     if a.follow && !a.previous && Some(instance) == latest {
-        if let Err(e) = follow(&dir, &logs, instance, offset, &mut printer, &mut out) {
+        if let Err(e) = follow(&state, &logs, instance, offset, &mut printer, &mut out) {
             return broken_pipe_ok(e);
         }
     }
@@ -263,7 +243,7 @@ fn tail(files: &[PathBuf], n: usize, p: &mut Printer, out: &mut impl Write) -> i
 /// run ends (its lock file is closed). Sleeps in inotify meanwhile: no CPU while nothing is
 /// written.
 fn follow(
-    state: &Path,
+    state: &StateDir,
     logs: &Path,
     instance: u32,
     offset: u64,
@@ -273,9 +253,9 @@ fn follow(
     use std::io::{Seek, SeekFrom};
     let mut ino = sys::Inotify::new()?;
     ino.watch(logs, sys::IN_MODIFY | sys::IN_CREATE | sys::IN_MOVED_TO)?;
-    let lock = state.join("podvisor.lock");
+    let lock = state.lock_path();
     let lock_wd = ino.watch(&lock, sys::IN_CLOSE_WRITE).ok();
-    let path = logs.join(format!("{instance}.log"));
+    let path = logs.join(file_name(instance));
     let mut f = File::open(&path)?;
     f.seek(SeekFrom::Start(offset))?;
     let mut file = BufReader::with_capacity(1 << 20, f);
@@ -295,7 +275,7 @@ fn follow(
                 done = true;
             }
             if mask & (sys::IN_CREATE | sys::IN_MOVED_TO) != 0 {
-                if name == format!("{instance}.log") {
+                if name == file_name(instance) {
                     // Rotated: the old file was read to its end above; go on in the new one.
                     file = BufReader::with_capacity(1 << 20, File::open(&path)?);
                     print_from(&mut file, p, out)?;

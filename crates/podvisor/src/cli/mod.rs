@@ -9,8 +9,6 @@ pub use crate::stdio::{write_err, write_out};
 #[cfg(feature = "full")]
 mod args;
 #[cfg(feature = "full")]
-pub(crate) mod client;
-#[cfg(feature = "full")]
 pub mod control;
 mod copy_self;
 #[cfg(feature = "full")]
@@ -46,6 +44,18 @@ pub const BUILD: &str = if cfg!(feature = "full") {
 } else {
     "init-only"
 };
+
+/// A client command's exit code: 0, or 1 with the error on stderr.
+#[cfg(feature = "full")]
+pub fn exit_code(r: Result<(), crate::client::ClientError>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(crate::client::ClientError(e)) => {
+            write_err(&format!("error: {e}\n"));
+            1
+        }
+    }
+}
 
 /// Runs the command line and returns the process exit code.
 pub fn main(argv: Vec<OsString>) -> i32 {

@@ -10,9 +10,10 @@ use podvisor_core::lifecycle::Phase;
 use podvisor_core::spec::plan::{plan, HostFacts};
 
 use super::manifest::{duration, load, size};
-use crate::api::status::PodInfo;
 use crate::process::sys;
-use crate::supervisor::logs::LogLimits;
+use crate::state::logs::LogLimits;
+use crate::state::StateDir;
+use crate::status::PodInfo;
 use crate::supervisor::{self, events::EventSink, Settings};
 
 /// `podvisor run`'s arguments.
@@ -66,27 +67,6 @@ pub struct RunArgs {
     /// The pod manifest: a Pod, or the pod template of a Deployment, StatefulSet, DaemonSet or
     /// Job (- for stdin)
     file: String,
-}
-
-pub fn default_state_dir(namespace: &str, pod: &str) -> PathBuf {
-    state_base().join(namespace).join(pod)
-}
-
-/// Where state dirs live by default: `/var/lib/podvisor` for root, else
-/// `$XDG_STATE_HOME/podvisor` (or `~/.local/state/podvisor`).
-pub fn state_base() -> PathBuf {
-    // Root (the owner of /proc/self) gets the system directory (docs/state.md).
-    let root = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false);
-    if root {
-        PathBuf::from("/var/lib/podvisor")
-    } else if let Some(x) = std::env::var_os("XDG_STATE_HOME") {
-        PathBuf::from(x).join("podvisor")
-    } else {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
-            .join(".local/state/podvisor")
-    }
 }
 
 /// What the image that read the manifest hands to the one that supervises the pod.
@@ -175,7 +155,7 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
             .and_then(|m| m.annotations.clone())
             .or_else(|| w.metadata.annotations.clone())
             .unwrap_or_default(),
-        spec: serde_json::to_value(&w.spec).unwrap_or_default(),
+        spec: w.spec.clone(),
         images: w
             .spec
             .init_containers
@@ -191,9 +171,10 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
 
 /// Supervises the planned pod until it ends: its exit code.
 fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: PodInfo) -> i32 {
-    let state_dir = a
-        .state_dir
-        .unwrap_or_else(|| default_state_dir(&run_plan.namespace, &run_plan.pod.name));
+    let state_dir = match a.state_dir {
+        Some(dir) => StateDir::new(dir),
+        None => StateDir::default_for(&run_plan.namespace, &run_plan.pod.name),
+    };
     let json: Option<Box<dyn supervisor::events::WriteDebug>> = match a.events.as_deref() {
         None => None,
         Some("-") => Some(Box::new(std::io::stdout())),

@@ -28,7 +28,7 @@ use podvisor_core::document::supervision;
 use podvisor_core::record::InitRecord;
 use podvisor_core::stage::{Stage, StagePolicy, StagedEnv, STAGE_VAR};
 
-use crate::state::StateFile;
+use crate::state::{record, StateFile};
 
 /// The lock file's name, in the lock dir.
 pub const LOCK_FILE: &str = "podvisor-instr-state.lock";
@@ -127,7 +127,7 @@ pub fn begin(args: &StagedArgs, policy: &StagePolicy, var_set: bool) -> Result<S
     let state = StateFile::new(&args.state_dir, STATE_FILE).map_err(|e| e.to_string())?;
     let mut starts = match state.read().map_err(|e| e.to_string())? {
         None => 0,
-        Some(text) => InitRecord::decode(&text)
+        Some(text) => record::decode_init(&text)
             .map_err(|e| {
                 format!(
                     "{}: the saved start count cannot be used: {e}; remove the file to count from zero",
@@ -141,7 +141,7 @@ pub fn begin(args: &StagedArgs, policy: &StagePolicy, var_set: bool) -> Result<S
     if counted {
         starts += 1;
         state
-            .write(&InitRecord { starts }.encode())
+            .write(&record::encode_init(&InitRecord { starts }))
             .map_err(|e| e.to_string())?;
     }
     Ok(match lock {

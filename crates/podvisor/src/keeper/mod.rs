@@ -3,10 +3,10 @@
 //!
 //! A run with live restore forks and execs one keeper, at its first container start, and
 //! from then on asks it to start each container (everything about it prepared by the run:
-//! cgroup, mounts, root, environment; `protocol::StartRequest`). The keeper is the
+//! cgroup, mounts, root, environment; `state::keeper::StartRequest`). The keeper is the
 //! containers' parent and a child subreaper. It holds their stdout and stderr pipes and
 //! writes the log files itself (rotation included), reaps the containers and whatever they
-//! orphan, records each exit atomically and tells whoever is connected (`protocol`). It never
+//! orphan, records each exit atomically and tells whoever is connected (`state::keeper`). It never
 //! decides anything: no manifest, no restart, no probe. When a container has exited it kills
 //! what is left in its process group, takes the rest of the output, records the exit and
 //! says so. Once the run that started it is gone it starts nothing more, and ends when the
@@ -18,104 +18,53 @@
 //!
 //! It runs as `podvisor-keeper` (a binary of its own beside `podvisor`, which links little),
 //! or as `podvisor keeper` where that binary is missing. The command line is internal (the
-//! supervisor writes it): `STATE_DIR CONTROL_FD EVENTS_FD PROTOCOL MAX_SIZE MAX_FILES`.
-
-pub mod protocol;
+//! supervisor writes it, `state::keeper::KeeperArgs`).
 
 use std::ffi::OsString;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::SystemTime;
 
 use podvisor_core::lifecycle::InstanceId;
+use slab::Slab;
 
 use crate::process::sys::{
     self, ChildSetup, ContainerIo, Epoll, Inherited, Reaped, SigSet, SignalFd, EV_READ,
 };
-use crate::state::StateFile;
-use crate::supervisor::logs::{LogFile, LogLimits, LogStream};
-use protocol::{ExitNote, Hello, Lines, StartRequest};
-
-/// What the supervisor tells the keeper it starts.
-#[derive(Debug, Clone)]
-pub struct KeeperArgs {
-    pub state_dir: PathBuf,
-    /// The control channel (start requests in, answers out).
-    pub control: RawFd,
-    /// The events channel (`exited` lines out).
-    pub events: RawFd,
-    pub protocol: u32,
-    pub limits: LogLimits,
-}
-
-impl KeeperArgs {
-    /// The command line after the program (`podvisor keeper` or `podvisor-keeper`).
-    pub fn to_args(&self) -> Vec<OsString> {
-        vec![
-            self.state_dir.clone().into(),
-            self.control.to_string().into(),
-            self.events.to_string().into(),
-            self.protocol.to_string().into(),
-            self.limits.max_size.to_string().into(),
-            self.limits.max_files.to_string().into(),
-        ]
-    }
-
-    fn parse(args: &[OsString]) -> Option<KeeperArgs> {
-        if args.len() != 6 {
-            return None;
-        }
-        let s = |i: usize| args.get(i).and_then(|a| a.to_str());
-        let n = |i: usize| s(i).and_then(|v| v.parse::<i64>().ok());
-        Some(KeeperArgs {
-            state_dir: PathBuf::from(args.first()?),
-            control: n(1)? as RawFd,
-            events: n(2)? as RawFd,
-            protocol: n(3)? as u32,
-            limits: LogLimits {
-                max_size: n(4)? as u64,
-                max_files: n(5)? as u32,
-            },
-        })
-    }
-}
+use crate::state::keeper::{
+    Channel, ExitNote, Held as HeldName, Hello, InstanceName, KeeperArgs, Message, StartFailure,
+    StartRequest,
+};
+use crate::state::logs::{LogFile, LogStream};
+use crate::state::StateDir;
+use crate::stdio::write_err;
 
 /// `podvisor keeper ...`: returns the exit code (0 once every container's exit is recorded).
 pub fn main(args: &[OsString]) -> i32 {
     let Some(a) = KeeperArgs::parse(args) else {
-        crate::cli::write_err(
+        write_err(
             "podvisor keeper: this command is started by `podvisor run --live-restore`, not by hand\n",
         );
         return 2;
     };
     let mut keeper = Keeper {
+        dir: StateDir::new(&a.state_dir),
         args: a,
-        held: Vec::new(),
+        held: Slab::new(),
         clients: Vec::new(),
         scratch: Vec::new(),
     };
     match keeper.keep() {
         Ok(()) => 0,
         Err(e) => {
-            crate::cli::write_err(&format!("podvisor keeper {}: {e}\n", sys::getpid()));
+            write_err(&format!("podvisor keeper {}: {e}\n", sys::getpid()));
             // Containers must not outlive a keeper that cannot hold them.
-            for h in keeper.held.iter().flatten() {
+            for (_, h) in &keeper.held {
                 let _ = sys::send_signal(-h.pid, libc::SIGKILL);
             }
             1
-        }
-    }
-}
-
-/// The index of a free (`None`) slot of `slots`, one added if there is none.
-pub fn free_slot<T>(slots: &mut Vec<Option<T>>) -> usize {
-    match slots.iter().position(Option::is_none) {
-        Some(s) => s,
-        None => {
-            slots.push(None);
-            slots.len() - 1
         }
     }
 }
@@ -139,10 +88,11 @@ struct Held {
 
 struct Keeper {
     args: KeeperArgs,
-    /// By slot (a slot's streams' tokens); freed slots are reused.
-    held: Vec<Option<Held>>,
+    dir: StateDir,
+    /// By slot (a slot's streams' tokens).
+    held: Slab<Held>,
     /// Who hears of exits: the events channel and the runs that took the pod over.
-    clients: Vec<UnixStream>,
+    clients: Vec<Channel>,
     /// Where the containers' output lines are put together (`LogStream::drain`).
     scratch: Vec<u8>,
 }
@@ -164,17 +114,19 @@ impl Keeper {
         let epoll = Epoll::new()?;
         epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
         let handed = |fd| -> io::Result<UnixStream> {
-            Ok(UnixStream::from(OwnedFd::from(sys::take_handed_fd(fd)?)))
+            let stream = UnixStream::from(OwnedFd::from(sys::take_handed_fd(fd)?));
+            stream.set_nonblocking(true)?;
+            Ok(stream)
         };
         let control = handed(self.args.control)?;
-        let events = handed(self.args.events)?;
-        control.set_nonblocking(true)?;
         epoll.add(control.as_raw_fd(), TOKEN_CONTROL, EV_READ)?;
-        let mut control = Some(Lines::new(control));
-        events.set_nonblocking(true)?;
+        // The run that started this keeper speaks its release's protocol on the control pair.
+        let mut control = Some(Channel::new(control));
+        let events = handed(self.args.events)?;
         epoll.add(events.as_raw_fd(), TOKEN_CLIENT, EV_READ)?;
-        self.clients.push(events);
-        let socket = protocol::socket(&self.args.state_dir, sys::getpid());
+        self.clients
+            .push(Channel::speaking(events, self.args.protocol));
+        let socket = self.dir.keeper_socket(sys::getpid());
         let _ = std::fs::remove_file(&socket);
         let listener = sys::with_umask(0o177, || UnixListener::bind(&socket))?;
         listener.set_nonblocking(true)?;
@@ -185,45 +137,17 @@ impl Keeper {
             epoll.wait(&mut ready, None)?;
             // Output first, so that a container's last lines are in before its exit.
             for &token in ready.iter().filter(|&&t| t & TOKEN_STREAM != 0) {
-                let slot = ((token & !TOKEN_STREAM) >> 1) as usize;
-                let k = (token & 1) as usize;
-                let Some(h) = self.held.get_mut(slot).and_then(Option::as_mut) else {
-                    continue;
-                };
-                if let Some(s) = h.streams[k].as_mut() {
-                    if !s.drain(&mut self.scratch)? {
-                        let _ = epoll.delete(s.fd());
-                        h.streams[k] = None;
-                    }
-                }
+                self.drain(token, &epoll)?;
             }
             if ready.contains(&TOKEN_LISTEN) {
                 self.accept(&listener, &epoll);
             }
             if ready.contains(&TOKEN_CLIENT) {
-                // A supervisor says nothing: what comes is its end closing.
-                self.clients.retain_mut(|c| {
-                    let mut buf = [0u8; 64];
-                    let open = match c.read(&mut buf) {
-                        Ok(0) => false,
-                        Ok(_) => true,
-                        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-                    };
-                    if !open {
-                        let _ = epoll.delete(c.as_raw_fd());
-                    }
-                    open
-                });
+                self.clients_readable(&epoll);
             }
             if ready.contains(&TOKEN_CONTROL) {
                 if let Some(c) = control.as_mut() {
-                    let open = c.fill_ready();
-                    while let Some(line) = c.take_line() {
-                        let answer = self.start(&line, &epoll);
-                        // A run that is gone hears nothing: the container is held anyway.
-                        let _ = c.stream.write_all(answer.as_bytes());
-                    }
-                    if !open {
+                    if !self.control_readable(c, &epoll) {
                         let _ = epoll.delete(c.stream.as_raw_fd());
                         control = None;
                     }
@@ -238,7 +162,7 @@ impl Keeper {
                 }
             }
             // Nobody can start anything here any more, and nothing is held: done.
-            if control.is_none() && self.held.iter().all(Option::is_none) {
+            if control.is_none() && self.held.is_empty() {
                 break;
             }
         }
@@ -247,32 +171,65 @@ impl Keeper {
         Ok(())
     }
 
+    /// A container's stdout or stderr (by its token) has output, or has ended.
+    fn drain(&mut self, token: u64, epoll: &Epoll) -> io::Result<()> {
+        let slot = ((token & !TOKEN_STREAM) >> 1) as usize;
+        let k = (token & 1) as usize;
+        let Some(h) = self.held.get_mut(slot) else {
+            return Ok(());
+        };
+        if let Some(s) = h.streams[k].as_mut() {
+            if !s.drain(&mut self.scratch)? {
+                let _ = epoll.delete(s.fd());
+                h.streams[k] = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// A connected run's end is readable: a run says nothing, so what comes is its end
+    /// closing.
+    fn clients_readable(&mut self, epoll: &Epoll) {
+        self.clients.retain_mut(|c| {
+            let mut buf = [0u8; 64];
+            let open = match c.stream.read(&mut buf) {
+                Ok(0) => false,
+                Ok(_) => true,
+                Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            };
+            if !open {
+                let _ = epoll.delete(c.stream.as_raw_fd());
+            }
+            open
+        });
+    }
+
+    /// The run's control channel is readable: each start it asks for is made and answered.
+    /// `false` once the run's end has closed.
+    fn control_readable(&mut self, c: &mut Channel, epoll: &Epoll) -> bool {
+        let open = c.fill_ready();
+        while let Some(message) = c.take() {
+            let answer = match message {
+                Ok(Message::Start(request)) => match self.spawn(*request, epoll) {
+                    Ok(pid) => Message::Started { pid },
+                    Err(e) => Message::Failed(StartFailure::from(&e)),
+                },
+                Ok(other) => Message::Failed(StartFailure::Error(format!(
+                    "{other:?} is not a start request"
+                ))),
+                Err(e) => Message::Failed(StartFailure::Error(e)),
+            };
+            // A run that is gone hears nothing: the container is held anyway.
+            let _ = c.send(&answer);
+        }
+        open
+    }
+
     fn slot_of(&self, pid: i32) -> Option<usize> {
         self.held
             .iter()
-            .position(|h| h.as_ref().is_some_and(|h| h.pid == pid))
-    }
-
-    /// A start request: starts the container and returns the answer line.
-    fn start(&mut self, line: &str, epoll: &Epoll) -> String {
-        let request = line
-            .strip_prefix("start ")
-            .ok_or_else(|| format!("{line:?} is not a start request"))
-            .and_then(|json| {
-                serde_json::from_str::<StartRequest>(json)
-                    .map_err(|e| format!("its start request: {e}"))
-            });
-        let request = match request {
-            Ok(r) => r,
-            Err(e) => return format!("error {e}\n"),
-        };
-        match self.spawn(request, epoll) {
-            Ok(pid) => format!("pid {pid}\n"),
-            Err(e) => match e.raw_os_error() {
-                Some(n) => format!("errno {n}\n"),
-                None => format!("error {}\n", e.to_string().replace('\n', " ")),
-            },
-        }
+            .find(|(_, h)| h.pid == pid)
+            .map(|(slot, _)| slot)
     }
 
     fn spawn(&mut self, r: StartRequest, epoll: &Epoll) -> io::Result<i32> {
@@ -308,10 +265,10 @@ impl Keeper {
         let argv: Vec<OsString> = r.argv.into_iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &inherited)?;
         drop((out_write, err_write, cgroups));
-        let slot = free_slot(&mut self.held);
+        let entry = self.held.vacant_entry();
+        let slot = entry.key();
         let held = (|| -> io::Result<Held> {
-            let dir = self.args.state_dir.join("logs").join(&r.container);
-            let path = dir.join(format!("{}.log", r.instance));
+            let path = self.dir.instance_log(&r.container, r.instance);
             let file = LogFile::create(path, self.args.limits)?;
             let id = InstanceId {
                 container: slot,
@@ -331,7 +288,7 @@ impl Keeper {
         })();
         match held {
             Ok(h) => {
-                self.held[slot] = Some(h);
+                entry.insert(h);
                 Ok(pid)
             }
             Err(e) => {
@@ -346,10 +303,10 @@ impl Keeper {
     /// The container in `slot` has exited: what is left of its group is killed, its last
     /// output taken, its exit recorded and told.
     fn exited(&mut self, slot: usize, exit: sys::Exit, epoll: &Epoll) -> io::Result<()> {
-        let Some(mut h) = self.held[slot].take() else {
+        let Some(mut h) = self.held.try_remove(slot) else {
             return Ok(());
         };
-        let finished = crate::supervisor::persist::millis(SystemTime::now());
+        let finished = crate::state::record::millis(SystemTime::now());
         let _ = sys::send_signal(-h.pid, libc::SIGKILL);
         for s in h.streams.iter_mut().flatten() {
             let _ = epoll.delete(s.fd());
@@ -364,38 +321,50 @@ impl Keeper {
                 .is_some_and(crate::cgroup::oom_kills_in),
             finished,
         };
-        let name = protocol::exit_file(&h.name, h.instance);
-        let dir = protocol::dir(&self.args.state_dir);
-        let record = StateFile::new(&dir, &name).map_err(io::Error::other)?;
-        record.write(&note.encode()).map_err(io::Error::other)?;
-        let line = format!("exited {} {}\n", h.name, h.instance);
-        self.clients
-            .retain_mut(|c| c.write_all(line.as_bytes()).is_ok());
+        let record = self
+            .dir
+            .exit_note(&h.name, h.instance)
+            .map_err(io::Error::other)?;
+        record
+            .write(&note.encode(self.args.protocol))
+            .map_err(io::Error::other)?;
+        let exited = Message::Exited(InstanceName {
+            container: h.name,
+            instance: h.instance,
+        });
+        self.clients.retain_mut(|c| c.send(&exited).is_ok());
         Ok(())
     }
 
     fn accept(&mut self, listener: &UnixListener, epoll: &Epoll) {
-        while let Ok((mut s, _)) = listener.accept() {
+        while let Ok((s, _)) = listener.accept() {
             // Only root or the keeper's own user, as the status socket.
             let owner = matches!(sys::peer_uid(&s), Ok(uid) if uid == 0 || uid == sys::getuid());
-            let hello = Hello {
+            let hello = Message::Hello(Hello {
                 protocol: self.args.protocol,
                 keeper: sys::getpid(),
                 holds: self
                     .held
                     .iter()
-                    .flatten()
-                    .map(|h| (h.name.clone(), h.instance, h.pid))
+                    .map(|(_, h)| HeldName {
+                        container: h.name.clone(),
+                        instance: h.instance,
+                        pid: h.pid,
+                    })
                     .collect(),
-            };
+            });
+            let mut client = Channel::speaking(s, self.args.protocol);
             if !owner
-                || s.write_all(hello.encode().as_bytes()).is_err()
-                || s.set_nonblocking(true).is_err()
+                || client.send(&hello).is_err()
+                || client.stream.set_nonblocking(true).is_err()
             {
                 continue;
             }
-            if epoll.add(s.as_raw_fd(), TOKEN_CLIENT, EV_READ).is_ok() {
-                self.clients.push(s);
+            if epoll
+                .add(client.stream.as_raw_fd(), TOKEN_CLIENT, EV_READ)
+                .is_ok()
+            {
+                self.clients.push(client);
             }
         }
     }

@@ -10,8 +10,8 @@ use podvisor_core::lifecycle::{Input, InstanceId, Kind};
 
 use super::Supervisor;
 use crate::api::metrics::{render, ContainerSample};
-use crate::api::status::pod_json;
 use crate::api::Request;
+use crate::status;
 
 impl Supervisor {
     /// Answers an API request.
@@ -102,28 +102,22 @@ impl Supervisor {
             .containers()
             .iter()
             .enumerate()
-            .map(|(i, c)| ContainerSample {
-                name: &c.name,
-                restarts: c.restart_count,
-                pgid: self
-                    .groups
-                    .get(&InstanceId {
-                        container: i,
-                        instance: c.instance,
-                    })
-                    .copied(),
-                usage: self
-                    .instance_cgroups
-                    .get(&InstanceId {
-                        container: i,
-                        instance: c.instance,
-                    })
-                    .map(|cg| {
+            .map(|(i, c)| {
+                let live = self.instances.get(InstanceId {
+                    container: i,
+                    instance: c.instance,
+                });
+                ContainerSample {
+                    name: &c.name,
+                    restarts: c.restart_count,
+                    pgid: live.map(|l| l.pid),
+                    usage: live.and_then(|l| l.cgroup.as_ref()).map(|cg| {
                         let u = cg.usage();
                         (u.cpu_seconds, u.working_set)
                     }),
-                stage: c.stage,
-                verdict: c.judgement.verdict,
+                    stage: c.stage,
+                    verdict: c.judgement.verdict,
+                }
             })
             .collect();
         render(
@@ -147,22 +141,25 @@ impl Supervisor {
             .iter()
             .map(|(k, (_, t))| (*k, *t))
             .collect();
-        let pids = &self.instance_pids;
-        let id = |i: usize, n: u32| pids.get(&(i, n)).map(|p| format!("podvisor://{p}"));
-        let mut pod = pod_json(&self.pod, &self.info, &wall, &times, &id);
+        let instances = &self.instances;
+        let id = |i: usize, n: u32| instances.pid_of(i, n).map(|p| format!("podvisor://{p}"));
+        let mut pod = status::pod(&self.pod, &self.info, &wall, &times, &id);
         let containers = self.pod.containers().iter().enumerate();
+        let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
         for (i, c) in containers.filter(|_| with_usage) {
             let live = InstanceId {
                 container: i,
                 instance: c.instance,
             };
-            if let Some(cg) = self.instance_cgroups.get(&live) {
+            if let Some(cg) = self.instances.get(live).and_then(|l| l.cgroup.as_ref()) {
                 let u = cg.usage();
-                pod["metadata"]["annotations"][format!("podvisor.io/usage.{}", c.name)] =
-                    format!("cpu={:.3}s memory={}", u.cpu_seconds, u.working_set).into();
+                annotations.insert(
+                    format!("podvisor.io/usage.{}", c.name),
+                    format!("cpu={:.3}s memory={}", u.cpu_seconds, u.working_set),
+                );
             }
         }
-        pod.to_string()
+        serde_json::to_string(&pod).unwrap_or_default()
     }
 
     /// After a step with events: condition transition times, and the status watchers.

@@ -6,7 +6,8 @@ use std::time::SystemTime;
 
 use podvisor_core::lifecycle::{Event, EventType};
 
-use crate::rfc3339::rfc3339_millis;
+use crate::status::EventLine;
+use crate::time::millis_time;
 
 /// Where events go.
 #[derive(Debug)]
@@ -28,7 +29,7 @@ impl EventSink {
     /// Writes the event where it goes and returns its JSON line (without the newline), which
     /// the status API keeps and streams.
     pub fn emit(&mut self, at: SystemTime, event: &Event) -> String {
-        let time = rfc3339_millis(at);
+        let time = millis_time(at);
         let kind = match event.kind {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
@@ -43,19 +44,17 @@ impl EventSink {
             let line = format!("{head}{}\n", event.message.replace('\n', &pad));
             let _ = std::io::stderr().write_all(line.as_bytes());
         }
-        let mut obj = serde_json::json!({
-            "time": time,
-            "type": kind,
-            "reason": event.reason,
-            "object": event.object,
-            "message": event.message,
-            "restartCount": event.restart_count,
-            "stage": event.stage.map(|s| s.as_str()),
-        });
-        if let Some(code) = event.exit_code {
-            obj["exitCode"] = code.into();
-        }
-        let line = obj.to_string();
+        let line = EventLine {
+            time,
+            type_: kind.to_string(),
+            reason: event.reason.clone(),
+            object: event.object.clone(),
+            message: event.message.clone(),
+            restart_count: event.restart_count,
+            stage: event.stage.map(|s| s.as_str().to_string()),
+            exit_code: event.exit_code,
+        };
+        let line = serde_json::to_string(&line).unwrap_or_default();
         if let Some(out) = &mut self.json {
             // One write per line, so that readers never see half an event.
             let _ = out.write_all(format!("{line}\n").as_bytes());

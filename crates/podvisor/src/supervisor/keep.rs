@@ -5,42 +5,44 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use podvisor_core::clock::Instant;
 use podvisor_core::lifecycle::{Input, InstanceId, Survivor};
 use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
+use slab::Slab;
 
+use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_KEEPER};
-use crate::keeper::protocol::{self, ExitNote, Hello, Lines, StartRequest};
-use crate::keeper::{free_slot, KeeperArgs};
-use crate::process::sys::{self, ContainerIo, Exec, Forked, EV_READ};
-use crate::state::{StateError, StateFile, RESET_REMEDY};
+use crate::process::sys::{self, ContainerIo, Exec, EV_READ};
+use crate::state::keeper::{
+    self, Channel, ExitNote, InstanceName, KeeperArgs, Message, StartRequest,
+};
+use crate::state::{StateDir, StateError, StateFile, RESET_REMEDY};
 
-/// The keepers a run knows: the one it started (the only one it starts containers in),
-/// connections to all of them, and which holds each live instance.
+/// The keepers a run knows: the one it started (the only one it starts containers in), and
+/// connections to all of them. Which keeper holds an instance is the instance's
+/// (`Instance::keeper`).
 #[derive(Debug, Default)]
 pub(super) struct Keepers {
     /// The keeper this run started: its pid and control channel.
-    own: Option<(i32, Lines)>,
+    own: Option<(i32, Channel)>,
     /// Connections that tell exits (the own keeper's events channel and those taken over),
     /// by slot (the epoll token's); the keeper's pid with each.
-    conns: Vec<Option<(i32, Lines)>>,
-    /// The keeper (pid) of each live instance.
-    held: HashMap<InstanceId, i32>,
+    conns: Slab<(i32, Channel)>,
 }
 
 impl Keepers {
     /// The run's end: its keeper hears that nothing more will start (it ends once it holds
-    /// nothing). Returns its pid when it holds nothing already (it is ending: wait for it).
-    pub(super) fn close(&mut self) -> Option<i32> {
+    /// nothing). Returns its pid (it ends once what it holds has ended).
+    pub(super) fn close(&mut self, instances: &super::instance::Instances) -> Option<i32> {
         self.conns.clear();
         let (pid, _control) = self.own.take()?;
-        (!self.held.values().any(|&k| k == pid)).then_some(pid)
+        instances.held_by(pid).is_empty().then_some(pid)
     }
 }
 
@@ -59,7 +61,7 @@ pub struct Found {
     pub survivors: std::collections::BTreeMap<String, Survivor>,
     pub adopted: Vec<Adopted>,
     /// The keepers found running (pid, connection after its hello).
-    pub keepers: Vec<(i32, Lines)>,
+    pub keepers: Vec<(i32, Channel)>,
     /// Containers a keeper holds that the record does not know (started just before the run
     /// before was killed, never saved): killed once the pod is taken up.
     pub strays: Vec<i32>,
@@ -78,7 +80,7 @@ pub fn keeper_exe() -> Option<File> {
 /// How long a keeper has to answer a start request.
 const START_PATIENCE: Duration = Duration::from_secs(30);
 
-/// A number the tests set in the environment (`protocol::TEST_*_ENV`).
+/// A number the tests set in the environment (`keeper::TEST_*_ENV`).
 fn test_setting<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok()?.parse().ok()
 }
@@ -90,58 +92,26 @@ const HELLO_PATIENCE: Duration = Duration::from_secs(2);
 /// speaks a protocol this podvisor adopts holds it), ended with the exit recorded, or neither
 /// (lost). A keeper of an unknown protocol, or a record that cannot be read, refuses the run:
 /// nothing is touched, nothing killed.
-pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Found, StateError> {
+pub fn find(dir: &StateDir, record: &PodRecord, names: &[String]) -> Result<Found, StateError> {
     let mut found = Found::default();
     // No keeper ever ran here (no --live-restore).
-    if !protocol::dir(state_dir).is_dir() {
+    if !dir.keepers_dir().is_dir() {
         return Ok(found);
     }
-    // Exit records no run will read (an instance the record no longer counts as running, as
+    // Exit notes no run will read (an instance the record no longer counts as running, as
     // after a restart of everything): removed with the others once the pod is taken up.
     let running: Vec<String> = record
         .containers
         .iter()
         .filter(|c| matches!(c.state, StateRecord::Running(_)))
-        .map(|c| protocol::exit_file(&c.name, c.instance))
+        .map(|c| keeper::exit_note_name(&c.name, c.instance))
         .collect();
-    for e in std::fs::read_dir(protocol::dir(state_dir))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".exit") && (record.restarting_all || !running.contains(&name)) {
-            found.stale_files.push(e.path());
+    for (name, path) in dir.exit_notes() {
+        if record.restarting_all || !running.contains(&name) {
+            found.stale_files.push(path);
         }
     }
-    // Every keeper alive, and what it holds.
-    let mut holds: HashMap<(String, u32), (i32, i32)> = HashMap::new();
-    for socket in protocol::sockets(state_dir) {
-        let refuse = |message: String| StateError::Mismatch {
-            path: socket.display().to_string(),
-            message,
-            remedy: KEEPER_REMEDY,
-        };
-        let Ok(conn) = UnixStream::connect(&socket) else {
-            // Its keeper is gone (killed: it removes its socket when it ends).
-            found.stale_files.push(socket.clone());
-            continue;
-        };
-        let (hello, conn) = read_hello(conn).map_err(|e| refuse(format!("a keeper: {e}")))?;
-        if !protocol::ADOPTS.contains(&hello.protocol) {
-            return Err(refuse(format!(
-                "the pod's containers are held by a keeper (pid {}) that speaks protocol {}; this podvisor adopts protocols {}..={}",
-                hello.keeper,
-                hello.protocol,
-                protocol::ADOPTS.start(),
-                protocol::ADOPTS.end()
-            )));
-        }
-        for (name, instance, pid) in &hello.holds {
-            holds.insert((name.clone(), *instance), (hello.keeper, *pid));
-        }
-        found.keepers.push((hello.keeper, conn));
-    }
+    let mut holds = keepers_alive(dir, &mut found)?;
     for c in &record.containers {
         let (StateRecord::Running(_), Some(process), false) =
             (&c.state, c.process, record.restarting_all)
@@ -154,7 +124,7 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
         if let Some((keeper, pid)) = holds.remove(&(c.name.clone(), c.instance)) {
             if pid != process.pid {
                 return Err(StateError::Mismatch {
-                    path: protocol::socket(state_dir, keeper).display().to_string(),
+                    path: dir.keeper_socket(keeper).display().to_string(),
                     message: format!(
                         "container {}'s keeper holds pid {pid}, the saved state says pid {}",
                         c.name, process.pid
@@ -171,7 +141,7 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
             });
             continue;
         }
-        let file = exit_record(state_dir, &c.name, c.instance)?;
+        let file = dir.exit_note(&c.name, c.instance)?;
         let note = read_note(&file).map_err(|message| StateError::Mismatch {
             path: file.path().display().to_string(),
             message: format!("container {}'s {message}", c.name),
@@ -189,31 +159,60 @@ pub fn find(state_dir: &Path, record: &PodRecord, names: &[String]) -> Result<Fo
     Ok(found)
 }
 
+/// What the keepers alive hold: (container, instance) → (keeper, pid).
+type Holds = HashMap<(String, u32), (i32, i32)>;
+
+/// Every keeper alive in the state dir (its connection kept in `found`), and what each holds.
+/// Sockets of keepers gone go to `found.stale_files`.
+fn keepers_alive(dir: &StateDir, found: &mut Found) -> Result<Holds, StateError> {
+    let mut holds = HashMap::new();
+    for socket in dir.keeper_sockets() {
+        let refuse = |message: String| StateError::Mismatch {
+            path: socket.display().to_string(),
+            message,
+            remedy: KEEPER_REMEDY,
+        };
+        let Ok(conn) = UnixStream::connect(&socket) else {
+            // Its keeper is gone (killed: it removes its socket when it ends).
+            found.stale_files.push(socket.clone());
+            continue;
+        };
+        let (hello, conn) = read_hello(conn).map_err(|e| refuse(format!("a keeper: {e}")))?;
+        if !keeper::ADOPTS.contains(&hello.protocol) {
+            return Err(refuse(format!(
+                "the pod's containers are held by a keeper (pid {}) that speaks protocol {}; this podvisor adopts protocols {}..={}",
+                hello.keeper,
+                hello.protocol,
+                keeper::ADOPTS.start(),
+                keeper::ADOPTS.end()
+            )));
+        }
+        for held in hello.holds {
+            holds.insert((held.container, held.instance), (hello.keeper, held.pid));
+        }
+        found.keepers.push((hello.keeper, conn));
+    }
+    Ok(holds)
+}
+
 const KEEPER_REMEDY: &str = "run the podvisor release that started the pod (or a newer one) on this state dir, or stop the pod with it (podvisor stop) first";
 
-fn read_hello(conn: UnixStream) -> Result<(Hello, Lines), String> {
+fn read_hello(conn: UnixStream) -> Result<(keeper::Hello, Channel), String> {
     conn.set_read_timeout(Some(HELLO_PATIENCE))
         .map_err(|e| e.to_string())?;
-    let mut lines = Lines::new(conn);
-    let hello = protocol::read_hello(&mut lines)
+    let mut channel = Channel::new(conn);
+    let hello = channel
+        .read_hello()
         .map_err(|e| format!("no greeting within {HELLO_PATIENCE:?}: {e}"))?;
-    Ok((hello, lines))
+    Ok((hello, channel))
 }
 
-/// The exit record of a container instance's keeper.
-fn exit_record(state_dir: &Path, container: &str, instance: u32) -> Result<StateFile, StateError> {
-    StateFile::new(
-        &protocol::dir(state_dir),
-        &protocol::exit_file(container, instance),
-    )
-}
-
-/// What an exit record holds, if it is there; `Err` says why it cannot be read.
+/// What an exit note holds, if it is there; `Err` says why it cannot be read.
 fn read_note(file: &StateFile) -> Result<Option<ExitNote>, String> {
-    let text = file.read().map_err(|e| format!("exit record: {e}"))?;
+    let text = file.read().map_err(|e| format!("exit note: {e}"))?;
     text.map(|t| ExitNote::decode(&t))
         .transpose()
-        .map_err(|e| format!("exit record: {e}"))
+        .map_err(|e| format!("exit note: {e}"))
 }
 
 /// A recorded exit as the core takes it; `oom`: the cgroup also says OOM killer.
@@ -226,7 +225,7 @@ fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit 
 
 impl Supervisor {
     /// Starts `argv` as instance `id` in this run's keeper (started first if there is none),
-    /// which writes its log file: the container's pid.
+    /// which writes its log file: the container's pid and the keeper's.
     pub(super) fn start_kept(
         &mut self,
         id: InstanceId,
@@ -234,7 +233,7 @@ impl Supervisor {
         io: ContainerIo,
         cgroups: Vec<PathBuf>,
         oom_file: Option<PathBuf>,
-    ) -> io::Result<i32> {
+    ) -> io::Result<(i32, i32)> {
         let text = |v: OsString| {
             v.into_string()
                 .map_err(|v| io::Error::other(format!("{v:?} is not UTF-8")))
@@ -254,7 +253,6 @@ impl Supervisor {
                 .filter(|&s| self.inherited.mask.contains(s))
                 .collect(),
         };
-        let json = serde_json::to_string(&request).map_err(io::Error::other)?;
         if self.keepers.own.is_none() {
             self.start_keeper()?;
         }
@@ -263,77 +261,64 @@ impl Supervisor {
         };
         let keeper = *keeper;
         let asked = control
-            .stream
-            .write_all(format!("start {json}\n").as_bytes())
-            .and_then(|()| control.read_line());
-        let line = match asked {
-            Ok(Some(line)) => line,
-            failed => {
+            .send(&Message::Start(Box::new(request)))
+            .and_then(|()| control.recv());
+        match asked {
+            Ok(Message::Started { pid }) => Ok((pid, keeper)),
+            Ok(Message::Failed(why)) => Err(why.into_error()),
+            Ok(other) => Err(io::Error::other(format!(
+                "start it in its keeper: it said {other:?}"
+            ))),
+            Err(e) => {
                 // It is gone (its reaping reports what it held) or stuck: the next start gets
                 // a new one.
                 self.keepers.own = None;
-                let why = match failed {
-                    Err(e) => {
-                        // Stuck: it goes, with what it holds (reported when it is reaped), so
-                        // that nothing it may still start runs unknown to us.
-                        let _ = sys::send_signal(keeper, libc::SIGKILL);
-                        format!("the keeper (pid {keeper}) did not answer: {e}")
-                    }
-                    _ => format!("the keeper (pid {keeper}) ended before it answered"),
+                let why = if e.kind() == io::ErrorKind::UnexpectedEof {
+                    format!("the keeper (pid {keeper}) ended before it answered")
+                } else {
+                    // Stuck: it goes, with what it holds (reported when it is reaped), so
+                    // that nothing it may still start runs unknown to us.
+                    let _ = sys::send_signal(keeper, libc::SIGKILL);
+                    format!("the keeper (pid {keeper}) did not answer: {e}")
                 };
-                return Err(io::Error::other(format!("start it in its keeper: {why}")));
+                Err(io::Error::other(format!("start it in its keeper: {why}")))
             }
-        };
-        let (what, rest) = line.split_once(' ').unwrap_or((&line, ""));
-        match what {
-            "pid" => match rest.parse() {
-                Ok(pid) => {
-                    self.keepers.held.insert(id, keeper);
-                    Ok(pid)
-                }
-                Err(_) => Err(io::Error::other(format!(
-                    "start it in its keeper: it said {line:?}"
-                ))),
-            },
-            "errno" => Err(io::Error::from_raw_os_error(
-                rest.parse().unwrap_or(libc::EIO),
-            )),
-            _ => Err(io::Error::other(rest.to_string())),
         }
     }
 
     /// Forks and execs this run's keeper, with its control and events channels.
     fn start_keeper(&mut self) -> io::Result<()> {
-        std::fs::create_dir_all(protocol::dir(&self.state_dir))?;
-        let protocol = test_setting(protocol::TEST_PROTOCOL_ENV).unwrap_or(protocol::PROTOCOL);
+        std::fs::create_dir_all(self.dir.keepers_dir())?;
+        let protocol = test_setting(keeper::TEST_PROTOCOL_ENV).unwrap_or(keeper::PROTOCOL);
         let (control, control_end) = UnixStream::pair()?;
         let (events, events_end) = UnixStream::pair()?;
         let args = KeeperArgs {
-            state_dir: self.state_dir.clone(),
+            state_dir: self.dir.path().to_path_buf(),
             control: control_end.as_raw_fd(),
             events: events_end.as_raw_fd(),
             protocol,
             limits: self.log_limits,
         };
         let exec = keeper_exec(&args, self.keeper_exe.as_ref())?;
-        match sys::fork()? {
-            Forked::Child => sys::exit_now(become_keeper(&args, &exec)),
-            Forked::Parent(pid) => {
-                drop((control_end, events_end));
-                self.pids.insert(pid, PidOwner::Keeper);
-                events.set_nonblocking(true)?;
-                let fd = events.as_raw_fd();
-                let slot = free_slot(&mut self.keepers.conns);
-                self.keepers.conns[slot] = Some((pid, Lines::new(events)));
-                self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
-                // A keeper answers a start at once; one that does not is given up on.
-                let patience = test_setting(protocol::TEST_START_PATIENCE_ENV)
-                    .map_or(START_PATIENCE, Duration::from_millis);
-                control.set_read_timeout(Some(patience))?;
-                self.keepers.own = Some((pid, Lines::new(control)));
-                Ok(())
-            }
-        }
+        let pid = sys::spawn_detached(&exec, &[args.control, args.events])?;
+        drop((control_end, events_end));
+        self.pids.insert(pid, PidOwner::Keeper);
+        self.listen_to_keeper(pid, Channel::speaking(events, protocol))?;
+        // A keeper answers a start at once; one that does not is given up on.
+        let patience = test_setting(keeper::TEST_START_PATIENCE_ENV)
+            .map_or(START_PATIENCE, Duration::from_millis);
+        control.set_read_timeout(Some(patience))?;
+        self.keepers.own = Some((pid, Channel::new(control)));
+        Ok(())
+    }
+
+    /// Reads the exits keeper `pid` tells on `conn` from now on.
+    fn listen_to_keeper(&mut self, pid: i32, conn: Channel) -> io::Result<()> {
+        conn.stream.set_nonblocking(true)?;
+        conn.stream.set_read_timeout(None)?;
+        let fd = conn.stream.as_raw_fd();
+        let slot = self.keepers.conns.insert((pid, conn));
+        self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)
     }
 
     /// Keeper `pid` ended (reaped, or its connection closed): each container it held ended
@@ -343,20 +328,16 @@ impl Supervisor {
             self.keepers.own = None;
         }
         // A keeper that was killed could not remove its socket.
-        let _ = std::fs::remove_file(protocol::socket(&self.state_dir, pid));
-        for slot in self.keepers.conns.iter_mut() {
-            if slot.as_ref().is_some_and(|(k, _)| *k == pid) {
-                if let Some((_, conn)) = slot.take() {
-                    let _ = self.epoll.delete(conn.stream.as_raw_fd());
-                }
-            }
-        }
-        let mut ids: Vec<InstanceId> = (self.keepers.held.iter())
-            .filter(|(_, &k)| k == pid)
-            .map(|(&id, _)| id)
+        let _ = std::fs::remove_file(self.dir.keeper_socket(pid));
+        let slots: Vec<usize> = (self.keepers.conns.iter())
+            .filter(|(_, (k, _))| *k == pid)
+            .map(|(slot, _)| slot)
             .collect();
-        ids.sort_by_key(|id| id.container);
-        for id in ids {
+        for slot in slots {
+            let (_, conn) = self.keepers.conns.remove(slot);
+            let _ = self.epoll.delete(conn.stream.as_raw_fd());
+        }
+        for id in self.instances.held_by(pid) {
             self.instance_gone(id)?;
         }
         Ok(())
@@ -365,11 +346,13 @@ impl Supervisor {
     /// Instance `id` has ended under its keeper: its exit as recorded, or lost when the keeper
     /// recorded none (it ended, and the container went with it).
     fn instance_gone(&mut self, id: InstanceId) -> io::Result<()> {
-        let Some(keeper) = self.keepers.held.remove(&id) else {
+        let Some(keeper) = self.instances.get(id).and_then(|i| i.keeper) else {
             return Ok(());
         };
         let name = &self.plan.pod.containers[id.container].name;
-        let note = exit_record(&self.state_dir, name, id.instance)
+        let note = self
+            .dir
+            .exit_note(name, id.instance)
             .map_err(|e| e.to_string())
             .and_then(|f| {
                 let note = read_note(&f);
@@ -392,18 +375,22 @@ impl Supervisor {
 
     /// A keeper's connection (`slot`) is readable: the exits it tells, or its end.
     pub(super) fn keeper_readable(&mut self, slot: usize) -> io::Result<()> {
-        let Some((keeper, conn)) = self.keepers.conns.get_mut(slot).and_then(Option::as_mut) else {
+        let Some((keeper, conn)) = self.keepers.conns.get_mut(slot) else {
             return Ok(());
         };
         let keeper = *keeper;
         let open = conn.fill_ready();
         let mut exited = Vec::new();
-        while let Some(line) = conn.take_line() {
-            if let Some((name, instance)) = protocol::parse_exited(&line) {
-                exited.push((name.to_string(), instance));
+        while let Some(message) = conn.take() {
+            if let Ok(Message::Exited(instance)) = message {
+                exited.push(instance);
             }
         }
-        for (name, instance) in exited {
+        for InstanceName {
+            container: name,
+            instance,
+        } in exited
+        {
             match self.plan.pod.containers.iter().position(|c| c.name == name) {
                 Some(container) => {
                     let id = InstanceId {
@@ -412,10 +399,11 @@ impl Supervisor {
                     };
                     self.instance_gone(id)?;
                 }
-                // Not ours (a stray killed at take-up): its record goes.
+                // Not ours (a stray killed at take-up): its note goes.
                 None => {
-                    let dir = protocol::dir(&self.state_dir);
-                    let _ = std::fs::remove_file(dir.join(protocol::exit_file(&name, instance)));
+                    if let Ok(note) = self.dir.exit_note(&name, instance) {
+                        let _ = note.remove();
+                    }
                 }
             }
         }
@@ -428,17 +416,12 @@ impl Supervisor {
     /// Takes over the containers found running under keepers: their process, group, cgroup,
     /// namespaces and environment as a start would have set them, and the keepers'
     /// connections. What a keeper holds that the record does not know is killed.
-    pub(super) fn adopt(&mut self, found: &mut super::keep::Found) -> io::Result<()> {
+    pub(super) fn adopt(&mut self, found: &mut Found) -> io::Result<()> {
         for pid in found.strays.drain(..) {
             let _ = sys::send_signal(-pid, libc::SIGKILL);
         }
         for (keeper, conn) in found.keepers.drain(..) {
-            conn.stream.set_nonblocking(true)?;
-            conn.stream.set_read_timeout(None)?;
-            let fd = conn.stream.as_raw_fd();
-            let slot = free_slot(&mut self.keepers.conns);
-            self.keepers.conns[slot] = Some((keeper, conn));
-            self.epoll.add(fd, TOKEN_KEEPER | slot as u64, EV_READ)?;
+            self.listen_to_keeper(keeper, conn)?;
         }
         for a in found.adopted.drain(..) {
             let id = InstanceId {
@@ -447,32 +430,23 @@ impl Supervisor {
             };
             let stage = self.pod.containers()[a.container].stage;
             self.envs[a.container] = self.instance_env(a.container, stage);
-            let pid = a.process.pid;
-            let name = self.plan.pod.containers[a.container].name.clone();
-            if let Some(pod) = self.cgroups.pod.as_ref() {
-                match pod.reopen(&name, a.instance) {
-                    Ok(cg) => {
-                        self.instance_cgroups.insert(id, cg);
-                    }
-                    Err(e) => eprintln!("podvisor: {e}"),
+            let name = &self.plan.pod.containers[a.container].name;
+            let cgroup = match self
+                .cgroups
+                .pod
+                .as_ref()
+                .map(|pod| pod.reopen(name, a.instance))
+            {
+                Some(Ok(cg)) => Some(cg),
+                Some(Err(e)) => {
+                    eprintln!("podvisor: {e}");
+                    None
                 }
-            }
-            for (kind, map) in [("mnt", &mut self.mount_ns), ("user", &mut self.user_ns)] {
-                let theirs = std::fs::metadata(format!("/proc/{pid}/ns/{kind}"));
-                let ours = std::fs::metadata(format!("/proc/self/ns/{kind}"));
-                if let (Ok(t), Ok(o)) = (theirs, ours) {
-                    use std::os::unix::fs::MetadataExt;
-                    if t.ino() != o.ino() {
-                        if let Ok(f) = File::open(format!("/proc/{pid}/ns/{kind}")) {
-                            map.insert(id, f);
-                        }
-                    }
-                }
-            }
-            self.keepers.held.insert(id, a.keeper);
-            self.groups.insert(id, pid);
-            self.instance_pids.insert((id.container, id.instance), pid);
-            self.processes.insert(id, a.process);
+                None => None,
+            };
+            let mut instance = Instance::adopted(a.process, cgroup, a.keeper);
+            instance.open_namespaces();
+            self.instances.hold(id, instance);
         }
         Ok(())
     }
@@ -493,22 +467,4 @@ fn keeper_exec(args: &KeeperArgs, exe: Option<&File>) -> io::Result<Exec> {
             Exec::this_binary(&argv)
         }
     }
-}
-
-/// The forked child: becomes the keeper (system calls only, see `Exec`). Returns the exit
-/// code when it cannot.
-fn become_keeper(args: &KeeperArgs, exec: &Exec) -> i32 {
-    // Its own session: a terminal's signals and hang-up never reach it.
-    let _ = sys::new_session();
-    if sys::set_child_subreaper().is_err() {
-        return 1;
-    }
-    let kept = [args.control, args.events]
-        .into_iter()
-        .try_for_each(sys::keep_across_exec);
-    if kept.is_err() {
-        return 1;
-    }
-    let _ = exec.run();
-    1
 }

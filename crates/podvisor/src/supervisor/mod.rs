@@ -12,8 +12,8 @@
 
 mod control;
 pub mod events;
+mod instance;
 pub mod keep;
-pub mod logs;
 pub mod persist;
 mod rootfs;
 mod setup;
@@ -26,25 +26,26 @@ use std::io;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use slab::Slab;
+
 use podvisor_core::clock::{Clock, Instant};
 use podvisor_core::lifecycle::{Effect, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal};
 use podvisor_core::probe::ProbeKind;
 use podvisor_core::spec::plan::RunPlan;
 
 use crate::api::metrics::Counters;
-use crate::api::status::PodInfo;
 use crate::api::Server;
-use crate::cgroup::{InstanceCgroup, PodCgroups, Unenforceable};
+use crate::cgroup::{PodCgroups, Unenforceable};
 use crate::probe::{Done, Owner, Tasks};
 use crate::process::sys::{self, Epoll, Exit, Inherited, Reaped, SignalFd, EV_READ};
+use crate::state::logs::{LogLimits, LogStream};
 use crate::state::processes::boot_id;
-use crate::state::{StateError, StateFile};
+use crate::state::{LockError, StateDir, StateDirInUse, StateError, StateFile};
+use crate::status::PodInfo;
 use events::EventSink;
-use logs::{LogLimits, LogStream};
-use podvisor_core::record::ProcessRecord;
+use instance::Instances;
 use rootfs::{MountGate, RootLayer};
-pub use setup::StateDirInUse;
-use setup::{isolate, lock_state_dir, take_process};
+use setup::{isolate, take_process};
 use spawn::{container_env, os_env};
 use volumes::Volumes;
 
@@ -118,6 +119,15 @@ pub enum RunError {
     Io(#[from] io::Error),
 }
 
+impl From<LockError> for RunError {
+    fn from(e: LockError) -> RunError {
+        match e {
+            LockError::InUse(e) => RunError::InUse(e),
+            LockError::Io(e) => RunError::Io(e),
+        }
+    }
+}
+
 impl RunError {
     /// A problem with what the user gave (the state dir), as opposed to a failure of the run.
     pub fn is_usage(&self) -> bool {
@@ -129,26 +139,22 @@ impl RunError {
 pub fn run(
     mut plan: RunPlan,
     mut info: PodInfo,
-    state_dir: PathBuf,
+    dir: StateDir,
     events: EventSink,
     settings: Settings,
 ) -> Result<Outcome, RunError> {
     let (mask, signals) = take_process(&mut plan)?;
-    std::fs::create_dir_all(state_dir.join("logs")).map_err(|error| StateError::Io {
-        path: state_dir.display().to_string(),
-        what: "make the state dir",
-        error,
-    })?;
-    let _lock = lock_state_dir(&state_dir)?;
-    let state = StateFile::new(&state_dir, persist::STATE_FILE)?;
-    let mut taken = persist::take_up(&state_dir, &state, &plan, &mut info, settings.reset_state)?;
+    dir.create()?;
+    let _lock = dir.lock()?;
+    let state = dir.record()?;
+    let mut taken = persist::take_up(&dir, &state, &plan, &mut info, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
-    let api = Server::bind(&state_dir, &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
+    let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
-    let (root_layer, cgroups) = isolate(&plan, &state_dir, &settings, &mut info, &mut taken)?;
+    let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
     // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
-    let volumes = Volumes::prepare(&state_dir, &plan.volumes, taken.resumed)?;
+    let volumes = Volumes::prepare(&dir.volumes_dir(), &plan.volumes, taken.resumed)?;
     let metrics = match settings.metrics {
         Some(l) => Some(Server::metrics(
             l,
@@ -170,23 +176,19 @@ pub fn run(
         clock: RealClock::new(),
         state,
         boot: boot_id(),
-        processes: HashMap::new(),
         save_failing: false,
         probe_tries: HashMap::new(),
         info,
         api,
         condition_times: BTreeMap::new(),
-        instance_pids: HashMap::new(),
+        instances: Instances::default(),
         log_limits: settings.logs,
         volumes,
         cgroups,
-        instance_cgroups: HashMap::new(),
         root_layer,
         cwd: std::env::current_dir().ok(),
         mount_gate: None,
         size_check_at: None,
-        mount_ns: HashMap::new(),
-        user_ns: HashMap::new(),
         metrics,
         counters: Counters::default(),
         inherited: Inherited {
@@ -194,15 +196,13 @@ pub fn run(
             actions: Vec::new(),
         },
         pids: HashMap::new(),
-        groups: HashMap::new(),
-        logs: Vec::new(),
-        free_logs: Vec::new(),
+        logs: Slab::new(),
         log_scratch: Vec::new(),
         tasks: Tasks::default(),
         base_envs,
         envs,
         epoll,
-        state_dir,
+        dir,
         events,
         signals,
         live_restore: settings.live_restore,
@@ -256,8 +256,6 @@ struct Supervisor {
     /// The saved record's file, and the boot it is written in.
     state: StateFile,
     boot: String,
-    /// Where each live instance's process started (pid and start time), for the record.
-    processes: HashMap<InstanceId, ProcessRecord>,
     /// The last write of the record failed (reported once until one succeeds).
     save_failing: bool,
     /// Tries so far of probe attempts that errored (see `task_finished`).
@@ -266,13 +264,12 @@ struct Supervisor {
     api: Server,
     /// Each pod condition's status and when it last changed.
     condition_times: BTreeMap<&'static str, (bool, SystemTime)>,
-    /// The pid each container instance ran as (its containerID).
-    instance_pids: HashMap<(usize, u32), i32>,
+    /// The running container instances.
+    instances: Instances,
     log_limits: LogLimits,
     volumes: Volumes,
-    /// The pod's cgroup, and each live instance's.
+    /// The pod's cgroup.
     cgroups: PodCgroups,
-    instance_cgroups: HashMap<InstanceId, InstanceCgroup>,
     /// Where containers' private roots are built (root only).
     root_layer: Option<RootLayer>,
     /// The directory podvisor was started in: containers without `workingDir` start there.
@@ -281,20 +278,13 @@ struct Supervisor {
     mount_gate: Option<MountGate>,
     /// When emptyDir volumes are next measured against their `sizeLimit`.
     size_check_at: Option<Instant>,
-    /// User namespaces of running rootless instances.
-    user_ns: HashMap<InstanceId, std::fs::File>,
-    /// Mount namespaces of running instances that have volumes.
-    mount_ns: HashMap<InstanceId, std::fs::File>,
     metrics: Option<Server>,
     counters: Counters,
     inherited: Inherited,
     /// Live container and exec-task processes.
     pids: HashMap<i32, PidOwner>,
-    /// Process group of each live instance.
-    groups: HashMap<InstanceId, i32>,
-    /// Log streams by slot (the epoll token); `None` once finished.
-    logs: Vec<Option<LogStream>>,
-    free_logs: Vec<usize>,
+    /// Log streams by slot (the epoll token).
+    logs: Slab<LogStream>,
     /// Where every stream's lines are put together (`LogStream::drain`).
     log_scratch: Vec<u8>,
     tasks: Tasks,
@@ -304,7 +294,7 @@ struct Supervisor {
     /// and hooks get it too).
     envs: Vec<Vec<OsString>>,
     epoll: Epoll,
-    state_dir: PathBuf,
+    dir: StateDir,
     events: EventSink,
     signals: SignalFd,
     /// `--live-restore`: new instances start under keepers, a stop signal ends only this run.
@@ -354,13 +344,7 @@ impl Supervisor {
             self.epoll.wait(&mut ready, timeout)?;
             // Logs first, so that a container's last lines precede its exit event.
             for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_LOG) {
-                let slot = (token & SLOT_MASK) as usize;
-                if let Some(log) = self.logs.get_mut(slot).and_then(Option::as_mut) {
-                    if !log.drain(&mut self.log_scratch)? {
-                        self.logs[slot] = None;
-                        self.free_logs.push(slot);
-                    }
-                }
+                self.drain_log((token & SLOT_MASK) as usize)?;
             }
             for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_TASK) {
                 let slot = (token & SLOT_MASK) as usize;
@@ -423,22 +407,22 @@ impl Supervisor {
         self.save_if_changed();
         self.announce();
         // Everything has exited: take what is left in the pipes, end what probes still run.
-        for mut log in std::mem::take(&mut self.logs).into_iter().flatten() {
+        for (_, mut log) in std::mem::take(&mut self.logs) {
             log.finish(&mut self.log_scratch)?;
         }
         // This run's keeper starts nothing more: it ends once it holds nothing, and is waited
         // for with the exec tasks when it holds nothing already.
-        let idle_keeper = self.keepers.close();
+        let idle_keeper = self.keepers.close(&self.instances);
         self.reap_children(idle_keeper);
         // Under live restore a stop signal leaves the pod to its keepers: its volumes and
         // cgroups stay for the next run.
         if !self.detached {
             self.volumes.clean_up();
-            for (_, cg) in std::mem::take(&mut self.instance_cgroups) {
+            for cg in self.instances.take_cgroups() {
                 cg.kill_all();
             }
             if let Some(pod) = self.cgroups.pod.take() {
-                if let Err(e) = pod.remove(&self.state_dir) {
+                if let Err(e) = pod.remove(self.dir.path()) {
                     eprintln!("podvisor: {e}");
                 }
             }
@@ -493,8 +477,8 @@ impl Supervisor {
         }
         if self.stopped {
             // A second request does not wait for the grace period.
-            for &pgid in self.groups.values() {
-                let _ = sys::send_signal(-pgid, libc::SIGKILL);
+            for (_, instance) in self.instances.iter() {
+                let _ = sys::send_signal(-instance.pid, libc::SIGKILL);
             }
             return Ok(());
         }
@@ -562,15 +546,13 @@ impl Supervisor {
         // Its probes and hooks end with it, as they would in its container.
         self.tasks.cancel_instance(id);
         self.probe_tries.retain(|(i, _), _| *i != id);
-        self.mount_ns.remove(&id);
-        self.user_ns.remove(&id);
-        self.processes.remove(&id);
-        if let Some(pgid) = self.groups.remove(&id) {
-            // What the container left in its group goes with it.
-            let _ = sys::send_signal(-pgid, libc::SIGKILL);
-        }
+        let Some(instance) = self.instances.end(id) else {
+            return false;
+        };
+        // What the container left in its group goes with it.
+        let _ = sys::send_signal(-instance.pid, libc::SIGKILL);
         let mut oom_killed = false;
-        if let Some(cg) = self.instance_cgroups.remove(&id) {
+        if let Some(cg) = instance.cgroup {
             oom_killed = cg.oom_killed();
             if let Some(pod) = self.cgroups.pod.as_mut() {
                 pod.release(cg);
@@ -597,12 +579,12 @@ impl Supervisor {
                         self.pending.push((SystemTime::now(), event));
                     }
                     Effect::Signal(id, signal) => {
-                        if let Some(&pgid) = self.groups.get(&id) {
+                        if let Some(instance) = self.instances.get(id) {
                             let sig = match signal {
                                 Signal::Term => libc::SIGTERM,
                                 Signal::Kill => libc::SIGKILL,
                             };
-                            let _ = sys::send_signal(-pgid, sig);
+                            let _ = sys::send_signal(-instance.pid, sig);
                         }
                     }
                     Effect::Event(event) => self.pending.push((SystemTime::now(), event)),

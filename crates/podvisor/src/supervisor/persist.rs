@@ -12,16 +12,14 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podvisor_core::lifecycle::{Event, EventType, InstanceId, Pod};
-use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
+use podvisor_core::record::{PodRecord, StateRecord};
 use podvisor_core::spec::plan::RunPlan;
 
 use super::Supervisor;
-use crate::api::status::PodInfo;
 use crate::state::processes::{boot_id, kill_leftovers};
-use crate::state::{StateError, StateFile, RESET_REMEDY};
-
-/// The state file of `podvisor run`, in its state dir.
-pub const STATE_FILE: &str = "podvisor.state";
+use crate::state::record::{self, millis};
+use crate::state::{StateDir, StateError, StateFile, RESET_REMEDY};
+use crate::status::PodInfo;
 
 /// How long to wait for the processes a dead run left to go after SIGKILL.
 const LEFTOVER_PATIENCE: Duration = Duration::from_secs(5);
@@ -42,7 +40,7 @@ pub struct TakenUp {
 /// the previous run still alive are killed first. A record that cannot be used is refused,
 /// unless `reset` says to set it aside and start from zero.
 pub fn take_up(
-    state_dir: &std::path::Path,
+    dir: &StateDir,
     state: &StateFile,
     plan: &RunPlan,
     info: &mut PodInfo,
@@ -64,7 +62,7 @@ pub fn take_up(
     };
     let record = match state.read()? {
         None => None,
-        Some(text) => match PodRecord::decode(&text) {
+        Some(text) => match record::decode_pod(&text) {
             Ok(r) => Some(r),
             Err(e) if reset => {
                 set_aside(state, &mut notes, e.to_string())?;
@@ -103,7 +101,7 @@ pub fn take_up(
     if record.boot == boot_id() {
         let names: Vec<String> = plan.pod.containers.iter().map(|c| c.name.clone()).collect();
         // Before anything is killed: a keeper this podvisor cannot adopt refuses the run.
-        found = super::keep::find(state_dir, &record, &names)?;
+        found = super::keep::find(dir, &record, &names)?;
         for c in &record.containers {
             let Some(p) = c.process else { continue };
             if found.survivors.contains_key(&c.name) {
@@ -207,20 +205,9 @@ impl Supervisor {
                     container: i,
                     instance: c.instance,
                 };
-                c.process = self.processes.get(&id).copied();
+                c.process = self.instances.get(id).and_then(|i| i.process);
             }
         }
-        self.state.write(&r.encode())
+        self.state.write(&record::encode_pod(&r))
     }
-}
-
-/// Where a process started, for the record.
-pub fn process_record(pid: i32) -> Option<ProcessRecord> {
-    crate::state::processes::start_ticks(pid).map(|start_ticks| ProcessRecord { pid, start_ticks })
-}
-
-/// Milliseconds since the Unix epoch (what the record and the keepers' exit records hold).
-pub fn millis(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -15,6 +15,7 @@ use super::{persist, volumes, RunError, Supervisor};
 use crate::cgroup::Unenforceable;
 use crate::mountinfo;
 use crate::process::sys::{self, Rootless};
+use crate::state::StateDir;
 
 /// A pod waiting for its volumes.
 #[derive(Debug)]
@@ -49,11 +50,11 @@ pub(super) struct RootLayer {
 /// mounts is refused rather than run without them.
 pub(super) fn root_layer(
     plan: &RunPlan,
-    state_dir: &std::path::Path,
+    state_dir: &StateDir,
 ) -> Result<Option<RootLayer>, RunError> {
     if sys::getuid() != 0 && sys::user_namespaces_work() {
-        let dir = state_dir.join("rootfs");
-        let upper_dir = state_dir.join("rootfs-upper");
+        let dir = state_dir.rootfs_dir();
+        let upper_dir = state_dir.rootfs_upper_dir();
         std::fs::create_dir_all(&dir)?;
         std::fs::create_dir_all(&upper_dir)?;
         return Ok(Some(RootLayer {
@@ -98,7 +99,7 @@ pub(super) fn root_layer(
         }
         return Ok(None);
     }
-    let dir = state_dir.join("rootfs");
+    let dir = state_dir.rootfs_dir();
     std::fs::create_dir_all(&dir)?;
     Ok(Some(RootLayer {
         dir,

@@ -8,9 +8,9 @@ use podvisor_core::spec::plan::{RunPlan, VolumePlan};
 
 use super::rootfs::{root_layer, RootLayer};
 use super::{persist, RunError, Settings};
-use crate::api::status::PodInfo;
 use crate::cgroup::{PodCgroups, Unenforceable};
 use crate::process::sys::{self, SigSet, SignalFd};
+use crate::status::PodInfo;
 
 /// This process made ready to supervise: the probes' jitter seed, the open-files limit, the
 /// signals it waits for (returned: the mask the containers get back, and the signalfd), the
@@ -42,12 +42,12 @@ pub(super) fn take_process(plan: &mut RunPlan) -> Result<(SigSet, SignalFd), Run
 /// cgroups, and a mount namespace of podvisor's own for `medium: Memory` volumes.
 pub(super) fn isolate(
     plan: &RunPlan,
-    state_dir: &std::path::Path,
+    dir: &crate::state::StateDir,
     settings: &Settings,
     info: &mut PodInfo,
     taken: &mut persist::TakenUp,
 ) -> Result<(Option<RootLayer>, PodCgroups), RunError> {
-    let root_layer = root_layer(plan, state_dir)?;
+    let root_layer = root_layer(plan, dir)?;
     if root_layer.is_none() && !plan.host_root_writable {
         taken.notes.push(persist::pod_note(
             EventType::Warning,
@@ -75,7 +75,7 @@ pub(super) fn isolate(
         .collect();
     let cgroups = PodCgroups::set_up(
         plan,
-        state_dir,
+        dir.path(),
         settings.pod_max_pids,
         settings.cgroup_driver,
         &keep,
@@ -107,38 +107,4 @@ pub(super) fn isolate(
         sys::private_mount_namespace()?;
     }
     Ok((root_layer, cgroups))
-}
-
-/// Why `run` refused to start.
-#[derive(Debug, thiserror::Error)]
-#[error("{dir}: in use by another podvisor run (pid {pid}): one pod per state dir; pass another --state-dir")]
-pub struct StateDirInUse {
-    pub dir: String,
-    pub pid: String,
-}
-
-/// One pod per state dir: an exclusive lock on `STATE_DIR/podvisor.lock`, holding our pid, for
-/// as long as the run lasts (the kernel drops it when podvisor dies, however it dies).
-pub(super) fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, RunError> {
-    use std::io::{Read, Seek, Write};
-    let path = dir.join("podvisor.lock");
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)?;
-    if !sys::try_lock(&file)? {
-        let mut pid = String::new();
-        let _ = file.read_to_string(&mut pid);
-        let err = StateDirInUse {
-            dir: dir.display().to_string(),
-            pid: pid.trim().to_string(),
-        };
-        return Err(RunError::InUse(err));
-    }
-    file.set_len(0)?;
-    file.rewind()?;
-    write!(file, "{}", std::process::id())?;
-    Ok(file)
 }

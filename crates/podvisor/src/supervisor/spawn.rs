@@ -11,10 +11,11 @@ use podvisor_core::probe::Outcome as ProbeOutcome;
 use podvisor_core::probe::ProbeKind;
 use podvisor_core::stage::Stage;
 
-use super::logs::{tail_text, LogFile, LogStream};
+use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
 use crate::probe::{Done, ExecContext, Owner};
 use crate::process::sys::{self, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
+use crate::state::logs::{tail_text, LogFile, LogStream};
 
 impl Supervisor {
     /// Starts a probe attempt or hook; the input to feed when it ended at once.
@@ -25,18 +26,15 @@ impl Supervisor {
         timeout: Option<std::time::Duration>,
     ) -> Option<Input> {
         let i = owner.instance().container;
+        let instance = self.instances.get(owner.instance());
         let ctx = ExecContext {
             env: &self.envs[i],
             working_dir: self.working_dir(i),
             working_dir_optional: self.plan.exec[i].working_dir.is_none(),
             inherited: &self.inherited,
-            mounts: self.mount_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
-            user_ns: self.user_ns.get(&owner.instance()).map(|f| f.as_raw_fd()),
-            cgroups: self
-                .instance_cgroups
-                .get(&owner.instance())
-                .map(|cg| cg.join_fds())
-                .unwrap_or_default(),
+            mounts: instance.and_then(Instance::mount_ns),
+            user_ns: instance.and_then(Instance::user_ns),
+            cgroups: instance.map(Instance::cgroup_fds).unwrap_or_default(),
         };
         let now = self.clock.now();
         match self
@@ -93,9 +91,8 @@ impl Supervisor {
         self.envs[id.container] = self.instance_env(id.container, stage);
         let exec = &self.plan.exec[id.container];
         let name = &self.plan.pod.containers[id.container].name;
-        let dir = self.state_dir.join("logs").join(name);
-        std::fs::create_dir_all(&dir)?;
-        let log_path = dir.join(format!("{}.log", id.instance));
+        std::fs::create_dir_all(self.dir.container_logs(name))?;
+        let log_path = self.dir.instance_log(name, id.instance);
         // Under live restore the keeper makes the pipes and holds their read ends.
         let pipes = match self.live_restore {
             true => None,
@@ -114,7 +111,6 @@ impl Supervisor {
                 rootless: layer.rootless.clone(),
             })
         });
-        let rootless = root.as_ref().is_some_and(|r| r.rootless.is_some());
         let mounts = match self.volumes.mounts_for(exec, root.is_some()) {
             Ok(m) => m,
             Err(why) => return Ok(Input::StartFailed(id, why)),
@@ -138,7 +134,6 @@ impl Supervisor {
             cgroups: cgroup.as_ref().map(|cg| cg.join_fds()).unwrap_or_default(),
             root,
         };
-        let has_mounts = !io.mounts.is_empty() || io.root.is_some();
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let program = exec.argv.first().cloned().unwrap_or_default();
         let result = match pipes {
@@ -149,46 +144,31 @@ impl Supervisor {
                     .map(|cg| cg.join_paths())
                     .unwrap_or_default();
                 self.start_kept(id, &argv, io, paths, oom)
-                    .map(|pid| (None, pid))
+                    .map(|(pid, keeper)| (None, pid, Some(keeper)))
             }
             Some(((out_read, out_write), (err_read, err_write))) => {
                 let spawned =
                     sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited);
                 // Our copies of the write ends must go, or the pipes never reach end-of-file.
                 drop((out_write, err_write));
-                spawned.map(|pid| (Some((out_read, err_read)), pid))
+                spawned.map(|pid| (Some((out_read, err_read)), pid, None))
             }
         };
         match result {
-            Ok((held, pid)) => {
-                if let Some(cg) = cgroup {
-                    self.instance_cgroups.insert(id, cg);
-                }
+            Ok((pipes, pid, keeper)) => {
                 // Under a keeper, the keeper reads the pipes and writes the log.
-                if let Some((out_read, err_read)) = held {
+                if let Some((out_read, err_read)) = pipes {
                     let file = LogFile::create(log_path, self.log_limits)?;
                     let out = LogStream::new(id, out_read, "stdout", file.clone());
                     self.add_log(out)?;
                     self.add_log(LogStream::new(id, err_read, "stderr", file))?;
                     self.pids.insert(pid, PidOwner::Container(id));
                 }
-                if has_mounts {
-                    // Its probes and hooks run in its mount namespace, as `exec` in a container
-                    // (rootless: in its user namespace first).
-                    if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/mnt")) {
-                        self.mount_ns.insert(id, ns);
-                    }
-                    if rootless {
-                        if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/user")) {
-                            self.user_ns.insert(id, ns);
-                        }
-                    }
-                }
-                self.instance_pids.insert((id.container, id.instance), pid);
-                if let Some(p) = super::persist::process_record(pid) {
-                    self.processes.insert(id, p);
-                }
-                self.groups.insert(id, pid);
+                let mut instance = Instance::new(pid, cgroup, keeper);
+                // Its probes and hooks run in its mount namespace, as `exec` in a container
+                // (rootless: in its user namespace first).
+                instance.open_namespaces();
+                self.instances.hold(id, instance);
                 Ok(Input::Started(id))
             }
             Err(e) => {
@@ -235,15 +215,20 @@ impl Supervisor {
     }
 
     pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<()> {
-        let slot = match self.free_logs.pop() {
-            Some(s) => s,
-            None => {
-                self.logs.push(None);
-                self.logs.len() - 1
+        let entry = self.logs.vacant_entry();
+        self.epoll
+            .add(log.fd(), TOKEN_LOG | entry.key() as u64, EV_READ)?;
+        entry.insert(log);
+        Ok(())
+    }
+
+    /// Takes what log stream `slot` has; a stream that has ended goes.
+    pub(super) fn drain_log(&mut self, slot: usize) -> io::Result<()> {
+        if let Some(log) = self.logs.get_mut(slot) {
+            if !log.drain(&mut self.log_scratch)? {
+                self.logs.remove(slot);
             }
-        };
-        self.epoll.add(log.fd(), TOKEN_LOG | slot as u64, EV_READ)?;
-        self.logs[slot] = Some(log);
+        }
         Ok(())
     }
 }
@@ -290,17 +275,15 @@ impl Supervisor {
     /// The end of a Debug instance's log as an event: its streams are read to what they hold
     /// first, so that its last lines are there.
     pub(super) fn log_tail(&mut self, id: InstanceId) -> io::Result<Event> {
-        for slot in 0..self.logs.len() {
-            let Some(log) = self.logs[slot].as_mut().filter(|l| l.owner == id) else {
-                continue;
-            };
-            if !log.drain(&mut self.log_scratch)? {
-                self.logs[slot] = None;
-                self.free_logs.push(slot);
-            }
+        let slots: Vec<usize> = (self.logs.iter())
+            .filter(|(_, l)| l.owner == id)
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in slots {
+            self.drain_log(slot)?;
         }
         let c = &self.pod.containers()[id.container];
-        let dir = self.state_dir.join("logs").join(&c.name);
+        let dir = self.dir.container_logs(&c.name);
         let text = tail_text(&dir, id.instance, LOG_TAIL_LINES)?;
         Ok(Event {
             kind: EventType::Normal,

@@ -22,14 +22,10 @@ pub struct Volumes {
 }
 
 impl Volumes {
-    /// Makes `STATE_DIR/volumes` afresh with every volume in it; with `keep_empty_dirs` (a
-    /// resumed pod) the emptyDir volumes keep what they hold.
-    pub fn prepare(
-        state_dir: &Path,
-        plans: &[VolumePlan],
-        keep_empty_dirs: bool,
-    ) -> io::Result<Volumes> {
-        let dir = state_dir.join("volumes");
+    /// Makes the volumes' directory (`StateDir::volumes_dir`) afresh with every volume in
+    /// it; with `keep_empty_dirs` (a resumed pod) the emptyDir volumes keep what they hold.
+    pub fn prepare(dir: &Path, plans: &[VolumePlan], keep_empty_dirs: bool) -> io::Result<Volumes> {
+        let dir = dir.to_path_buf();
         let kept = |name: &std::ffi::OsStr| {
             keep_empty_dirs
                 && plans

@@ -8,7 +8,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use crate::supervisor::logs::{instance_files, instances};
+use crate::state::logs::{file_name, instance_files, instances};
+use crate::state::StateDir;
 
 /// Lines kept in the pane (the oldest go first).
 pub const LINES_KEPT: usize = 20_000;
@@ -56,7 +57,7 @@ impl LogView {
     /// The log of `container` in the pod whose state dir is `dir`: its newest instance, or the
     /// one before with `previous`. `None` when it has none.
     pub fn open(dir: &Path, container: &str, previous: bool) -> Option<LogView> {
-        let logs = dir.join("logs").join(container);
+        let logs = StateDir::new(dir).container_logs(container);
         let all = instances(&logs);
         let instance = if previous {
             *all.iter().rev().nth(1)?
@@ -163,7 +164,7 @@ impl LogView {
         if self.previous {
             return;
         }
-        let logs = self.dir.join("logs").join(&self.container);
+        let logs = StateDir::new(&self.dir).container_logs(&self.container);
         if let Some(&newest) = instances(&logs).last() {
             if newest != self.instance {
                 // Finish the old instance, then go on with the new one.
@@ -176,7 +177,7 @@ impl LogView {
                 self.partial.clear();
             }
         }
-        let newest = logs.join(format!("{}.log", self.instance));
+        let newest = logs.join(file_name(self.instance));
         if self.file.as_deref() != Some(newest.as_path()) {
             self.file = Some(newest);
             self.read_to = 0;

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
-use crate::cli::client::{self, now_secs};
+use crate::client;
+use crate::status::print::{describe, now_secs};
+use crate::stdio::write_err;
 use model::{Action, Command, Key, Model};
 use source::Msg;
 
@@ -53,7 +55,7 @@ pub fn main(a: TopArgs) -> i32 {
     let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        crate::cli::write_err(
+        write_err(
             "error: podvisor top needs a terminal (use `podvisor status -w` or `events -w` in scripts)\n",
         );
         return 2;
@@ -61,7 +63,7 @@ pub fn main(a: TopArgs) -> i32 {
     let mut terminal = match ratatui::try_init() {
         Ok(t) => t,
         Err(e) => {
-            crate::cli::write_err(&format!("error: cannot use the terminal: {e}\n"));
+            write_err(&format!("error: cannot use the terminal: {e}\n"));
             return 1;
         }
     };
@@ -73,7 +75,7 @@ pub fn main(a: TopArgs) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            crate::cli::write_err(&format!("error: {e}\n"));
+            write_err(&format!("error: {e}\n"));
             1
         }
     }
@@ -82,7 +84,7 @@ pub fn main(a: TopArgs) -> i32 {
 /// The state base of whoever runs `top`; for root also each user's default one
 /// (`/home/USER/.local/state/podvisor`), whose sockets root may use.
 fn default_roots() -> Vec<PathBuf> {
-    let mut roots = vec![crate::cli::run::state_base()];
+    let mut roots = vec![crate::state::base()];
     if roots[0] == std::path::Path::new("/var/lib/podvisor") {
         for home in std::fs::read_dir("/home").into_iter().flatten().flatten() {
             roots.push(home.path().join(".local/state/podvisor"));
@@ -223,8 +225,8 @@ impl Shell {
                     let status = client::call(&dir, "GET", "/status")?;
                     let events = client::call(&dir, "GET", "/events")?;
                     let pod = serde_json::from_str(&status)
-                        .map_err(|e| client::ClientError(format!("not JSON: {e}")))?;
-                    Ok::<_, client::ClientError>(crate::cli::status::describe_text(&pod, &events))
+                        .map_err(|e| client::ClientError(format!("not a v1 Pod: {e}")))?;
+                    Ok::<_, client::ClientError>(describe(&pod, &events))
                 })();
                 match text {
                     Ok(t) => m.describe = Some(t),
@@ -235,14 +237,11 @@ impl Shell {
                 let name = m.pod_name(action.dir());
                 let (path, done) = match &action {
                     Action::RestartContainer { container, .. } => (
-                        format!(
-                            "/restart?container={}",
-                            crate::cli::control::percent_encode(container)
-                        ),
+                        client::restart_path(Some(container)),
                         format!("restarting container {container} of {name}"),
                     ),
                     Action::RestartPod { .. } => {
-                        ("/restart".into(), format!("restarting pod {name}"))
+                        (client::restart_path(None), format!("restarting pod {name}"))
                     }
                     Action::StopPod { .. } => ("/stop".into(), format!("stopping pod {name}")),
                 };
@@ -300,7 +299,7 @@ fn run(
         }
         for msg in batch {
             match msg {
-                Msg::Status(dir, v) => m.on_status(dir, v),
+                Msg::Status(dir, v) => m.on_status(dir, *v),
                 Msg::Event(dir, v) => m.on_event(dir, v),
                 Msg::Gone(dir) => {
                     shell.watched.remove(&dir);

@@ -4,22 +4,23 @@
 //! are read from each container instance's cgroup, not asked of the supervisor.
 
 use std::collections::BTreeSet;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 
-use crate::api::SOCKET;
 use crate::cgroup::{self, InstanceCgroup};
-use crate::cli::client;
+use crate::client;
 use crate::mountinfo::Mount;
+use crate::state::{self, StateDir};
+use crate::status::print::container_statuses;
+use crate::status::{ApiPod, EventLine};
 
 /// What a watch thread tells the loop.
 #[derive(Debug)]
 pub enum Msg {
-    Status(PathBuf, Value),
-    Event(PathBuf, Value),
+    Status(PathBuf, Box<ApiPod>),
+    Event(PathBuf, EventLine),
     /// The pod's watch ended: its run is gone (or cannot be reached any more).
     Gone(PathBuf),
     /// An error worth showing (a socket refused, an answer that is not JSON).
@@ -32,22 +33,15 @@ pub enum Msg {
 /// each root (a state base: `NAMESPACE/POD/` below it) whose socket answers. Pods already
 /// watched are not connected to again: a supervisor sees `top` once, through its watches.
 pub fn discover(roots: &[PathBuf], dirs: &[PathBuf], watched: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
-    let mut candidates: BTreeSet<PathBuf> = dirs.iter().cloned().collect();
+    let mut candidates: BTreeSet<StateDir> = dirs.iter().map(StateDir::new).collect();
     for root in roots {
-        for ns in std::fs::read_dir(root).into_iter().flatten().flatten() {
-            for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
-                candidates.insert(pod.path());
-            }
-        }
+        candidates.extend(state::under(root));
     }
     candidates
         .into_iter()
-        .filter(|d| !watched.contains(d) && d.join(SOCKET).exists() && live(d))
+        .filter(|d| !watched.contains(d.path()) && d.socket().exists() && client::answers(d))
+        .map(|d| d.path().to_path_buf())
         .collect()
-}
-
-fn live(dir: &Path) -> bool {
-    UnixStream::connect(dir.join(SOCKET)).is_ok()
 }
 
 /// Starts the two watches of the pod in `dir`; each sends until its stream ends, then `Gone`
@@ -55,7 +49,9 @@ fn live(dir: &Path) -> bool {
 pub fn watch(dir: PathBuf, tx: Sender<Msg>) {
     let (d, t) = (dir.clone(), tx.clone());
     std::thread::spawn(move || {
-        let sent = stream(&d, "/status?watch=1", &t, |v| Msg::Status(d.clone(), v));
+        let sent = stream(&d, "/status?watch=1", &t, |v| {
+            Msg::Status(d.clone(), Box::new(v))
+        });
         if let Err(e) = sent {
             let _ = t.send(Msg::Problem(d.clone(), e));
         }
@@ -67,27 +63,27 @@ pub fn watch(dir: PathBuf, tx: Sender<Msg>) {
 }
 
 /// Reads a watch, one JSON object per line, until it ends.
-fn stream(
+fn stream<T: DeserializeOwned>(
     dir: &Path,
     path: &str,
     tx: &Sender<Msg>,
-    msg: impl Fn(Value) -> Msg,
+    msg: impl Fn(T) -> Msg,
 ) -> Result<(), String> {
     let r = client::request(dir, "GET", path).map_err(|e| e.0)?;
     client::stream_lines(r, |line| {
-        let v: Value = serde_json::from_str(line).map_err(std::io::Error::other)?;
+        let v: T = serde_json::from_str(line).map_err(std::io::Error::other)?;
         tx.send(msg(v)).map_err(std::io::Error::other)
     })
     .map_err(|e| e.0)
 }
 
 /// The main process id of each running container of a status (`containerID: podvisor://PID`).
-pub fn running_pids(status: &Value) -> Vec<(String, i32)> {
-    super::model::container_statuses(status)
-        .filter(|c| c["state"]["running"].is_object())
+pub fn running_pids(status: &ApiPod) -> Vec<(String, i32)> {
+    container_statuses(status)
+        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
         .filter_map(|c| {
-            let id = c["containerID"].as_str()?.strip_prefix("podvisor://")?;
-            Some((c["name"].as_str()?.to_string(), id.parse().ok()?))
+            let id = c.container_id.as_deref()?.strip_prefix("podvisor://")?;
+            Some((c.name.clone(), id.parse().ok()?))
         })
         .collect()
 }

@@ -234,16 +234,14 @@ fn draw_events(
         .skip(m.events_scroll)
         .take(height)
         .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
-            let time = s("time");
-            let clock = time.get(11..19).unwrap_or(&time).to_string();
-            let style = if e["type"] == "Warning" {
+            let clock = e.time.get(11..19).unwrap_or(&e.time);
+            let style = if e.type_ == "Warning" {
                 st.warn
             } else {
                 Style::default()
             };
             Line::from(Span::styled(
-                format!("{clock} {} {}: {}", s("reason"), s("object"), s("message")),
+                format!("{clock} {} {}: {}", e.reason, e.object, e.message),
                 style,
             ))
         })

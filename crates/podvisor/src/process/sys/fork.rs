@@ -1,5 +1,5 @@
-//! What starting a keeper needs: a plain fork, a session of its own, descriptors handed across
-//! exec, and an exec prepared before the fork.
+//! What starting a keeper needs: a fork whose child only execs (`spawn_detached`), with a
+//! session of its own, descriptors handed across exec, and an exec prepared before the fork.
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -8,36 +8,56 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::check;
 
-/// Which side of a `fork` this is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Forked {
-    Child,
-    Parent(i32),
+/// Starts `exec` as a detached daemon of this process (a keeper): forked, in a session of its
+/// own (a terminal's Ctrl-C or hang-up never reaches it), a child subreaper (the orphans of
+/// what it starts come back to it), with the descriptors `keep` let through the exec. Returns
+/// its pid; a child that cannot get that far exits with 1 (the caller reaps it).
+///
+/// Everything the child needs is prepared before the fork (`Exec`), so that the child makes
+/// system calls only: a thread of this process (a D-Bus client's, under the systemd cgroup
+/// driver) may hold the allocator's lock at the fork, and the child has a copy of that lock,
+/// held forever.
+pub fn spawn_detached(exec: &Exec, keep: &[RawFd]) -> io::Result<i32> {
+    // SAFETY: the child runs `detached_child` only, which keeps to system calls (see `fork`).
+    let pid = unsafe { fork() }?;
+    if pid == 0 {
+        exit_now(detached_child(exec, keep));
+    }
+    Ok(pid)
 }
 
-/// `fork(2)`. The child must make system calls only until it execs or exits (no allocation,
-/// no lock: a thread of the parent may have held one; prepare an `Exec` before).
-pub fn fork() -> io::Result<Forked> {
-    // SAFETY: fork has no memory effects on the caller; the child, which gets a copy of the
-    // calling thread only, keeps to system calls (above).
-    let pid = check(unsafe { libc::fork() })?;
-    Ok(if pid == 0 {
-        Forked::Child
-    } else {
-        Forked::Parent(pid)
-    })
-}
-
-/// `setsid(2)`: a session (and process group) of its own, without a controlling terminal, so
-/// that a terminal's Ctrl-C or hang-up never reaches it.
-pub fn new_session() -> io::Result<()> {
+/// The child side of `spawn_detached`: system calls only. Returns the exit code when the exec
+/// could not happen.
+fn detached_child(exec: &Exec, keep: &[RawFd]) -> i32 {
     // SAFETY: setsid has no memory effects.
-    check(unsafe { libc::setsid() })?;
-    Ok(())
+    unsafe { libc::setsid() };
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) } == -1 {
+        return 1;
+    }
+    if keep.iter().any(|&fd| keep_across_exec(fd).is_err()) {
+        return 1;
+    }
+    let _ = exec.run();
+    1
+}
+
+/// `fork(2)`: 0 in the child, the child's pid in the parent.
+///
+/// # Safety
+///
+/// The child gets a copy of the calling thread only, with every lock other threads held at
+/// the fork held forever: until it execs or exits it must make system calls only (no
+/// allocation, no `std` I/O or locking, no drop of anything that frees), and it must leave
+/// with `exit_now`, never by returning into the caller's code.
+unsafe fn fork() -> io::Result<i32> {
+    // SAFETY: fork has no memory effects on the caller; the caller keeps the child to system
+    // calls (this function's contract).
+    check(unsafe { libc::fork() })
 }
 
 /// Lets descriptor `fd` through the next exec (clears FD_CLOEXEC).
-pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
+fn keep_across_exec(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl F_GETFD/F_SETFD on a descriptor number has no memory effects.
     let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
     // SAFETY: as above.
@@ -96,7 +116,7 @@ impl Exec {
 
 /// Ends this process at once with `code`, running nothing of the parent's (a forked child
 /// that could not exec).
-pub fn exit_now(code: i32) -> ! {
+fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no memory of ours.
     unsafe { libc::_exit(code) }
 }

@@ -4,13 +4,15 @@
 //! here reads a file, a socket or the clock (`now` is given), so it is tested as plain data.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::ContainerStatus;
 
 use super::logs::LogView;
-use crate::cli::client::{age, parse_time};
-use crate::cli::status::pod_reason;
+use crate::status::print::{
+    age, annotation, container_statuses, full_name, pod_reason, ready_column, secs, stage_of,
+};
+use crate::status::{ApiPod, EventLine};
 
 /// Events kept per pod (newest last).
 pub const EVENTS_KEPT: usize = 500;
@@ -19,8 +21,8 @@ pub const EVENTS_KEPT: usize = 500;
 #[derive(Debug, Clone, Default)]
 pub struct PodEntry {
     /// The last status the watch pushed (`None` until the first).
-    pub status: Option<Value>,
-    pub events: VecDeque<Value>,
+    pub status: Option<ApiPod>,
+    pub events: VecDeque<EventLine>,
     /// The watch ended (the run is gone): when, in seconds since the epoch.
     pub gone_at: Option<f64>,
     /// Per container: CPU (cores, over the last interval) and working set (bytes), from its
@@ -191,38 +193,19 @@ impl Default for Model {
     }
 }
 
-fn name_of(status: &Value) -> String {
-    let m = &status["metadata"];
-    format!(
-        "{}/{}",
-        m["namespace"].as_str().unwrap_or("default"),
-        m["name"].as_str().unwrap_or("?")
-    )
-}
-
-/// Every container status of a pod: init containers (and sidecars) first.
-pub fn container_statuses(status: &Value) -> impl Iterator<Item = &Value> {
-    let s = &status["status"];
-    s["initContainerStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .chain(s["containerStatuses"].as_array().into_iter().flatten())
-}
-
 /// A container's state as one word: its waiting or terminated reason, or Running.
-fn state_word(c: &Value) -> String {
-    let st = &c["state"];
-    if let Some(r) = st["waiting"]["reason"].as_str() {
-        return r.to_string();
+fn state_word(c: &ContainerStatus) -> String {
+    let st = c.state.clone().unwrap_or_default();
+    if let Some(r) = st.waiting.and_then(|w| w.reason) {
+        return r;
     }
-    if st["terminated"].is_object() {
-        return match st["terminated"]["reason"].as_str() {
-            Some(r) => format!("{r} ({})", st["terminated"]["exitCode"]),
-            None => format!("ExitCode:{}", st["terminated"]["exitCode"]),
+    if let Some(t) = st.terminated {
+        return match t.reason {
+            Some(r) => format!("{r} ({})", t.exit_code),
+            None => format!("ExitCode:{}", t.exit_code),
         };
     }
-    if st["running"].is_object() {
+    if st.running.is_some() {
         return "Running".into();
     }
     "Unknown".into()
@@ -245,19 +228,19 @@ impl Model {
         self.pods
             .get(dir)
             .and_then(|p| p.status.as_ref())
-            .map(name_of)
+            .map(full_name)
             .unwrap_or_else(|| dir.display().to_string())
     }
 
     /// A status pushed by a pod's watch.
-    pub fn on_status(&mut self, dir: PathBuf, status: Value) {
+    pub fn on_status(&mut self, dir: PathBuf, status: ApiPod) {
         let e = self.pods.entry(dir).or_default();
         e.status = Some(status);
         e.gone_at = None;
     }
 
     /// An event pushed by a pod's watch.
-    pub fn on_event(&mut self, dir: PathBuf, event: Value) {
+    pub fn on_event(&mut self, dir: PathBuf, event: EventLine) {
         let e = self.pods.entry(dir).or_default();
         e.events.push_back(event);
         while e.events.len() > EVENTS_KEPT {
@@ -289,12 +272,12 @@ impl Model {
     }
 
     /// The sort key of a container (bigger first, except by name).
-    fn container_key(&self, entry: &PodEntry, c: &Value) -> (i64, String) {
-        let name = c["name"].as_str().unwrap_or("").to_string();
+    fn container_key(&self, entry: &PodEntry, c: &ContainerStatus) -> (i64, String) {
+        let name = c.name.clone();
         let (cpu, mem) = entry.usage.get(&name).copied().unwrap_or_default();
         let n = match self.sort {
             Sort::Name => 0,
-            Sort::Restarts => c["restartCount"].as_i64().unwrap_or(0),
+            Sort::Restarts => i64::from(c.restart_count),
             Sort::Cpu => (cpu * 1e6) as i64,
             Sort::Memory => mem as i64,
         };
@@ -305,7 +288,7 @@ impl Model {
     pub fn rows(&self, now: f64) -> Vec<Row> {
         let mut pods: Vec<(&PathBuf, &PodEntry)> = self.pods.iter().collect();
         let pod_key = |(dir, e): &(&PathBuf, &PodEntry)| {
-            let name = e.status.as_ref().map(name_of).unwrap_or_default();
+            let name = e.status.as_ref().map(full_name).unwrap_or_default();
             let total: i64 = e.status.as_ref().map_or(0, |s| {
                 container_statuses(s)
                     .map(|c| self.container_key(e, c).0)
@@ -325,106 +308,64 @@ impl Model {
                 });
                 continue;
             };
-            let name = name_of(status);
-            let mut containers: Vec<&Value> = container_statuses(status).collect();
-            let pod_passes = self.passes(&name);
-            containers.retain(|c| pod_passes || self.passes(c["name"].as_str().unwrap_or("")));
+            let mut containers: Vec<&ContainerStatus> = container_statuses(status).collect();
+            let pod_passes = self.passes(&full_name(status));
+            containers.retain(|c| pod_passes || self.passes(&c.name));
             if containers.is_empty() && !pod_passes {
                 continue;
             }
+            rows.push(self.pod_row(dir, e, status, now));
             containers.sort_by_key(|c| self.container_key(e, c));
-            let main = status["status"]["containerStatuses"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let ready = main.iter().filter(|c| c["ready"] == true).count();
-            let restarts: i64 = container_statuses(status)
-                .map(|c| c["restartCount"].as_i64().unwrap_or(0))
-                .sum();
-            let reason = if e.gone_at.is_some() {
-                "Gone".to_string()
-            } else {
-                pod_reason(status)
-            };
-            let created = status["metadata"]["creationTimestamp"]
-                .as_str()
-                .and_then(parse_time);
-            let (cpu, mem) = e
-                .usage
-                .values()
-                .fold((0.0, 0), |(c, m), (c2, m2)| (c + c2, m + m2));
-            let pod_restarts = status["metadata"]["annotations"]["podvisor.io/pod-restarts"]
-                .as_str()
-                .filter(|n| *n != "0")
-                .map(|n| format!("pod restarts {n}"))
-                .unwrap_or_default();
-            let warn = e.gone_at.is_some()
-                || !matches!(reason.as_str(), "Running" | "Completed" | "Succeeded")
-                || ready < main.len();
-            rows.push(Row {
-                dir: dir.clone(),
-                container: None,
-                cells: vec![
-                    name,
-                    format!("{ready}/{}", main.len()),
-                    reason,
-                    restarts.to_string(),
-                    created.map(|t| age(now - t)).unwrap_or_default(),
-                    pod_restarts,
-                    if e.usage.is_empty() {
-                        String::new()
-                    } else {
-                        cpu_text(cpu)
-                    },
-                    if e.usage.is_empty() {
-                        String::new()
-                    } else {
-                        mem_text(mem)
-                    },
-                ],
-                warn,
-            });
-            let annotations = &status["metadata"]["annotations"];
             for c in containers {
-                let cname = c["name"].as_str().unwrap_or("?").to_string();
-                let state = state_word(c);
-                let since = c["state"]["running"]["startedAt"]
-                    .as_str()
-                    .or(c["state"]["terminated"]["finishedAt"].as_str())
-                    .and_then(parse_time);
-                let stage = match (
-                    annotations[format!("podvisor.io/stage.{cname}")].as_str(),
-                    annotations[format!("podvisor.io/verdict.{cname}")].as_str(),
-                ) {
-                    (Some(s), Some(v)) => format!("{s} ({v})"),
-                    (Some(s), None) => s.to_string(),
-                    _ => String::new(),
-                };
-                let probes = match (c["started"].as_bool(), c["ready"].as_bool()) {
-                    (Some(true), Some(true)) => "✓",
-                    (Some(true), _) => "started",
-                    _ => "✗",
-                };
-                let usage = e.usage.get(&cname);
-                let warn = c["ready"] != true && !state.starts_with("Completed");
-                rows.push(Row {
-                    dir: dir.clone(),
-                    container: Some(cname.clone()),
-                    cells: vec![
-                        format!("  {cname}"),
-                        probes.to_string(),
-                        state,
-                        c["restartCount"].as_i64().unwrap_or(0).to_string(),
-                        since.map(|t| age(now - t)).unwrap_or_default(),
-                        stage,
-                        usage.map(|u| cpu_text(u.0)).unwrap_or_default(),
-                        usage.map(|u| mem_text(u.1)).unwrap_or_default(),
-                    ],
-                    warn,
-                });
+                rows.push(container_row(dir, e, status, c, now));
             }
         }
         rows
+    }
+
+    /// A pod's row: as `kubectl get pod` shows it, and its whole-pod restarts and usage.
+    fn pod_row(&self, dir: &Path, e: &PodEntry, status: &ApiPod, now: f64) -> Row {
+        let reason = if e.gone_at.is_some() {
+            "Gone".to_string()
+        } else {
+            pod_reason(status)
+        };
+        let restarts: i64 = container_statuses(status)
+            .map(|c| i64::from(c.restart_count))
+            .sum();
+        let created = status.metadata.creation_timestamp.as_ref().map(secs);
+        let (cpu, mem) = e
+            .usage
+            .values()
+            .fold((0.0, 0), |(c, m), (c2, m2)| (c + c2, m + m2));
+        let pod_restarts = annotation(status, "podvisor.io/pod-restarts")
+            .filter(|n| *n != "0")
+            .map(|n| format!("pod restarts {n}"))
+            .unwrap_or_default();
+        let ready = ready_column(status);
+        let all_ready = ready.split_once('/').is_some_and(|(r, n)| r == n);
+        let warn = e.gone_at.is_some()
+            || !matches!(reason.as_str(), "Running" | "Completed" | "Succeeded")
+            || !all_ready;
+        let usage = |f: &dyn Fn() -> String| match e.usage.is_empty() {
+            true => String::new(),
+            false => f(),
+        };
+        Row {
+            dir: dir.to_path_buf(),
+            container: None,
+            cells: vec![
+                full_name(status),
+                ready,
+                reason,
+                restarts.to_string(),
+                created.map(|t| age(now - t)).unwrap_or_default(),
+                pod_restarts,
+                usage(&|| cpu_text(cpu)),
+                usage(&|| mem_text(mem)),
+            ],
+            warn,
+        }
     }
 
     /// How many of `COLUMNS` fit in `width` cells: narrow terminals keep the first ones.
@@ -626,16 +567,47 @@ impl Model {
     }
 
     /// The events of the pod in `dir` (every pod's if `None`), newest first.
-    pub fn events(&self, dir: Option<&PathBuf>) -> Vec<&Value> {
-        let mut all: Vec<(usize, &Value)> = self
+    pub fn events(&self, dir: Option<&PathBuf>) -> Vec<&EventLine> {
+        let mut all: Vec<(usize, &EventLine)> = self
             .pods
             .iter()
             .filter(|(d, _)| dir.is_none_or(|x| x == *d))
             .flat_map(|(_, e)| e.events.iter().enumerate())
             .collect();
         // Newest first; events of the same millisecond in the order they came, reversed.
-        all.sort_by(|(i, a), (j, b)| (b["time"].as_str(), j).cmp(&(a["time"].as_str(), i)));
+        all.sort_by(|(i, a), (j, b)| (&b.time, j).cmp(&(&a.time, i)));
         all.into_iter().map(|(_, e)| e).collect()
+    }
+}
+
+/// A container's row: its probes (started, ready), state, restarts, age, stage and usage.
+fn container_row(dir: &Path, e: &PodEntry, pod: &ApiPod, c: &ContainerStatus, now: f64) -> Row {
+    let state = state_word(c);
+    let st = c.state.clone().unwrap_or_default();
+    let since = (st.running.and_then(|r| r.started_at))
+        .or(st.terminated.and_then(|t| t.finished_at))
+        .map(|t| secs(&t));
+    let probes = match (c.started, c.ready) {
+        (Some(true), true) => "✓",
+        (Some(true), _) => "started",
+        _ => "✗",
+    };
+    let usage = e.usage.get(&c.name);
+    let warn = !c.ready && !state.starts_with("Completed");
+    Row {
+        dir: dir.to_path_buf(),
+        container: Some(c.name.clone()),
+        cells: vec![
+            format!("  {}", c.name),
+            probes.to_string(),
+            state,
+            c.restart_count.to_string(),
+            since.map(|t| age(now - t)).unwrap_or_default(),
+            stage_of(pod, &c.name).unwrap_or_default(),
+            usage.map(|u| cpu_text(u.0)).unwrap_or_default(),
+            usage.map(|u| mem_text(u.1)).unwrap_or_default(),
+        ],
+        warn,
     }
 }
 

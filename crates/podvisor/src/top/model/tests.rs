@@ -1,19 +1,22 @@
 //! The view model's unit tests: rows, sort, filter, confirmations, selection, gone pods.
 
 use super::*;
-use serde_json::json;
+use crate::status::print::parse_time;
+use serde_json::{json, Value};
 
-fn status(name: &str, containers: Value) -> Value {
-    json!({
+fn status(name: &str, containers: Value) -> ApiPod {
+    let pod = json!({
         "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-11-25T10:00:00Z",
                      "annotations": {"podvisor.io/pod-restarts": "0", "podvisor.io/stage.app": "Debug"}},
         "spec": {},
         "status": {"phase": "Running", "containerStatuses": containers},
-    })
+    });
+    serde_json::from_value(pod).expect("a v1 Pod")
 }
 
 fn running(name: &str, restarts: i64, ready: bool) -> Value {
     json!({"name": name, "ready": ready, "started": true, "restartCount": restarts,
+           "image": "", "imageID": "",
            "state": {"running": {"startedAt": "2026-11-25T10:00:50Z"}}})
 }
 
@@ -30,7 +33,7 @@ fn model() -> Model {
         "/s/b".into(),
         status(
             "crashy",
-            json!([{"name": "app", "ready": false, "restartCount": 7,
+            json!([{"name": "app", "ready": false, "restartCount": 7, "image": "", "imageID": "",
                     "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]),
         ),
     );
@@ -137,15 +140,21 @@ fn the_selection_follows_its_row_and_gone_pods_go() {
 #[test]
 fn events_of_one_pod_newest_first() {
     let mut m = model();
-    let ev = |t: &str, r: &str| json!({"time": t, "reason": r, "type": "Normal"});
+    let ev = |t: &str, r: &str| EventLine {
+        time: t.into(),
+        type_: "Normal".into(),
+        reason: r.into(),
+        object: "app".into(),
+        message: String::new(),
+        restart_count: None,
+        stage: None,
+        exit_code: None,
+    };
     m.on_event("/s/a".into(), ev("2026-11-25T10:00:01.000Z", "Created"));
     m.on_event("/s/a".into(), ev("2026-11-25T10:00:01.000Z", "Started"));
     m.on_event("/s/b".into(), ev("2026-11-25T10:00:02.000Z", "BackOff"));
     let reasons = |d: Option<&PathBuf>| -> Vec<String> {
-        m.events(d)
-            .iter()
-            .map(|e| e["reason"].as_str().unwrap().to_string())
-            .collect()
+        m.events(d).iter().map(|e| e.reason.clone()).collect()
     };
     // Same millisecond: the later one first.
     assert_eq!(reasons(Some(&"/s/a".into())), ["Started", "Created"]);

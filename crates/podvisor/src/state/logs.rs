@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use podvisor_core::lifecycle::InstanceId;
 
-use crate::rfc3339::Millis;
+use crate::time::write_millis_time;
 
 /// A line longer than this is written in parts (`P`), as the kubelet does.
 const MAX_LINE: usize = 16 * 1024;
@@ -216,9 +216,16 @@ const FLUSH_AT: usize = 64 * 1024;
 /// `TIME STREAM ` (the start of a CRI log line, now) in `buf`.
 fn line_head<'a>(buf: &'a mut [u8; 64], stream: &str) -> io::Result<&'a [u8]> {
     let mut w = io::Cursor::new(&mut buf[..]);
-    write!(w, "{} {stream} ", Millis(SystemTime::now()))?;
+    write_millis_time(SystemTime::now(), jiff::fmt::StdIoWrite(&mut w))
+        .map_err(io::Error::other)?;
+    write!(w, " {stream} ")?;
     let n = w.position() as usize;
     Ok(&buf[..n])
+}
+
+/// The current log file's name of instance `instance` (`N.log`; rotated ones are `N.log.K`).
+pub fn file_name(instance: u32) -> String {
+    format!("{instance}.log")
 }
 
 /// The instance numbers of a container's log dir that have log files, ascending.
@@ -235,7 +242,7 @@ pub fn instances(dir: &Path) -> Vec<u32> {
 
 /// An instance's files, oldest first: N.log.K … N.log.1, N.log.
 pub fn instance_files(dir: &Path, instance: u32) -> Vec<PathBuf> {
-    let base = dir.join(format!("{instance}.log"));
+    let base = dir.join(file_name(instance));
     let mut rotated: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()

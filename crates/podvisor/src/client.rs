@@ -1,42 +1,27 @@
 //! The client side of the status API: finding the running pod's state dir and talking HTTP/1.1
-//! to its socket. Used by `status`, `describe`, `events`, `stop` and `restart`.
+//! to its socket. Used by the CLI's commands and by `top`.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use crate::api::SOCKET;
+use crate::state::{self, StateDir};
 
 /// Why a client could not get an answer; the message is for the user, exit code 1.
 #[derive(Debug)]
 pub struct ClientError(pub String);
-
-/// A client command's exit code: 0, or 1 with the error on stderr.
-pub fn exit_code(r: Result<(), ClientError>) -> i32 {
-    match r {
-        Ok(()) => 0,
-        Err(ClientError(e)) => {
-            super::write_err(&format!("error: {e}\n"));
-            1
-        }
-    }
-}
 
 /// The state dir: `--state-dir`, or the only one under the default base with a live pod.
 pub fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
     if let Some(dir) = flag {
         return Ok(dir);
     }
-    let base = super::run::state_base();
-    let mut live = Vec::new();
-    for ns in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-        for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
-            let dir = pod.path();
-            if UnixStream::connect(dir.join(SOCKET)).is_ok() {
-                live.push(dir);
-            }
-        }
-    }
+    let base = state::base();
+    let mut live: Vec<PathBuf> = state::under(&base)
+        .into_iter()
+        .filter(answers)
+        .map(|d| d.path().to_path_buf())
+        .collect();
     match live.len() {
         1 => Ok(live.remove(0)),
         0 => Err(ClientError(format!(
@@ -53,11 +38,20 @@ pub fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
     }
 }
 
+/// Whether a run answers on the state dir's socket.
+pub fn answers(dir: &StateDir) -> bool {
+    UnixStream::connect(dir.socket()).is_ok()
+}
+
 fn connect(dir: &Path) -> Result<UnixStream, ClientError> {
-    let path = dir.join(SOCKET);
+    let path = StateDir::new(dir).socket();
     UnixStream::connect(&path).map_err(|e| {
         ClientError(match e.raw_os_error() {
-            Some(libc::ENOENT) => format!("no pod is running in {} (no {SOCKET})", dir.display()),
+            Some(libc::ENOENT) => format!(
+                "no pod is running in {} (no {})",
+                dir.display(),
+                path.file_name().unwrap_or_default().to_string_lossy()
+            ),
             Some(libc::ECONNREFUSED) => format!(
                 "no pod is running in {} ({} was left by a run that ended)",
                 dir.display(),
@@ -73,6 +67,7 @@ fn connect(dir: &Path) -> Result<UnixStream, ClientError> {
 }
 
 /// An answer: status code and a reader positioned at the body.
+#[derive(Debug)]
 pub struct Response {
     pub code: u16,
     pub body: BufReader<UnixStream>,
@@ -128,6 +123,24 @@ pub fn call(dir: &Path, method: &str, path: &str) -> Result<String, ClientError>
         return Err(ClientError(text.trim_end().to_string()));
     }
     Ok(text)
+}
+
+/// `s` as a query parameter's value.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The path that restarts container `name` (the whole pod without one).
+pub fn restart_path(container: Option<&str>) -> String {
+    match container {
+        Some(name) => format!("/restart?container={}", percent_encode(name)),
+        None => "/restart".to_string(),
+    }
 }
 
 /// Reads lines of a stream (`?watch=1`) and hands each to `f` until the server closes.

@@ -1,0 +1,222 @@
+//! The paths of a pod's state dir, and its lock.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use super::{StateError, StateFile};
+use crate::process::sys;
+
+/// The saved record's file name.
+const RECORD: &str = "podvisor.state";
+/// The lock a run holds for as long as it lasts, with its pid in it.
+const LOCK: &str = "podvisor.lock";
+/// The status API's socket.
+const SOCKET: &str = "podvisor.sock";
+
+/// A pod's state dir.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+/// Why `run` refused a state dir: another run holds it.
+#[derive(Debug, thiserror::Error)]
+#[error("{dir}: in use by another podvisor run (pid {pid}): one pod per state dir; pass another --state-dir")]
+pub struct StateDirInUse {
+    pub dir: String,
+    pub pid: String,
+}
+
+/// The state dir's lock, held until dropped (the kernel drops it when the run dies,
+/// however it dies).
+#[derive(Debug)]
+pub struct Lock(#[allow(dead_code)] File);
+
+impl StateDir {
+    pub fn new(root: impl Into<PathBuf>) -> StateDir {
+        StateDir { root: root.into() }
+    }
+
+    /// A pod's state dir under the default base (`base`): `BASE/NAMESPACE/POD`.
+    pub fn default_for(namespace: &str, pod: &str) -> StateDir {
+        StateDir::new(base().join(namespace).join(pod))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// The state dir's own name (the pod's, for one under the default base).
+    pub fn name(&self) -> String {
+        self.root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Makes the state dir and its log dir.
+    pub fn create(&self) -> Result<(), StateError> {
+        std::fs::create_dir_all(self.logs_dir()).map_err(|error| StateError::Io {
+            path: self.root.display().to_string(),
+            what: "make the state dir",
+            error,
+        })
+    }
+
+    /// The saved record (`podvisor.state`).
+    pub fn record(&self) -> Result<StateFile, StateError> {
+        StateFile::new(&self.root, RECORD)
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join(LOCK)
+    }
+
+    /// One pod per state dir: an exclusive lock on `podvisor.lock`, holding our pid.
+    pub fn lock(&self) -> Result<Lock, LockError> {
+        let path = self.lock_path();
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        if !sys::try_lock(&file)? {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            return Err(LockError::InUse(StateDirInUse {
+                dir: self.root.display().to_string(),
+                pid: pid.trim().to_string(),
+            }));
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        Ok(Lock(file))
+    }
+
+    /// Whether a run holds the state dir now.
+    pub fn is_running(&self) -> bool {
+        sys::lock_is_held(&self.lock_path()).unwrap_or(false)
+    }
+
+    /// The status API's socket.
+    pub fn socket(&self) -> PathBuf {
+        self.root.join(SOCKET)
+    }
+
+    /// `logs/`: a directory per container.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// `logs/NAME/`: a container's log files, `N.log` per instance (`logs`).
+    pub fn container_logs(&self, container: &str) -> PathBuf {
+        self.logs_dir().join(container)
+    }
+
+    /// `logs/NAME/N.log`: the current log file of a container instance.
+    pub fn instance_log(&self, container: &str, instance: u32) -> PathBuf {
+        self.container_logs(container)
+            .join(super::logs::file_name(instance))
+    }
+
+    /// `keepers/`: the keepers' sockets and exit notes (`keeper`).
+    pub fn keepers_dir(&self) -> PathBuf {
+        self.root.join("keepers")
+    }
+
+    /// The socket of keeper `pid`.
+    pub fn keeper_socket(&self, pid: i32) -> PathBuf {
+        self.keepers_dir().join(format!("keeper.{pid}.sock"))
+    }
+
+    /// The keepers' sockets found in the state dir, sorted.
+    pub fn keeper_sockets(&self) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = self
+            .entries(&self.keepers_dir())
+            .filter(|(name, _)| name.starts_with("keeper.") && name.ends_with(".sock"))
+            .map(|(_, path)| path)
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// The exit note a keeper writes for a container instance.
+    pub fn exit_note(&self, container: &str, instance: u32) -> Result<StateFile, StateError> {
+        StateFile::new(
+            &self.keepers_dir(),
+            &super::keeper::exit_note_name(container, instance),
+        )
+    }
+
+    /// The exit notes in the state dir: (file name, path).
+    pub fn exit_notes(&self) -> Vec<(String, PathBuf)> {
+        self.entries(&self.keepers_dir())
+            .filter(|(name, _)| name.ends_with(".exit"))
+            .collect()
+    }
+
+    /// `volumes/`: a directory per volume.
+    pub fn volumes_dir(&self) -> PathBuf {
+        self.root.join("volumes")
+    }
+
+    /// `rootfs/`: where each container's private root is mounted (in its own mount
+    /// namespace).
+    pub fn rootfs_dir(&self) -> PathBuf {
+        self.root.join("rootfs")
+    }
+
+    /// `rootfs-upper/`: the writable layers of rootless private roots.
+    pub fn rootfs_upper_dir(&self) -> PathBuf {
+        self.root.join("rootfs-upper")
+    }
+
+    fn entries(&self, dir: &Path) -> impl Iterator<Item = (String, PathBuf)> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+    }
+}
+
+/// Why the state dir could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(transparent)]
+    InUse(#[from] StateDirInUse),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Where state dirs live by default: `/var/lib/podvisor` for root, else
+/// `$XDG_STATE_HOME/podvisor` (or `~/.local/state/podvisor`).
+pub fn base() -> PathBuf {
+    // Root (the owner of /proc/self) gets the system directory (docs/state.md).
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    if root {
+        PathBuf::from("/var/lib/podvisor")
+    } else if let Some(x) = std::env::var_os("XDG_STATE_HOME") {
+        PathBuf::from(x).join("podvisor")
+    } else {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
+            .join(".local/state/podvisor")
+    }
+}
+
+/// The state dirs under a base (`BASE/NAMESPACE/POD`), whether a run is there or not.
+pub fn under(base: &Path) -> Vec<StateDir> {
+    let mut found = Vec::new();
+    for ns in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+            found.push(StateDir::new(pod.path()));
+        }
+    }
+    found.sort();
+    found
+}

@@ -1,0 +1,189 @@
+//! A state file: written atomically (write, fsync, rename, fsync the directory), so that after
+//! any crash it holds either the old contents or the new, never half; read strictly: a file
+//! that cannot be read is refused with what to do, never reset behind the user's back.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::record::RecordError;
+
+use crate::process::errno::describe;
+
+/// Why a state file was refused or could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{path}: the saved state cannot be used: {error}; {remedy}")]
+    Refused {
+        path: String,
+        error: RecordError,
+        remedy: &'static str,
+    },
+    #[error("{path}: the saved state cannot be used: {message}; {remedy}")]
+    Mismatch {
+        path: String,
+        message: String,
+        remedy: &'static str,
+    },
+    #[error("{path}: cannot {what}: {}", describe(.error))]
+    Io {
+        path: String,
+        what: &'static str,
+        error: io::Error,
+    },
+}
+
+/// A state file and its directory.
+#[derive(Debug)]
+pub struct StateFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    /// The directory, kept open to fsync it after each rename.
+    dir: File,
+}
+
+impl StateFile {
+    /// The file `name` in `dir` (which must exist). Fails when the directory cannot be opened.
+    pub fn new(dir: &Path, name: &str) -> Result<StateFile, StateError> {
+        let path = dir.join(name);
+        let handle = File::open(dir).map_err(|error| StateError::Io {
+            path: dir.display().to_string(),
+            what: "open the state dir",
+            error,
+        })?;
+        Ok(StateFile {
+            tmp: dir.join(format!(".{name}.tmp")),
+            path,
+            dir: handle,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's text, or `None` when there is none yet.
+    pub fn read(&self) -> Result<Option<String>, StateError> {
+        match std::fs::read(&self.path) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Ok(Some(text)),
+                // Not text: no podvisor wrote that.
+                Err(_) => Err(self.refused(RecordError::NotState)),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(StateError::Io {
+                path: self.path.display().to_string(),
+                what: "read it",
+                error,
+            }),
+        }
+    }
+
+    /// The refusal for a record that cannot be decoded.
+    pub fn refused(&self, error: RecordError) -> StateError {
+        StateError::Refused {
+            path: self.path.display().to_string(),
+            error,
+            remedy: RESET_REMEDY,
+        }
+    }
+
+    /// Replaces the file with `text` so that a crash at any point leaves the old or the new
+    /// file, whole: a temporary file is written and fsynced, renamed over the file, and the
+    /// directory is fsynced so that the rename itself is durable.
+    pub fn write(&self, text: &str) -> Result<(), StateError> {
+        let io = |what, error| StateError::Io {
+            path: self.path.display().to_string(),
+            what,
+            error,
+        };
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&self.tmp)
+            .map_err(|e| io("write it", e))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| io("write it", e))?;
+        f.sync_data().map_err(|e| io("fsync it", e))?;
+        drop(f);
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| io("rename it into place", e))?;
+        self.dir
+            .sync_all()
+            .map_err(|e| io("fsync its directory", e))
+    }
+
+    /// Removes the file (durably: the directory is fsynced); none is fine.
+    pub fn remove(&self) -> Result<(), StateError> {
+        let io = |what, error| StateError::Io {
+            path: self.path.display().to_string(),
+            what,
+            error,
+        };
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io("remove it", e)),
+        }
+        self.dir
+            .sync_all()
+            .map_err(|e| io("fsync its directory", e))
+    }
+
+    /// Moves a refused file aside (`NAME.refused-UNIXTIME`), so that `--reset-state` loses
+    /// nothing a person may want to look at. Returns where it went.
+    pub fn set_aside(&self) -> Result<PathBuf, StateError> {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut aside = self.path.clone().into_os_string();
+        aside.push(format!(".refused-{secs}"));
+        let aside = PathBuf::from(aside);
+        std::fs::rename(&self.path, &aside).map_err(|error| StateError::Io {
+            path: self.path.display().to_string(),
+            what: "move it aside",
+            error,
+        })?;
+        Ok(aside)
+    }
+}
+
+/// What to do about a refused record of `podvisor run`.
+pub const RESET_REMEDY: &str = "to start the pod from zero, run again with --reset-state (the file is moved aside, not deleted), or pass another --state-dir";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "podvisor-state-unit-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn writes_replace_whole_files_and_leave_no_temporary() {
+        let d = temp_dir();
+        let f = StateFile::new(&d, "x.state").unwrap();
+        assert!(f.read().unwrap().is_none());
+        f.write("one\n").unwrap();
+        f.write("two\n").unwrap();
+        assert_eq!(f.read().unwrap().as_deref(), Some("two\n"));
+        let names: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["x.state"]);
+        let aside = f.set_aside().unwrap();
+        assert!(aside.to_string_lossy().contains("x.state.refused-"));
+        assert!(f.read().unwrap().is_none());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,183 @@
+//! The saved record's file format: `podvisor run`'s `PodRecord` and `podvisor init
+//! --supervision`'s `InitRecord` (the core's types), written and read strictly.
+//!
+//! ```text
+//! podvisor-state 2 pod
+//! { ... the record as JSON ... }
+//! checksum 0123456789abcdef
+//! ```
+//!
+//! A header with the format version and kind, the record as JSON (serde's names for the
+//! core's types, every field present, none unknown), and a last line with a checksum of
+//! everything before it. A truncated file (no checksum line), a corrupt one (checksum
+//! mismatch), an unknown field, a bad value or a newer format is refused with the line and
+//! field; nothing is ever guessed or defaulted. Files of format 1, the first release's lines
+//! of text, are still read (`v1`); what is written is format 2.
+
+mod v1;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use podvisor_core::record::{InitRecord, PodRecord};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The format this podvisor writes.
+pub const FORMAT: u32 = 2;
+
+const MAGIC: &str = "podvisor-state";
+
+/// Why a saved record cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("it is not a podvisor state file (its first line is not \"{MAGIC} {FORMAT} KIND\")")]
+    NotState,
+    #[error(
+        "it was written by a newer podvisor (format {found}; this one reads formats 1 to {FORMAT})"
+    )]
+    Newer { found: u32 },
+    #[error("it holds the state of a {found}, not of a {expected}")]
+    Kind {
+        found: String,
+        expected: &'static str,
+    },
+    #[error("it ends before its checksum line: the file is truncated")]
+    Truncated,
+    #[error("its checksum does not match its contents: the file is corrupt")]
+    Checksum,
+    #[error("line {line}: field {field}: {message}")]
+    Field {
+        line: usize,
+        field: String,
+        message: String,
+    },
+}
+
+pub fn encode_pod(r: &PodRecord) -> String {
+    encode("pod", r)
+}
+
+pub fn decode_pod(text: &str) -> Result<PodRecord, RecordError> {
+    match open(text, "pod")? {
+        Body::V1(fields) => v1::pod(fields),
+        Body::Json(at, json) => read_json(at, json),
+    }
+}
+
+pub fn encode_init(r: &InitRecord) -> String {
+    encode("init", r)
+}
+
+pub fn decode_init(text: &str) -> Result<InitRecord, RecordError> {
+    match open(text, "init")? {
+        Body::V1(fields) => v1::init(fields),
+        Body::Json(at, json) => read_json(at, json),
+    }
+}
+
+/// Milliseconds since the Unix epoch (what records and exit notes hold).
+pub fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn encode<T: Serialize>(kind: &str, record: &T) -> String {
+    let json = serde_json::to_string_pretty(record).unwrap_or_default();
+    seal(format!("{MAGIC} {FORMAT} {kind}\n{json}\n"))
+}
+
+/// What is between a record's header and its checksum.
+enum Body<'a> {
+    /// Format 1: (line number, key, value) of each field line.
+    V1(Vec<(usize, &'a str, &'a str)>),
+    /// Format 2: the JSON, and the line number it starts on.
+    Json(usize, &'a str),
+}
+
+/// Checks the header, the kind and the checksum; returns what is between them.
+fn open<'a>(text: &'a str, kind: &'static str) -> Result<Body<'a>, RecordError> {
+    let mut lines = text.split_inclusive('\n');
+    let header = lines.next().ok_or(RecordError::NotState)?;
+    let mut words = header.trim_end_matches('\n').split(' ');
+    if words.next() != Some(MAGIC) {
+        return Err(RecordError::NotState);
+    }
+    let version: u32 = words
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or(RecordError::NotState)?;
+    if version > FORMAT {
+        return Err(RecordError::Newer { found: version });
+    }
+    let found = words.next().unwrap_or("");
+    if found != kind {
+        return Err(RecordError::Kind {
+            found: found.to_string(),
+            expected: kind,
+        });
+    }
+    let body = &text[header.len()..checked_end(text)?];
+    match version {
+        1 => Ok(Body::V1(v1::fields(body))),
+        2 => Ok(Body::Json(2, body)),
+        _ => Err(RecordError::NotState),
+    }
+}
+
+/// Where the checksum line starts, once it is found last and matches what is before it.
+fn checked_end(text: &str) -> Result<usize, RecordError> {
+    let Some(body) = text.strip_suffix('\n') else {
+        return Err(RecordError::Truncated);
+    };
+    let start = body.rfind('\n').map_or(0, |i| i + 1);
+    let Some(sum) = body[start..].strip_prefix("checksum ") else {
+        // A checksum line in the middle: something came after it.
+        return Err(if text.contains("\nchecksum ") {
+            RecordError::Checksum
+        } else {
+            RecordError::Truncated
+        });
+    };
+    if sum != format!("{:016x}", checksum(&text.as_bytes()[..start])) {
+        return Err(RecordError::Checksum);
+    }
+    Ok(start)
+}
+
+fn read_json<T: DeserializeOwned>(first_line: usize, json: &str) -> Result<T, RecordError> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        // serde_json says where in the JSON; the line is said in the file's numbering.
+        let mut message = inner.to_string();
+        if let Some(at) = message.rfind(" at line ") {
+            message.truncate(at);
+        }
+        RecordError::Field {
+            line: first_line + inner.line().saturating_sub(1),
+            field: path,
+            message,
+        }
+    })
+}
+
+/// Appends the checksum line.
+fn seal(mut body: String) -> String {
+    let sum = checksum(body.as_bytes());
+    body.push_str(&format!("checksum {sum:016x}\n"));
+    body
+}
+
+/// FNV-1a, 64 bits: enough to tell a torn or edited file from the one podvisor wrote.
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests;

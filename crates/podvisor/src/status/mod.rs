@@ -1,0 +1,225 @@
+//! The pod as the API shows it: a v1 `Pod` (k8s-openapi's types) whose status is built from
+//! the lifecycle core's view (phase, conditions, container states, lastState, ready, started,
+//! restartCount), with wall-clock timestamps; and how kubectl prints one (`print`). The run
+//! builds it (`pod`), serializes it once per change, and every reader (`status`, `describe`,
+//! `logs`, `top`) reads it back as the same types.
+
+pub mod print;
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{
+    ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod as K8sPod, PodCondition, PodIP, PodSpec,
+    PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use podvisor_core::clock::Instant;
+use podvisor_core::lifecycle::{ContainerState, Kind, Pod};
+
+pub use k8s_openapi::api::core::v1::Pod as ApiPod;
+
+/// What the status needs beyond the core: the manifest's metadata and spec, and times.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PodInfo {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// The pod spec as the manifest gave it.
+    pub spec: PodSpec,
+    /// Each container's image, in the core's container order.
+    pub images: Vec<String>,
+    pub created: SystemTime,
+}
+
+/// An event as the API serves it and `--events` writes it, one JSON object per line
+/// (docs/events.md).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventLine {
+    /// RFC 3339 with milliseconds, UTC.
+    pub time: String,
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub reason: String,
+    /// The container's name, or `pod`.
+    pub object: String,
+    pub message: String,
+    pub restart_count: Option<u32>,
+    pub stage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// Maps the core's clock to wall-clock time.
+pub type WallClock<'a> = &'a dyn Fn(Instant) -> SystemTime;
+
+/// The IP every pod has: podvisor's containers share the host's network.
+const POD_IP: &str = "127.0.0.1";
+
+/// An API timestamp (written in whole seconds, UTC).
+pub fn time(at: SystemTime) -> Time {
+    Time(jiff::Timestamp::try_from(at).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
+}
+
+/// The v1 Pod. `condition_times`: when each condition last changed status; `container_id`:
+/// the ID of a container's instance, if it ran.
+pub fn pod(
+    pod: &Pod,
+    info: &PodInfo,
+    wall: WallClock<'_>,
+    condition_times: &BTreeMap<&'static str, SystemTime>,
+    container_id: &dyn Fn(usize, u32) -> Option<String>,
+) -> K8sPod {
+    let conditions = pod
+        .conditions()
+        .into_iter()
+        .map(|c| PodCondition {
+            type_: c.kind.to_string(),
+            status: if c.status { "True" } else { "False" }.to_string(),
+            last_transition_time: condition_times.get(c.kind).map(|t| time(*t)),
+            reason: c.reason,
+            message: c.message,
+            ..Default::default()
+        })
+        .collect();
+    let mut init = Vec::new();
+    let mut main = Vec::new();
+    for (i, (c, p)) in pod
+        .containers()
+        .iter()
+        .zip(&pod.plan().containers)
+        .enumerate()
+    {
+        let waiting = matches!(c.state, ContainerState::Waiting { .. });
+        let state_id = (!waiting && c.instance > 0)
+            .then(|| container_id(i, c.instance))
+            .flatten();
+        let last_instance = if waiting {
+            c.instance
+        } else {
+            c.instance.saturating_sub(1)
+        };
+        let last_id = container_id(i, last_instance);
+        let status = ContainerStatus {
+            name: c.name.clone(),
+            state: Some(state(&c.state, state_id.as_deref(), wall)),
+            // An empty object when there is none, as the API server writes it.
+            last_state: Some(
+                c.last_state
+                    .as_ref()
+                    .map_or_else(K8sState::default, |s| state(s, last_id.as_deref(), wall)),
+            ),
+            ready: pod.is_ready(i),
+            restart_count: c.restart_count as i32,
+            image: info.images.get(i).cloned().unwrap_or_default(),
+            image_id: String::new(),
+            started: Some(c.started),
+            container_id: state_id,
+            ..Default::default()
+        };
+        match p.kind {
+            Kind::Main => main.push(status),
+            Kind::Init | Kind::Sidecar => init.push(status),
+        }
+    }
+    let (reason, message) = pod.failure().unzip();
+    let status = PodStatus {
+        phase: Some(pod.phase().as_str().to_string()),
+        reason: reason.map(String::from),
+        message: message.map(String::from),
+        conditions: Some(conditions),
+        host_ip: Some(POD_IP.into()),
+        host_ips: Some(vec![HostIP { ip: POD_IP.into() }]),
+        pod_ip: Some(POD_IP.into()),
+        pod_ips: Some(vec![PodIP { ip: POD_IP.into() }]),
+        start_time: Some(time(info.created)),
+        init_container_statuses: (!init.is_empty()).then_some(init),
+        container_statuses: Some(main),
+        ..Default::default()
+    };
+    K8sPod {
+        metadata: metadata(pod, info),
+        spec: Some(info.spec.clone()),
+        status: Some(status),
+    }
+}
+
+/// The manifest's metadata, with podvisor's own annotations (docs/state.md): each staged
+/// container's stage and verdict, and the whole-pod restarts.
+fn metadata(pod: &Pod, info: &PodInfo) -> ObjectMeta {
+    let mut annotations = info.annotations.clone();
+    for c in pod.containers() {
+        if let Some(stage) = c.stage {
+            annotations.insert(format!("podvisor.io/stage.{}", c.name), stage.to_string());
+        }
+        if let Some(v) = c.judgement.verdict {
+            annotations.insert(format!("podvisor.io/verdict.{}", c.name), v.as_str().into());
+        }
+    }
+    annotations.insert(
+        "podvisor.io/pod-restarts".into(),
+        pod.pod_restarts().to_string(),
+    );
+    let may_restart_all = pod
+        .plan()
+        .containers
+        .iter()
+        .any(|c| c.restart.restarts_all());
+    if may_restart_all || pod.restarts_all() > 0 {
+        annotations.insert(
+            "podvisor.io/all-containers-restarts".into(),
+            pod.restarts_all().to_string(),
+        );
+    }
+    ObjectMeta {
+        name: Some(info.name.clone()),
+        namespace: Some(info.namespace.clone()),
+        uid: Some(info.uid.clone()),
+        creation_timestamp: Some(time(info.created)),
+        labels: (!info.labels.is_empty()).then(|| info.labels.clone()),
+        annotations: Some(annotations),
+        ..Default::default()
+    }
+}
+
+fn state(state: &ContainerState, id: Option<&str>, wall: WallClock<'_>) -> K8sState {
+    match state {
+        ContainerState::Waiting { reason, message } => K8sState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.as_str().to_string()),
+                message: message.clone(),
+            }),
+            ..Default::default()
+        },
+        ContainerState::Running { started_at } => K8sState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(time(wall(*started_at))),
+            }),
+            ..Default::default()
+        },
+        ContainerState::Terminated {
+            exit_code,
+            signal,
+            reason,
+            message,
+            started_at,
+            finished_at,
+        } => K8sState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: *exit_code,
+                signal: *signal,
+                reason: Some(reason.as_str().to_string()),
+                message: message.clone(),
+                started_at: started_at.map(|s| time(wall(s))),
+                finished_at: Some(time(wall(*finished_at))),
+                container_id: id.map(String::from),
+            }),
+            ..Default::default()
+        },
+    }
+}

@@ -1,0 +1,156 @@
+//! What the run holds of each running container instance, in one place: its process, the
+//! record of where it started, its cgroup, the namespaces its probes and hooks join, and the
+//! keeper that holds it. An `Instance` is made when a start succeeds or a container is
+//! adopted (`Instances::hold`) and goes when its process has ended (`Instances::end`).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+
+use podvisor_core::lifecycle::InstanceId;
+use podvisor_core::record::ProcessRecord;
+
+use crate::cgroup::InstanceCgroup;
+use crate::state::processes;
+
+/// A running container instance.
+#[derive(Debug)]
+pub(super) struct Instance {
+    /// Its main process, which leads its process group: the containerID's pid.
+    pub pid: i32,
+    /// Where its main process started, for the record (a reused pid is never mistaken for it).
+    pub process: Option<ProcessRecord>,
+    pub cgroup: Option<InstanceCgroup>,
+    /// Its mount namespace, when it has one of its own (volumes, a private root).
+    mount_ns: Option<File>,
+    /// Its user namespace, when it has one of its own (rootless).
+    user_ns: Option<File>,
+    /// The keeper that holds it (`--live-restore`), by pid.
+    pub keeper: Option<i32>,
+}
+
+impl Instance {
+    /// The instance whose main process is `pid` (started just now, or found running).
+    pub fn new(pid: i32, cgroup: Option<InstanceCgroup>, keeper: Option<i32>) -> Instance {
+        let process =
+            processes::start_ticks(pid).map(|start_ticks| ProcessRecord { pid, start_ticks });
+        Instance {
+            pid,
+            process,
+            cgroup,
+            mount_ns: None,
+            user_ns: None,
+            keeper,
+        }
+    }
+
+    /// The instance `pid` of a record, found running (adopted).
+    pub fn adopted(
+        process: ProcessRecord,
+        cgroup: Option<InstanceCgroup>,
+        keeper: i32,
+    ) -> Instance {
+        Instance {
+            process: Some(process),
+            ..Instance::new(process.pid, cgroup, Some(keeper))
+        }
+    }
+
+    /// Opens the namespaces of its own that its probes and hooks run in, as `exec` in a
+    /// container does: its mount namespace and, rootless, its user namespace. Those it shares
+    /// with this process are left alone.
+    pub fn open_namespaces(&mut self) {
+        self.mount_ns = own_namespace(self.pid, "mnt");
+        self.user_ns = own_namespace(self.pid, "user");
+    }
+
+    pub fn mount_ns(&self) -> Option<RawFd> {
+        self.mount_ns.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    pub fn user_ns(&self) -> Option<RawFd> {
+        self.user_ns.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// The `cgroup.procs` files (open) its probes and hooks join.
+    pub fn cgroup_fds(&self) -> Vec<RawFd> {
+        self.cgroup
+            .as_ref()
+            .map(InstanceCgroup::join_fds)
+            .unwrap_or_default()
+    }
+}
+
+/// Namespace `kind` of `pid`, opened, when it is not this process's own.
+fn own_namespace(pid: i32, kind: &str) -> Option<File> {
+    let theirs = std::fs::metadata(format!("/proc/{pid}/ns/{kind}")).ok()?;
+    let ours = std::fs::metadata(format!("/proc/self/ns/{kind}")).ok()?;
+    if theirs.ino() == ours.ino() {
+        return None;
+    }
+    File::open(format!("/proc/{pid}/ns/{kind}")).ok()
+}
+
+/// The running instances, and the main pids of each container's latest instances (the
+/// containerIDs its status shows for its state and its last state).
+#[derive(Debug, Default)]
+pub(super) struct Instances {
+    live: HashMap<InstanceId, Instance>,
+    /// Per container, (instance, pid) of its two latest instances, newest first.
+    ids: HashMap<usize, [Option<(u32, i32)>; 2]>,
+}
+
+impl Instances {
+    /// Holds instance `id`, just started or adopted.
+    pub fn hold(&mut self, id: InstanceId, instance: Instance) {
+        let ids = self.ids.entry(id.container).or_default();
+        if ids[0].is_some_and(|(n, _)| n != id.instance) {
+            ids[1] = ids[0];
+        }
+        ids[0] = Some((id.instance, instance.pid));
+        self.live.insert(id, instance);
+    }
+
+    /// Lets go of instance `id`, whose process has ended.
+    pub fn end(&mut self, id: InstanceId) -> Option<Instance> {
+        self.live.remove(&id)
+    }
+
+    pub fn get(&self, id: InstanceId) -> Option<&Instance> {
+        self.live.get(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (InstanceId, &Instance)> {
+        self.live.iter().map(|(&id, i)| (id, i))
+    }
+
+    /// The main pid instance `instance` of container `container` ran as, if it is one of its
+    /// two latest.
+    pub fn pid_of(&self, container: usize, instance: u32) -> Option<i32> {
+        let ids = self.ids.get(&container)?;
+        ids.iter()
+            .flatten()
+            .find(|(n, _)| *n == instance)
+            .map(|&(_, pid)| pid)
+    }
+
+    /// The instances keeper `keeper` holds, in container order.
+    pub fn held_by(&self, keeper: i32) -> Vec<InstanceId> {
+        let mut ids: Vec<InstanceId> = self
+            .iter()
+            .filter(|(_, i)| i.keeper == Some(keeper))
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_by_key(|id| (id.container, id.instance));
+        ids
+    }
+
+    /// Every running instance's cgroup, taken (the run's end).
+    pub fn take_cgroups(&mut self) -> Vec<InstanceCgroup> {
+        self.live
+            .values_mut()
+            .filter_map(|i| i.cgroup.take())
+            .collect()
+    }
+}
