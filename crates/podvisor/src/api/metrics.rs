@@ -1,92 +1,29 @@
-//! Prometheus text for `--metrics-addr`: the kubelet's prober metrics under their names and
-//! labels (`prober_probe_total`, `prober_probe_duration_seconds`), podvisor's restart counters
-//! and probe start delays, and per-container CPU and memory read from /proc for each
-//! container's main process (cAdvisor's names `container_cpu_usage_seconds_total` and
-//! `container_memory_working_set_bytes`; the working set is the resident size here).
+//! Metrics for `--metrics-addr` (OpenMetrics text, by prometheus-client): the kubelet's
+//! prober metrics under their names and labels (`prober_probe_total`,
+//! `prober_probe_duration_seconds`), podvisor's restart counters and probe start delays, and
+//! per-container CPU and memory read from each instance's cgroup, or from /proc for its main
+//! process without one (cAdvisor's names `container_cpu_usage_seconds_total` and
+//! `container_memory_working_set_bytes`; the working set is the resident size there).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use podvisor_core::probe::{Outcome, ProbeKind};
 use podvisor_core::stage::{Stage, Verdict};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Label names and values, in the order they are written.
+type Labels = Vec<(&'static str, String)>;
 
 /// Histogram bounds of probe durations, in seconds (Prometheus' defaults).
 const BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-
-/// Counters the run loop keeps.
-#[derive(Debug)]
-pub struct Counters {
-    /// (container, probe type, result) → attempts.
-    probes: BTreeMap<(String, &'static str, &'static str), u64>,
-    /// (container, probe type) → bucket counts, sum, count.
-    durations: BTreeMap<(String, &'static str), ([u64; BUCKETS.len()], f64, u64)>,
-    /// (container, probe type) → tries that errored (could not run at all).
-    probe_errors: BTreeMap<(String, &'static str), u64>,
-    /// How late probe attempts started against their schedule.
-    start_delay: Histogram,
-    /// How long each write of the saved record took (fsyncs included).
-    state_writes: Histogram,
-    /// How long podvisor took to start each container instance, to its exec.
-    starts: Histogram,
-}
-
-/// Bucket counts (each bound's, cumulative), sum and count of one histogram.
-#[derive(Debug)]
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    fn observe(&mut self, d: Duration) {
-        let secs = d.as_secs_f64();
-        for (i, b) in self.bounds.iter().enumerate() {
-            if secs <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.sum += secs;
-        self.count += 1;
-    }
-
-    /// Prometheus text.
-    fn render(&self, o: &mut String, name: &str, help: &str, labels: &str) {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (b, n) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{b}\"}} {n}");
-        }
-        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(o, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(o, "{name}_count{{{labels}}} {}", self.count);
-    }
-}
-
-impl Default for Counters {
-    fn default() -> Self {
-        Counters {
-            probes: BTreeMap::new(),
-            durations: BTreeMap::new(),
-            probe_errors: BTreeMap::new(),
-            start_delay: Histogram::new(&DELAY_BUCKETS),
-            state_writes: Histogram::new(&WRITE_BUCKETS),
-            starts: Histogram::new(&START_BUCKETS),
-        }
-    }
-}
 
 /// Histogram bounds of state writes, in seconds: a write is two fsyncs.
 const WRITE_BUCKETS: [f64; 12] = [
@@ -102,29 +39,60 @@ const START_BUCKETS: [f64; 16] = [
 /// Histogram bounds of probe start delays, in seconds.
 const DELAY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0];
 
+/// What the run loop counts between scrapes.
+#[derive(Debug)]
+pub struct Counters {
+    /// The pod's `namespace` and `pod` labels.
+    pod: Labels,
+    probes: Family<Labels, Counter>,
+    durations: Family<Labels, Histogram, fn() -> Histogram>,
+    probe_errors: Family<Labels, Counter>,
+    start_delay: Histogram,
+    state_writes: Histogram,
+    starts: Histogram,
+}
+
 impl Counters {
+    pub fn new(namespace: &str, pod: &str) -> Counters {
+        Counters {
+            pod: vec![("namespace", namespace.into()), ("pod", pod.into())],
+            probes: Family::default(),
+            durations: Family::new_with_constructor(|| Histogram::new(BUCKETS)),
+            probe_errors: Family::default(),
+            start_delay: Histogram::new(DELAY_BUCKETS),
+            state_writes: Histogram::new(WRITE_BUCKETS),
+            starts: Histogram::new(START_BUCKETS),
+        }
+    }
+
+    /// `container`, then the pod's labels, then `more`: the order kubelet's metrics have.
+    fn labels(&self, container: &str, more: &[(&'static str, &str)]) -> Labels {
+        let mut l = vec![("container", container.to_string())];
+        l.extend(self.pod.iter().cloned());
+        l.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
+        l
+    }
+
     /// A probe attempt started `late` after it was due.
     pub fn probe_start(&mut self, late: Duration) {
-        self.start_delay.observe(late);
+        self.start_delay.observe(late.as_secs_f64());
     }
 
     /// A try of a probe errored (it is tried again, up to the kubelet's 3 tries).
     pub fn probe_error(&mut self, container: &str, kind: ProbeKind) {
-        *self
-            .probe_errors
-            .entry((container.to_string(), kind.as_str()))
-            .or_default() += 1;
+        let labels = self.labels(container, &[("probe_type", kind.as_str())]);
+        self.probe_errors.get_or_create(&labels).inc();
     }
 
     /// Starting a container instance (its cgroup, namespace, root, mounts, clone and exec)
     /// took `took`.
     pub fn container_start(&mut self, took: Duration) {
-        self.starts.observe(took);
+        self.starts.observe(took.as_secs_f64());
     }
 
     /// A write of the saved record took `took`.
     pub fn state_write(&mut self, took: Duration) {
-        self.state_writes.observe(took);
+        self.state_writes.observe(took.as_secs_f64());
     }
 
     pub fn probe(&mut self, container: &str, kind: ProbeKind, outcome: &Outcome, took: Duration) {
@@ -134,22 +102,13 @@ impl Counters {
             Outcome::Failure(_) => "failed",
             Outcome::Error(_) => "unknown",
         };
-        *self
-            .probes
-            .entry((container.to_string(), kind.as_str(), result))
-            .or_default() += 1;
-        let secs = took.as_secs_f64();
-        let h = self
-            .durations
-            .entry((container.to_string(), kind.as_str()))
-            .or_insert(([0; BUCKETS.len()], 0.0, 0));
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                h.0[i] += 1;
-            }
-        }
-        h.1 += secs;
-        h.2 += 1;
+        let probe_type = ("probe_type", kind.as_str());
+        let labels = self.labels(container, &[probe_type, ("result", result)]);
+        self.probes.get_or_create(&labels).inc();
+        let labels = self.labels(container, &[probe_type]);
+        self.durations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
     }
 }
 
@@ -168,144 +127,160 @@ pub struct ContainerSample<'a> {
     pub verdict: Option<Verdict>,
 }
 
-/// The whole text.
-pub fn render(
-    pod: &str,
-    namespace: &str,
-    counters: &Counters,
-    pod_restarts: u32,
-    restarts_all: u32,
-    containers: &[ContainerSample<'_>],
-) -> String {
-    let mut o = String::new();
-    let base = |c: &str| format!("container=\"{c}\",namespace=\"{namespace}\",pod=\"{pod}\"");
-    o.push_str("# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe_total counter\n");
-    for ((c, kind, result), n) in &counters.probes {
-        let _ = writeln!(
-            o,
-            "prober_probe_total{{{},probe_type=\"{kind}\",result=\"{result}\"}} {n}",
-            base(c)
-        );
+/// What the pod is now, beside what was counted.
+#[derive(Debug)]
+pub struct PodSample<'a> {
+    pub pod_restarts: u32,
+    pub restarts_all: u32,
+    pub containers: Vec<ContainerSample<'a>>,
+}
+
+/// The whole text: the counted metrics, then the pod's state now.
+pub fn render(counters: &Counters, now: &PodSample<'_>) -> String {
+    let mut r = Registry::default();
+    r.register(
+        "prober_probe",
+        "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+        counters.probes.clone(),
+    );
+    r.register(
+        "prober_probe_duration_seconds",
+        "Duration in seconds for a probe response.",
+        counters.durations.clone(),
+    );
+    r.register(
+        "podvisor_probe_errors",
+        "Probe tries that could not run at all (each attempt is tried up to 3 times).",
+        counters.probe_errors.clone(),
+    );
+    for (name, help, histogram) in [
+        (
+            "podvisor_probe_start_delay_seconds",
+            "How late probe attempts started against their schedule.",
+            &counters.start_delay,
+        ),
+        (
+            "podvisor_state_write_seconds",
+            "How long each write of the saved state took (write, fsync, rename, fsync of the directory).",
+            &counters.state_writes,
+        ),
+        (
+            "podvisor_container_start_seconds",
+            "How long podvisor took to start a container instance: its cgroup, mount namespace, root and volumes, clone and exec.",
+            &counters.starts,
+        ),
+    ] {
+        // A family of one: the pod's histogram, under the pod's labels.
+        let histogram = histogram.clone();
+        let family = Family::<Labels, Histogram, _>::new_with_constructor(move || histogram.clone());
+        drop(family.get_or_create(&counters.pod));
+        r.register(name, help, family);
     }
-    o.push_str("# HELP prober_probe_duration_seconds Duration in seconds for a probe response.\n# TYPE prober_probe_duration_seconds histogram\n");
-    for ((c, kind), (buckets, sum, count)) in &counters.durations {
-        let labels = format!("{},probe_type=\"{kind}\"", base(c));
-        for (b, n) in BUCKETS.iter().zip(buckets) {
-            let _ = writeln!(
-                o,
-                "prober_probe_duration_seconds_bucket{{{labels},le=\"{b}\"}} {n}"
-            );
+    register_restarts(&mut r, counters, now);
+    register_stages(&mut r, counters, now);
+    register_usage(&mut r, counters, &now.containers);
+    let mut out = String::new();
+    let _ = encode(&mut out, &r);
+    out
+}
+
+/// The restart counters, as they are now.
+fn register_restarts(r: &mut Registry, counters: &Counters, now: &PodSample<'_>) {
+    let containers = Family::<Labels, Counter>::default();
+    for c in &now.containers {
+        let labels = counters.labels(c.name, &[]);
+        containers
+            .get_or_create(&labels)
+            .inc_by(u64::from(c.restarts));
+    }
+    r.register(
+        "podvisor_container_restarts",
+        "Restarts of a container (its restartCount).",
+        containers,
+    );
+    for (name, help, n) in [
+        (
+            "podvisor_pod_restarts",
+            "Whole-pod restarts.",
+            now.pod_restarts,
+        ),
+        (
+            "podvisor_all_containers_restarts",
+            "In-place restarts of every container (restartPolicyRules with action RestartAllContainers).",
+            now.restarts_all,
+        ),
+    ] {
+        let family = Family::<Labels, Counter>::default();
+        family.get_or_create(&counters.pod).inc_by(u64::from(n));
+        r.register(name, help, family);
+    }
+}
+
+/// Each staged container's stage, and the verdict on its add-on: 1 for the one it is, 0 for
+/// the others.
+fn register_stages(r: &mut Registry, counters: &Counters, now: &PodSample<'_>) {
+    let stages = Family::<Labels, Gauge>::default();
+    let verdicts = Family::<Labels, Gauge>::default();
+    for c in &now.containers {
+        if let Some(current) = c.stage {
+            for stage in Stage::ALL {
+                let labels = counters.labels(c.name, &[("stage", stage.as_str())]);
+                stages
+                    .get_or_create(&labels)
+                    .set(i64::from(stage == current));
+            }
         }
-        let _ = writeln!(
-            o,
-            "prober_probe_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {count}"
-        );
-        let _ = writeln!(o, "prober_probe_duration_seconds_sum{{{labels}}} {sum}");
-        let _ = writeln!(o, "prober_probe_duration_seconds_count{{{labels}}} {count}");
-    }
-    o.push_str("# HELP podvisor_probe_errors_total Probe tries that could not run at all (each attempt is tried up to 3 times).\n# TYPE podvisor_probe_errors_total counter\n");
-    for ((c, kind), n) in &counters.probe_errors {
-        let _ = writeln!(
-            o,
-            "podvisor_probe_errors_total{{{},probe_type=\"{kind}\"}} {n}",
-            base(c)
-        );
-    }
-    let pod_labels = format!("namespace=\"{namespace}\",pod=\"{pod}\"");
-    counters.start_delay.render(
-        &mut o,
-        "podvisor_probe_start_delay_seconds",
-        "How late probe attempts started against their schedule.",
-        &pod_labels,
-    );
-    counters.state_writes.render(
-        &mut o,
-        "podvisor_state_write_seconds",
-        "How long each write of the saved state took (write, fsync, rename, fsync of the directory).",
-        &pod_labels,
-    );
-    counters.starts.render(
-        &mut o,
-        "podvisor_container_start_seconds",
-        "How long podvisor took to start a container instance: its cgroup, mount namespace, root and volumes, clone and exec.",
-        &pod_labels,
-    );
-    o.push_str("# HELP podvisor_container_restarts_total Restarts of a container (its restartCount).\n# TYPE podvisor_container_restarts_total counter\n");
-    for c in containers {
-        let _ = writeln!(
-            o,
-            "podvisor_container_restarts_total{{{}}} {}",
-            base(c.name),
-            c.restarts
-        );
-    }
-    o.push_str("# HELP podvisor_pod_restarts_total Whole-pod restarts.\n# TYPE podvisor_pod_restarts_total counter\n");
-    let _ = writeln!(
-        o,
-        "podvisor_pod_restarts_total{{namespace=\"{namespace}\",pod=\"{pod}\"}} {}",
-        pod_restarts
-    );
-    o.push_str("# HELP podvisor_all_containers_restarts_total In-place restarts of every container (restartPolicyRules with action RestartAllContainers).\n# TYPE podvisor_all_containers_restarts_total counter\n");
-    let _ = writeln!(
-        o,
-        "podvisor_all_containers_restarts_total{{namespace=\"{namespace}\",pod=\"{pod}\"}} {restarts_all}"
-    );
-    o.push_str("# HELP podvisor_instrumentation_stage The stage of a staged container's current start (1) and the others (0).\n# TYPE podvisor_instrumentation_stage gauge\n");
-    for c in containers {
-        let Some(current) = c.stage else { continue };
-        for stage in Stage::ALL {
-            let _ = writeln!(
-                o,
-                "podvisor_instrumentation_stage{{{},stage=\"{stage}\"}} {}",
-                base(c.name),
-                u8::from(stage == current)
-            );
+        if let Some(verdict) = c.verdict {
+            for v in [Verdict::Blamed, Verdict::Cleared] {
+                let labels = counters.labels(c.name, &[("verdict", v.as_str())]);
+                verdicts.get_or_create(&labels).set(i64::from(v == verdict));
+            }
         }
     }
-    o.push_str("# HELP podvisor_instrumentation_verdict The verdict on a container's add-on once judged (1), the other (0).\n# TYPE podvisor_instrumentation_verdict gauge\n");
-    for c in containers {
-        let Some(verdict) = c.verdict else { continue };
-        for v in [Verdict::Blamed, Verdict::Cleared] {
-            let _ = writeln!(
-                o,
-                "podvisor_instrumentation_verdict{{{},verdict=\"{}\"}} {}",
-                base(c.name),
-                v.as_str(),
-                u8::from(v == verdict)
-            );
-        }
-    }
+    r.register(
+        "podvisor_instrumentation_stage",
+        "The stage of a staged container's current start (1) and the others (0).",
+        stages,
+    );
+    r.register(
+        "podvisor_instrumentation_verdict",
+        "The verdict on a container's add-on once judged (1), the other (0).",
+        verdicts,
+    );
+}
+
+/// Each running container's CPU time and memory.
+fn register_usage(r: &mut Registry, counters: &Counters, containers: &[ContainerSample<'_>]) {
     let groups: Vec<i32> = containers
         .iter()
         .filter(|c| c.usage.is_none())
         .filter_map(|c| c.pgid)
         .collect();
-    let usage = group_usage(&groups);
-    o.push_str("# HELP container_cpu_usage_seconds_total CPU time of the container's running processes.\n# TYPE container_cpu_usage_seconds_total counter\n");
-    let usage_of = |c: &ContainerSample<'_>| {
-        c.usage
-            .or_else(|| c.pgid.and_then(|g| usage.get(&g).copied()))
-    };
+    let from_proc = group_usage(&groups);
+    let cpu = Family::<Labels, Counter<f64>>::default();
+    let memory = Family::<Labels, Gauge>::default();
     for c in containers {
-        if let Some((cpu, _)) = usage_of(c) {
-            let _ = writeln!(
-                o,
-                "container_cpu_usage_seconds_total{{{}}} {cpu}",
-                base(c.name)
-            );
+        let usage = c
+            .usage
+            .or_else(|| c.pgid.and_then(|g| from_proc.get(&g).copied()));
+        if let Some((seconds, bytes)) = usage {
+            let labels = counters.labels(c.name, &[]);
+            cpu.get_or_create(&labels).inc_by(seconds);
+            memory
+                .get_or_create(&labels)
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
     }
-    o.push_str("# HELP container_memory_working_set_bytes Resident memory of the container's processes.\n# TYPE container_memory_working_set_bytes gauge\n");
-    for c in containers {
-        if let Some((_, mem)) = usage_of(c) {
-            let _ = writeln!(
-                o,
-                "container_memory_working_set_bytes{{{}}} {mem}",
-                base(c.name)
-            );
-        }
-    }
-    o
+    r.register(
+        "container_cpu_usage_seconds",
+        "CPU time of the container's running processes.",
+        cpu,
+    );
+    r.register(
+        "container_memory_working_set_bytes",
+        "Resident memory of the container's processes.",
+        memory,
+    );
 }
 
 /// CPU seconds (user + system, with the children it has reaped) and resident bytes of each
@@ -335,4 +310,48 @@ fn group_usage(groups: &[i32]) -> BTreeMap<i32, (f64, u64)> {
         out.insert(pid, (cpu, num(24).max(0) as u64 * page));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_has_the_kubelets_names_and_labels() {
+        let mut c = Counters::new("ns", "p");
+        c.probe(
+            "app",
+            ProbeKind::Readiness,
+            &Outcome::Success,
+            Duration::from_millis(3),
+        );
+        c.state_write(Duration::from_micros(150));
+        let now = PodSample {
+            pod_restarts: 2,
+            restarts_all: 0,
+            containers: vec![ContainerSample {
+                name: "app",
+                restarts: 4,
+                pgid: None,
+                usage: Some((1.5, 4096)),
+                stage: Some(Stage::Debug),
+                verdict: None,
+            }],
+        };
+        let text = render(&c, &now);
+        for line in [
+            "prober_probe_total{container=\"app\",namespace=\"ns\",pod=\"p\",probe_type=\"Readiness\",result=\"successful\"} 1",
+            "prober_probe_duration_seconds_bucket{le=\"0.005\",container=\"app\",namespace=\"ns\",pod=\"p\",probe_type=\"Readiness\"} 1",
+            "podvisor_state_write_seconds_bucket{le=\"0.0002\",namespace=\"ns\",pod=\"p\"} 1",
+            "podvisor_container_restarts_total{container=\"app\",namespace=\"ns\",pod=\"p\"} 4",
+            "podvisor_pod_restarts_total{namespace=\"ns\",pod=\"p\"} 2",
+            "podvisor_instrumentation_stage{container=\"app\",namespace=\"ns\",pod=\"p\",stage=\"Debug\"} 1",
+            "podvisor_instrumentation_stage{container=\"app\",namespace=\"ns\",pod=\"p\",stage=\"Nominal\"} 0",
+            "container_cpu_usage_seconds_total{container=\"app\",namespace=\"ns\",pod=\"p\"} 1.5",
+            "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p\"} 4096",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use podvisor_core::clock::Instant;
 use podvisor_core::lifecycle::{Input, InstanceId, Kind};
 
 use super::Supervisor;
-use crate::api::metrics::{render, ContainerSample};
+use crate::api::metrics::{render, ContainerSample, PodSample};
 use crate::api::Request;
 use crate::status;
 
@@ -120,14 +120,12 @@ impl Supervisor {
                 }
             })
             .collect();
-        render(
-            &self.info.name,
-            &self.info.namespace,
-            &self.counters,
-            self.pod.pod_restarts(),
-            self.pod.restarts_all(),
-            &samples,
-        )
+        let now = PodSample {
+            pod_restarts: self.pod.pod_restarts(),
+            restarts_all: self.pod.restarts_all(),
+            containers: samples,
+        };
+        render(&self.counters, &now)
     }
 
     /// The pod as a v1 Pod object, on one line; `with_usage` adds what each running instance

@@ -170,6 +170,7 @@ pub fn run(
         .map(|e| container_env(&plan.pod.name, &e.env))
         .collect();
     let envs = base_envs.iter().map(|v| os_env(v)).collect();
+    let counters = Counters::new(&info.namespace, &info.name);
     let mut sup = Supervisor {
         pod: taken.pod,
         plan,
@@ -190,7 +191,7 @@ pub fn run(
         mount_gate: None,
         size_check_at: None,
         metrics,
-        counters: Counters::default(),
+        counters,
         inherited: Inherited {
             mask,
             actions: Vec::new(),
