@@ -42,32 +42,11 @@ pub fn api_bench(args: &[String]) {
         last = len;
         done
     });
-    let status_ms: Vec<f64> = (0..30)
-        .map(|_| {
-            let t = Instant::now();
-            let out = Command::new(&podvisor)
-                .args(["status", "-o", "json", "--state-dir"])
-                .arg(&state)
-                .stdout(Stdio::null())
-                .status()
-                .unwrap();
-            assert!(out.success());
-            t.elapsed().as_secs_f64() * 1e3
-        })
+    let status_ms: Vec<f64> = timed(&podvisor, &["status", "-o", "json"], &state, 30)
+        .into_iter()
+        .map(|s| s * 1e3)
         .collect();
-    let logs_runs: Vec<f64> = (0..3)
-        .map(|_| {
-            let t = Instant::now();
-            let out = Command::new(&podvisor)
-                .args(["logs", "big", "--state-dir"])
-                .arg(&state)
-                .stdout(Stdio::null())
-                .status()
-                .unwrap();
-            assert!(out.success());
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
+    let logs_runs = timed(&podvisor, &["logs", "big"], &state, 3);
     let text_bytes = (mb * 1_000_000 / 100 * 99) as f64 + (mb * 1_000_000 / 100 * 99 / 99) as f64;
     let logs_s = median(logs_runs);
     // Watchers while nothing changes.
@@ -129,4 +108,22 @@ pub fn api_bench(args: &[String]) {
         (after.2 - before.2) as f64 / 1e9
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Seconds each of `n` runs of `podvisor ARGS --state-dir STATE` took, whole.
+fn timed(podvisor: &Path, args: &[&str], state: &Path, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            let out = Command::new(podvisor)
+                .args(args)
+                .arg("--state-dir")
+                .arg(state)
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(out.success());
+            t.elapsed().as_secs_f64()
+        })
+        .collect()
 }

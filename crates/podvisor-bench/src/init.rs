@@ -24,33 +24,7 @@ pub fn init_bench(args: &[String]) {
             std::process::exit(2);
         }
     }
-    let mut inits = vec![Init {
-        name: "podvisor",
-        argv: vec![
-            podvisor.display().to_string(),
-            "init".into(),
-            "-s".into(),
-            "--".into(),
-        ],
-        binary: podvisor.clone(),
-    }];
-    for (name, argv) in [
-        ("tini", vec!["/usr/bin/tini", "-s", "--"]),
-        ("dumb-init", vec!["/usr/bin/dumb-init"]),
-    ] {
-        if Path::new(argv[0]).exists() {
-            inits.push(Init {
-                name,
-                argv: argv.into_iter().map(String::from).collect(),
-                binary: PathBuf::from(argv_first(name)),
-            });
-        } else {
-            eprintln!(
-                "note: {} is not installed (apt-get install {name}); left out",
-                argv[0]
-            );
-        }
-    }
+    let inits = inits(&podvisor);
 
     let (runs, rss_runs, reap_runs, zombies) = if quick {
         (30, 5, 2, 2_000)
@@ -107,6 +81,45 @@ pub fn init_bench(args: &[String]) {
         })
         .collect();
 
+    let rows = rows(wall, rss, reap, sizes);
+    print_table(&inits, &rows);
+}
+
+/// podvisor's PID 1 build, and tini and dumb-init where they are installed.
+fn inits(podvisor: &Path) -> Vec<Init> {
+    let mut inits = vec![Init {
+        name: "podvisor",
+        argv: vec![
+            podvisor.display().to_string(),
+            "init".into(),
+            "-s".into(),
+            "--".into(),
+        ],
+        binary: podvisor.to_path_buf(),
+    }];
+    for (name, argv) in [
+        ("tini", vec!["/usr/bin/tini", "-s", "--"]),
+        ("dumb-init", vec!["/usr/bin/dumb-init"]),
+    ] {
+        if Path::new(argv[0]).exists() {
+            inits.push(Init {
+                name,
+                argv: argv.into_iter().map(String::from).collect(),
+                binary: PathBuf::from(argv_first(name)),
+            });
+        } else {
+            eprintln!(
+                "note: {} is not installed (apt-get install {name}); left out",
+                argv[0]
+            );
+        }
+    }
+
+    inits
+}
+
+/// The table's rows: wall time, RSS, reaping (where PID namespaces work) and size.
+fn rows(wall: Vec<f64>, rss: Vec<f64>, reap: Option<Vec<f64>>, sizes: Vec<f64>) -> Vec<Row> {
     let mut rows = vec![
         Row {
             label: "wall time of `INIT -- true` (ms)",
@@ -135,7 +148,7 @@ pub fn init_bench(args: &[String]) {
         limit: None,
         unit_limit: Some(1024.0),
     });
-    print_table(&inits, &rows);
+    rows
 }
 
 fn argv_first(name: &str) -> String {

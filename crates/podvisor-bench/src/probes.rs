@@ -89,24 +89,7 @@ pub fn probes_bench(args: &[String]) {
         bucket_percentile(&before, &after, "podvisor_probe_start_delay_seconds", 0.99)
     });
     let started = arrivals.lock().unwrap().clone();
-    // Drift: each container's k-th arrival against its first plus k periods.
-    let mut by: Vec<Vec<Instant>> = vec![Vec::new(); n];
-    for (i, at) in started {
-        if i < n {
-            by[i].push(at);
-        }
-    }
-    let mut drift = Vec::new();
-    for arrivals in &by {
-        let Some(&first) = arrivals.first() else {
-            continue;
-        };
-        for (k, at) in arrivals.iter().enumerate().skip(1) {
-            let due = first + Duration::from_secs(k as u64);
-            let d = if *at >= due { *at - due } else { due - *at };
-            drift.push(d.as_secs_f64() * 1e3);
-        }
-    }
+    let drift = drift_ms(started, n);
     let unhealthy = count_events(&events, "Unhealthy");
     let ready = count_events(&events, "Ready");
     let floor = loopback_floor(http_port, tcp_port);
@@ -186,6 +169,29 @@ pub fn probes_bench(args: &[String]) {
     );
     println!("{:<58} {:>10}", "Ready events (exec run)", exec_ready);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each probe's drift (ms): each container's k-th arrival against its first plus k periods
+/// (1 s).
+fn drift_ms(started: Vec<(usize, Instant)>, n: usize) -> Vec<f64> {
+    let mut by: Vec<Vec<Instant>> = vec![Vec::new(); n];
+    for (i, at) in started {
+        if i < n {
+            by[i].push(at);
+        }
+    }
+    let mut drift = Vec::new();
+    for arrivals in &by {
+        let Some(&first) = arrivals.first() else {
+            continue;
+        };
+        for (k, at) in arrivals.iter().enumerate().skip(1) {
+            let due = first + Duration::from_secs(k as u64);
+            let d = if *at >= due { *at - due } else { due - *at };
+            drift.push(d.as_secs_f64() * 1e3);
+        }
+    }
+    drift
 }
 
 /// Metrics text before and after the window.

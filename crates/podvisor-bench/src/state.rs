@@ -86,39 +86,8 @@ pub fn state_bench(args: &[String]) {
     let idle_cpu = (cpu_ns(child.id()) - cpu_before) as f64 / 1e9;
     stop(&mut child);
 
-    // 3. Fresh start against resume, interleaved.
     let rounds = if quick { 3 } else { 7 };
-    let (mut fresh, mut resumed) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let state = dir.join(format!("resume-state-{round}"));
-        let (mut child, ms) = start_and_wait(
-            &podvisor,
-            &dir.join("idle.yaml"),
-            &state,
-            &format!("fresh-{round}"),
-        );
-        fresh.push(ms);
-        // podvisor dies; the kernel takes its containers (parent-death signal).
-        let _ = Command::new("kill")
-            .args(["-KILL", &child.id().to_string()])
-            .status();
-        child.wait().unwrap();
-        wait_for("the containers to go", Duration::from_secs(20), || {
-            sleepers() == 0
-        });
-        let (mut child, ms) = start_and_wait(
-            &podvisor,
-            &dir.join("idle.yaml"),
-            &state,
-            &format!("resumed-{round}"),
-        );
-        assert_eq!(
-            count_events(&dir.join(format!("resumed-{round}.json")), "Resumed"),
-            1
-        );
-        resumed.push(ms);
-        stop(&mut child);
-    }
+    let (fresh, resumed) = fresh_and_resumed(&podvisor, &dir, rounds);
     let _ = std::fs::remove_dir_all(&dir);
 
     println!("podvisor state benchmark ({} containers)", 100);
@@ -161,6 +130,42 @@ pub fn state_bench(args: &[String]) {
         "  resume beyond a fresh start: {:.1} ms (target <= 100 ms)",
         r - f
     );
+}
+
+/// 3. Fresh start against resume, interleaved: ms to 100 containers running, each round.
+fn fresh_and_resumed(podvisor: &Path, dir: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut fresh, mut resumed) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let state = dir.join(format!("resume-state-{round}"));
+        let (mut child, ms) = start_and_wait(
+            podvisor,
+            &dir.join("idle.yaml"),
+            &state,
+            &format!("fresh-{round}"),
+        );
+        fresh.push(ms);
+        // podvisor dies; the kernel takes its containers (parent-death signal).
+        let _ = Command::new("kill")
+            .args(["-KILL", &child.id().to_string()])
+            .status();
+        child.wait().unwrap();
+        wait_for("the containers to go", Duration::from_secs(20), || {
+            sleepers() == 0
+        });
+        let (mut child, ms) = start_and_wait(
+            podvisor,
+            &dir.join("idle.yaml"),
+            &state,
+            &format!("resumed-{round}"),
+        );
+        assert_eq!(
+            count_events(&dir.join(format!("resumed-{round}.json")), "Resumed"),
+            1
+        );
+        resumed.push(ms);
+        stop(&mut child);
+    }
+    (fresh, resumed)
 }
 
 fn list(v: &[f64]) -> String {

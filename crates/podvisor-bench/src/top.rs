@@ -22,36 +22,7 @@ pub fn top_bench(args: &[String]) {
     let window = Duration::from_secs(if quick { 5 } else { 20 });
     let dir = std::env::temp_dir().join(format!("podvisor-bench-top-{}", std::process::id()));
     let root = dir.join("root");
-    let mut runs = Vec::new();
-    for p in 0..PODS {
-        let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, '{crash}']}}\n");
-        for i in 1..CONTAINERS {
-            yaml.push_str(&format!("  - {{name: c{i}, command: [sleep, '100000']}}\n"));
-        }
-        let pod_dir = dir.join(format!("p{p}"));
-        std::fs::create_dir_all(&pod_dir).unwrap();
-        std::fs::write(pod_dir.join("pod.yaml"), yaml).unwrap();
-        let events = pod_dir.join("events.json");
-        let child = Command::new(&podvisor)
-            .args([
-                "run",
-                "-q",
-                "--backoff-initial",
-                "1s",
-                "--backoff-max",
-                "1s",
-            ])
-            .arg("--state-dir")
-            .arg(root.join("bench").join(format!("p{p}")))
-            .arg("--events")
-            .arg(&events)
-            .arg(pod_dir.join("pod.yaml"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("podvisor run");
-        runs.push((child, events));
-    }
+    let mut runs = start_pods(&podvisor, &dir, &root, crash);
     for (_, events) in &runs {
         wait_for("100 started containers", Duration::from_secs(120), || {
             count_events(events, "Started") >= CONTAINERS
@@ -149,4 +120,45 @@ pub fn top_bench(args: &[String]) {
         println!("{:<58} {:>12}", "ratio with / without", "n/a (no CPU)");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The 10 pods, each with one container running `crash` and 99 sleeping: each run and its
+/// events file.
+fn start_pods(
+    podvisor: &Path,
+    dir: &Path,
+    root: &Path,
+    crash: &str,
+) -> Vec<(std::process::Child, PathBuf)> {
+    let mut runs = Vec::new();
+    for p in 0..PODS {
+        let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, '{crash}']}}\n");
+        for i in 1..CONTAINERS {
+            yaml.push_str(&format!("  - {{name: c{i}, command: [sleep, '100000']}}\n"));
+        }
+        let pod_dir = dir.join(format!("p{p}"));
+        std::fs::create_dir_all(&pod_dir).unwrap();
+        std::fs::write(pod_dir.join("pod.yaml"), yaml).unwrap();
+        let events = pod_dir.join("events.json");
+        let child = Command::new(podvisor)
+            .args([
+                "run",
+                "-q",
+                "--backoff-initial",
+                "1s",
+                "--backoff-max",
+                "1s",
+            ])
+            .arg("--state-dir")
+            .arg(root.join("bench").join(format!("p{p}")))
+            .arg("--events")
+            .arg(&events)
+            .arg(pod_dir.join("pod.yaml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("podvisor run");
+        runs.push((child, events));
+    }
+    runs
 }

@@ -156,37 +156,76 @@ async fn run(cli: Cli) -> Result<(), Error> {
         .await
         .map_err(|e| Error::Io(format!("--metrics-addr {}: {e}", cli.metrics_addr)))?;
     tokio::spawn(serve::serve_metrics(listener, metrics.clone()));
-
     if let (Some(addr), Some(tls)) = (cli.webhook_addr, tls) {
-        // The webhook reads Supervisions on every replica, leader or not.
-        let (store, writer) = reflector::store::<Supervision>();
-        let api: Api<Supervision> = Api::all(client.clone());
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .applied_objects();
-        tokio::spawn(stream.for_each(|_| async {}));
-        let ready = store.clone();
-        let webhook = Arc::new(Webhook {
-            supervisions: store,
-            settings: Settings {
-                image: cli.podvisor_image.clone(),
-                image_pull_policy: cli.image_pull_policy.clone(),
-            },
-            metrics: metrics.clone(),
-        });
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::Io(format!("--webhook-addr {addr}: {e}")))?;
-        // Served once the Supervisions are read: a pod admitted before would be skipped for
-        // want of them. Until then the port refuses, and failurePolicy Ignore admits.
-        tokio::spawn(async move {
-            if ready.wait_until_ready().await.is_ok() {
-                tracing::info!(%addr, "webhook serving");
-                serve::serve_webhook(listener, tls, webhook).await;
-            }
-        });
+        start_webhook(&cli, addr, tls, &client, &metrics).await?;
     }
+    let (identity, renew) = lead(&cli, &client, &metrics).await;
+    let config = Config {
+        dry_run: cli.dry_run,
+        limits: Limits {
+            owner_interval: cli.owner_interval,
+            namespace_max: cli.namespace_max,
+            namespace_window: cli.namespace_window,
+        },
+        resync: cli.resync,
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics.clone(),
+        config,
+        Arc::new(jiff::Timestamp::now),
+        Some(identity),
+    ));
+    tokio::select! {
+        () = control(client, ctx) => Ok(()),
+        () = renew => Err(Error::LostLease(cli.lease_name)),
+    }
+}
 
+/// The webhook, on every replica, leader or not: served once the Supervisions are read (a
+/// pod admitted before would be skipped for want of them). Until then the port refuses,
+/// and failurePolicy Ignore admits.
+async fn start_webhook(
+    cli: &Cli,
+    addr: std::net::SocketAddr,
+    tls: rustls::ServerConfig,
+    client: &Client,
+    metrics: &Arc<Metrics>,
+) -> Result<(), Error> {
+    let (store, writer) = reflector::store::<Supervision>();
+    let api: Api<Supervision> = Api::all(client.clone());
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
+    tokio::spawn(stream.for_each(|_| async {}));
+    let ready = store.clone();
+    let webhook = Arc::new(Webhook {
+        supervisions: store,
+        settings: Settings {
+            image: cli.podvisor_image.clone(),
+            image_pull_policy: cli.image_pull_policy.clone(),
+        },
+        metrics: metrics.clone(),
+    });
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Io(format!("--webhook-addr {addr}: {e}")))?;
+    tokio::spawn(async move {
+        if ready.wait_until_ready().await.is_ok() {
+            tracing::info!(%addr, "webhook serving");
+            serve::serve_webhook(listener, tls, webhook).await;
+        }
+    });
+    Ok(())
+}
+
+/// Waits until this replica holds the lease; its identity, and what keeps renewing the
+/// lease (it ends when the lease is lost).
+async fn lead(
+    cli: &Cli,
+    client: &Client,
+    metrics: &Metrics,
+) -> (String, impl std::future::Future<Output = ()>) {
     let identity = cli.identity.clone().unwrap_or_else(hostname);
     let elector = Elector {
         api: Api::<Lease>::namespaced(client.clone(), &cli.lease_namespace),
@@ -205,47 +244,32 @@ async fn run(cli: Cli) -> Result<(), Error> {
     }
     tracing::info!(%identity, lease = %cli.lease_name, "leading");
     metrics.leader.set(1);
-    let renew = {
-        let elector = elector.clone();
-        let limit = cli.lease_duration;
-        async move {
-            let mut last = tokio::time::Instant::now();
-            loop {
-                tokio::time::sleep(retry).await;
-                match elector.try_lead(jiff::Timestamp::now()).await {
-                    Ok(true) => last = tokio::time::Instant::now(),
-                    Ok(false) => return,
-                    Err(e) => tracing::warn!("renewing lease: {e}"),
-                }
-                if last.elapsed() >= limit {
-                    return;
-                }
+    let limit = cli.lease_duration;
+    let renew = async move {
+        let mut last = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(retry).await;
+            match elector.try_lead(jiff::Timestamp::now()).await {
+                Ok(true) => last = tokio::time::Instant::now(),
+                Ok(false) => return,
+                Err(e) => tracing::warn!("renewing lease: {e}"),
+            }
+            if last.elapsed() >= limit {
+                return;
             }
         }
     };
+    (identity, renew)
+}
 
-    let config = Config {
-        dry_run: cli.dry_run,
-        limits: Limits {
-            owner_interval: cli.owner_interval,
-            namespace_max: cli.namespace_max,
-            namespace_window: cli.namespace_window,
-        },
-        resync: cli.resync,
-    };
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        metrics.clone(),
-        config,
-        Arc::new(jiff::Timestamp::now),
-        Some(identity),
-    ));
+/// The controller: each Supervision reconciled, and again when a pod it selects changes.
+async fn control(client: Client, ctx: Arc<Context>) {
     let controller = Controller::new(
         Api::<Supervision>::all(client.clone()),
         watcher::Config::default(),
     );
     let sups = controller.store();
-    let run = controller
+    controller
         .watches(
             Api::<Pod>::all(client),
             watcher::Config::default(),
@@ -266,11 +290,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
             if let Err(e) = r {
                 tracing::debug!("controller: {e}");
             }
-        });
-    tokio::select! {
-        () = run => Ok(()),
-        () = renew => Err(Error::LostLease(cli.lease_name)),
-    }
+        })
+        .await
 }
 
 fn hostname() -> String {

@@ -343,67 +343,87 @@ impl Supervisor {
             let timeout = deadline.map(|d| coalesce(d) - self.clock.now());
             ready.clear();
             self.epoll.wait(&mut ready, timeout)?;
-            // Logs first, so that a container's last lines precede its exit event.
-            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_LOG) {
-                self.drain_log((token & SLOT_MASK) as usize)?;
-            }
-            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_TASK) {
-                let slot = (token & SLOT_MASK) as usize;
-                let now = self.clock.now();
-                if let Some(done) = self.tasks.on_ready(slot, &self.epoll, TOKEN_TASK, now) {
-                    self.task_done(done)?;
-                }
-            }
-            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_KEEPER) {
-                self.keeper_readable((token & SLOT_MASK) as usize)?;
-            }
-            if ready.contains(&TOKEN_API_LISTEN) {
-                self.api.accept(&self.epoll);
-            }
-            for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_API) {
-                let slot = (token & SLOT_MASK) as usize;
-                if let Some(request) = self.api.on_ready(slot, &self.epoll) {
-                    self.serve(slot, request)?;
-                }
-            }
-            if let Some(mut m) = self.metrics.take() {
-                if ready.contains(&TOKEN_METRICS_LISTEN) {
-                    m.accept(&self.epoll);
-                }
-                for &token in ready.iter().filter(|&&t| t & !SLOT_MASK == TOKEN_METRICS) {
-                    let slot = (token & SLOT_MASK) as usize;
-                    if m.on_ready(slot, &self.epoll).is_some() {
-                        let text = self.metrics_text();
-                        m.reply(slot, 200, &text, &self.epoll);
-                    }
-                }
-                self.metrics = Some(m);
-            }
-            if ready.contains(&TOKEN_SIGNALS) {
-                for (sig, sender) in self.signals.read_all()? {
-                    match sig {
-                        libc::SIGCHLD => self.reap(sender)?,
-                        _ => self.stop_requested()?,
-                    }
-                }
-            }
+            self.ready(&ready)?;
+            self.due(core)?;
+        }
+        self.end()
+    }
+
+    /// What the epoll said is ready, in order: logs first, so that a container's last lines
+    /// precede its exit event.
+    fn ready(&mut self, ready: &[u64]) -> io::Result<()> {
+        let slots = |kind: u64| {
+            (ready.iter())
+                .filter(move |&&t| t & !SLOT_MASK == kind)
+                .map(|&t| (t & SLOT_MASK) as usize)
+        };
+        for slot in slots(TOKEN_LOG) {
+            self.drain_log(slot)?;
+        }
+        for slot in slots(TOKEN_TASK) {
             let now = self.clock.now();
-            if self.mount_gate.as_ref().is_some_and(|g| now >= g.retry_at) {
-                self.try_admit()?;
-            }
-            if self.size_check_at.is_some_and(|d| now >= d) {
-                self.check_sizes()?;
-            }
-            if self.scan_due.is_some_and(|d| now >= d) {
-                self.scan_children()?;
-            }
-            for done in self.tasks.expire(now) {
+            if let Some(done) = self.tasks.on_ready(slot, &self.epoll, TOKEN_TASK, now) {
                 self.task_done(done)?;
             }
-            if core.is_some_and(|d| now >= d) {
-                self.feed(Input::Tick)?;
+        }
+        for slot in slots(TOKEN_KEEPER) {
+            self.keeper_readable(slot)?;
+        }
+        if ready.contains(&TOKEN_API_LISTEN) {
+            self.api.accept(&self.epoll);
+        }
+        for slot in slots(TOKEN_API) {
+            if let Some(request) = self.api.on_ready(slot, &self.epoll) {
+                self.serve(slot, request)?;
             }
         }
+        if let Some(mut m) = self.metrics.take() {
+            if ready.contains(&TOKEN_METRICS_LISTEN) {
+                m.accept(&self.epoll);
+            }
+            for slot in slots(TOKEN_METRICS) {
+                if m.on_ready(slot, &self.epoll).is_some() {
+                    let text = self.metrics_text();
+                    m.reply(slot, 200, &text, &self.epoll);
+                }
+            }
+            self.metrics = Some(m);
+        }
+        if ready.contains(&TOKEN_SIGNALS) {
+            for (sig, sender) in self.signals.read_all()? {
+                match sig {
+                    libc::SIGCHLD => self.reap(sender)?,
+                    _ => self.stop_requested()?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What is due now: the mount retry, the size check, the look for exits, the probes'
+    /// timeouts and the core's deadline (`core`).
+    fn due(&mut self, core: Option<Instant>) -> io::Result<()> {
+        let now = self.clock.now();
+        if self.mount_gate.as_ref().is_some_and(|g| now >= g.retry_at) {
+            self.try_admit()?;
+        }
+        if self.size_check_at.is_some_and(|d| now >= d) {
+            self.check_sizes()?;
+        }
+        if self.scan_due.is_some_and(|d| now >= d) {
+            self.scan_children()?;
+        }
+        for done in self.tasks.expire(now) {
+            self.task_done(done)?;
+        }
+        if core.is_some_and(|d| now >= d) {
+            self.feed(Input::Tick)?;
+        }
+        Ok(())
+    }
+
+    /// The run's end, once the pod has finished (or the run detached from it).
+    fn end(&mut self) -> io::Result<Outcome> {
         // The last word of a pod that ended by itself: the next run is a new pod.
         self.save_if_changed();
         self.announce();

@@ -273,22 +273,8 @@ fn parse_podvisor(
 ) -> Result<Config, Early> {
     let mut c = Config::new(Persona::Podvisor);
     // Environment first, so that flags win where both speak.
-    c.subreaper = env_flag(env, "PODVISOR_SUBREAPER") || env("TINI_SUBREAPER").is_some();
-    c.signal_group =
-        env_flag(env, "PODVISOR_KILL_PROCESS_GROUP") || env("TINI_KILL_PROCESS_GROUP").is_some();
-    for var in ["TINI_VERBOSITY", "PODVISOR_VERBOSITY"] {
-        if let Some(v) = env(var) {
-            let v = v.to_string_lossy().into_owned();
-            c.verbosity = v
-                .trim()
-                .parse()
-                .map_err(|_| usage_error(format_args!("{var}: {v:?} is not a number")))?;
-        }
-    }
-    let mut kill_descendants = None;
-    let mut wait_all = false;
-    let (mut supervision, mut state_dir, mut lock_dir, mut container) = (None, None, None, None);
-
+    podvisor_env(&mut c, env)?;
+    let mut more = Staging::default();
     let args = split_short_clusters(args);
     let mut i = 0;
     while i < args.len() {
@@ -301,127 +287,179 @@ fn parse_podvisor(
             break;
         }
         i += 1;
-        // Long options take `--name=value` or `--name value`.
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if arg.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let no_value = |c: &mut Config, set: fn(&mut Config)| match &inline {
-            Some(_) => Err(usage_error(format_args!("{name} takes no value"))),
-            None => {
-                set(c);
-                Ok(())
-            }
-        };
-        let mut value = |what: &str| -> Result<String, Early> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
-            }
-            let v = args
-                .get(i)
-                .ok_or_else(|| usage_error(format_args!("{name} needs a value ({what})")))?;
+        let mut next = || {
+            let v = args.get(i)?;
             i += 1;
-            Ok(v.to_string_lossy().into_owned())
+            Some(v.to_string_lossy().into_owned())
         };
-        match name.as_str() {
-            "-h" | "--help" => return Err(Early::out(PODVISOR_USAGE.to_string())),
-            "-V" | "--version" => {
-                return Err(Early::out(format!(
-                    "podvisor {}\n",
-                    env!("CARGO_PKG_VERSION")
-                )))
-            }
-            "-s" | "--subreaper" => no_value(&mut c, |c| c.subreaper = true)?,
-            "-g" | "--process-group" => no_value(&mut c, |c| c.signal_group = true)?,
-            "-v" | "--verbose" => no_value(&mut c, |c| c.verbosity += 1)?,
-            "-q" | "--quiet" => no_value(&mut c, |c| c.verbosity = 0)?,
-            "-w" | "--warn-reap" => no_value(&mut c, |c| c.warn_on_reap = true)?,
-            "--wait-all" => {
-                no_value(&mut c, |_| ())?;
-                wait_all = true;
-            }
-            "-e" | "--expect-exit" => {
-                let v = value("an exit code from 0 to 255")?;
-                let code: u8 = v.trim().parse().map_err(|_| {
-                    usage_error(format_args!(
-                        "{name}: {v:?} is not an exit code from 0 to 255"
-                    ))
-                })?;
-                c.expect_zero.push(code);
-            }
-            "-p" | "--pdeathsig" => {
-                let v = value("a signal")?;
-                let sig = parse_signal(&v).ok_or_else(|| {
-                    usage_error(format_args!("{name}: {v:?} is not a signal name or number"))
-                })?;
-                c.parent_death_signal = Some(sig);
-            }
-            "--rewrite" => {
-                let v = value("FROM:TO")?;
-                let pair = parse_rewrite(&v).ok_or_else(|| {
-                    usage_error(format_args!(
-                        "--rewrite: {v:?} is not FROM:TO with two signal names or numbers \
-                         (TO may be 0 or none to drop FROM)"
-                    ))
-                })?;
-                c.rewrite.push(pair);
-            }
-            "--stop-delay" => {
-                let v = value("a duration such as 5s")?;
-                let d = parse_duration(&v)
-                    .map_err(|e| usage_error(format_args!("--stop-delay: {e}")))?;
-                c.stop_delay = Some(d);
-            }
-            "--kill-descendants" => {
-                // The grace is optional, so it is only taken when attached with `=`.
-                let grace = match &inline {
-                    Some(v) => parse_duration(v)
-                        .map_err(|e| usage_error(format_args!("--kill-descendants: {e}")))?,
-                    None => DEFAULT_KILL_GRACE,
-                };
-                kill_descendants = Some(grace);
-            }
-            "--supervision" => supervision = Some(PathBuf::from(value("a file")?)),
-            "--state-dir" => state_dir = Some(PathBuf::from(value("a directory")?)),
-            "--lock-dir" => lock_dir = Some(PathBuf::from(value("a directory")?)),
-            "--container" => container = Some(value("a container name")?),
-            _ => return Err(usage_error(format_args!("unknown option {arg:?}"))),
-        }
+        podvisor_option(&mut c, &mut more, &arg, &mut next)?;
     }
-    c.staged = match (supervision, state_dir) {
-        (Some(supervision), Some(state_dir)) => Some(StagedArgs {
-            supervision,
-            state_dir,
-            lock_dir: lock_dir.unwrap_or_else(|| PathBuf::from("/tmp")),
-            container,
-        }),
-        (Some(_), None) => {
-            return Err(usage_error(
-                "--supervision needs --state-dir (where the container's start count is kept)",
-            ))
-        }
-        (None, state_dir) if state_dir.is_some() || lock_dir.is_some() || container.is_some() => {
-            return Err(usage_error(
-                "--state-dir, --lock-dir and --container go with --supervision",
-            ))
-        }
-        (None, _) => None,
-    };
-    c.command = args[i..].to_vec();
-    if c.command.is_empty() {
-        return Err(usage_error("no command given"));
-    }
-    c.on_child_exit = match (kill_descendants, wait_all) {
-        (Some(_), true) => {
-            return Err(usage_error(
-                "--kill-descendants and --wait-all contradict each other: choose one",
-            ))
-        }
-        (Some(grace), false) => OnChildExit::KillDescendants(grace),
-        (None, true) => OnChildExit::WaitAll,
-        (None, false) => OnChildExit::Exit,
-    };
+    more.finish(&mut c, args[i..].to_vec())?;
     Ok(c)
+}
+
+/// The environment variables of `podvisor init` (and tini's, which it honours).
+fn podvisor_env(c: &mut Config, env: &dyn Fn(&str) -> Option<OsString>) -> Result<(), Early> {
+    c.subreaper = env_flag(env, "PODVISOR_SUBREAPER") || env("TINI_SUBREAPER").is_some();
+    c.signal_group =
+        env_flag(env, "PODVISOR_KILL_PROCESS_GROUP") || env("TINI_KILL_PROCESS_GROUP").is_some();
+    for var in ["TINI_VERBOSITY", "PODVISOR_VERBOSITY"] {
+        if let Some(v) = env(var) {
+            let v = v.to_string_lossy().into_owned();
+            c.verbosity = v
+                .trim()
+                .parse()
+                .map_err(|_| usage_error(format_args!("{var}: {v:?} is not a number")))?;
+        }
+    }
+    Ok(())
+}
+
+/// The options of `podvisor init` that are checked together once all are read.
+#[derive(Default)]
+struct Staging {
+    kill_descendants: Option<std::time::Duration>,
+    wait_all: bool,
+    supervision: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    lock_dir: Option<PathBuf>,
+    container: Option<String>,
+}
+
+/// One option `arg` of `podvisor init`; `next` takes the next argument as its value.
+fn podvisor_option(
+    c: &mut Config,
+    more: &mut Staging,
+    arg: &str,
+    next: &mut dyn FnMut() -> Option<String>,
+) -> Result<(), Early> {
+    // Long options take `--name=value` or `--name value`.
+    let (name, inline) = match arg.split_once('=') {
+        Some((n, v)) if arg.starts_with("--") => (n, Some(v.to_string())),
+        _ => (arg, None),
+    };
+    let no_value = |c: &mut Config, set: fn(&mut Config)| match &inline {
+        Some(_) => Err(usage_error(format_args!("{name} takes no value"))),
+        None => {
+            set(c);
+            Ok(())
+        }
+    };
+    let mut value = |what: &str| -> Result<String, Early> {
+        match inline.clone() {
+            Some(v) => Ok(v),
+            None => {
+                next().ok_or_else(|| usage_error(format_args!("{name} needs a value ({what})")))
+            }
+        }
+    };
+    match name {
+        "-h" | "--help" => return Err(Early::out(PODVISOR_USAGE.to_string())),
+        "-V" | "--version" => {
+            return Err(Early::out(format!(
+                "podvisor {}\n",
+                env!("CARGO_PKG_VERSION")
+            )))
+        }
+        "-s" | "--subreaper" => no_value(c, |c| c.subreaper = true)?,
+        "-g" | "--process-group" => no_value(c, |c| c.signal_group = true)?,
+        "-v" | "--verbose" => no_value(c, |c| c.verbosity += 1)?,
+        "-q" | "--quiet" => no_value(c, |c| c.verbosity = 0)?,
+        "-w" | "--warn-reap" => no_value(c, |c| c.warn_on_reap = true)?,
+        "--wait-all" => {
+            no_value(c, |_| ())?;
+            more.wait_all = true;
+        }
+        "-e" | "--expect-exit" => {
+            let v = value("an exit code from 0 to 255")?;
+            let code: u8 = v.trim().parse().map_err(|_| {
+                usage_error(format_args!(
+                    "{name}: {v:?} is not an exit code from 0 to 255"
+                ))
+            })?;
+            c.expect_zero.push(code);
+        }
+        "-p" | "--pdeathsig" => {
+            let v = value("a signal")?;
+            let sig = parse_signal(&v).ok_or_else(|| {
+                usage_error(format_args!("{name}: {v:?} is not a signal name or number"))
+            })?;
+            c.parent_death_signal = Some(sig);
+        }
+        "--rewrite" => {
+            let v = value("FROM:TO")?;
+            let pair = parse_rewrite(&v).ok_or_else(|| {
+                usage_error(format_args!(
+                    "--rewrite: {v:?} is not FROM:TO with two signal names or numbers \
+                     (TO may be 0 or none to drop FROM)"
+                ))
+            })?;
+            c.rewrite.push(pair);
+        }
+        "--stop-delay" => {
+            let v = value("a duration such as 5s")?;
+            let d =
+                parse_duration(&v).map_err(|e| usage_error(format_args!("--stop-delay: {e}")))?;
+            c.stop_delay = Some(d);
+        }
+        "--kill-descendants" => {
+            // The grace is optional, so it is only taken when attached with `=`.
+            let grace = match &inline {
+                Some(v) => parse_duration(v)
+                    .map_err(|e| usage_error(format_args!("--kill-descendants: {e}")))?,
+                None => DEFAULT_KILL_GRACE,
+            };
+            more.kill_descendants = Some(grace);
+        }
+        "--supervision" => more.supervision = Some(PathBuf::from(value("a file")?)),
+        "--state-dir" => more.state_dir = Some(PathBuf::from(value("a directory")?)),
+        "--lock-dir" => more.lock_dir = Some(PathBuf::from(value("a directory")?)),
+        "--container" => more.container = Some(value("a container name")?),
+        _ => return Err(usage_error(format_args!("unknown option {arg:?}"))),
+    }
+    Ok(())
+}
+
+impl Staging {
+    /// The options that go together, checked, and the command.
+    fn finish(self, c: &mut Config, command: Vec<OsString>) -> Result<(), Early> {
+        c.staged = match (self.supervision, self.state_dir) {
+            (Some(supervision), Some(state_dir)) => Some(StagedArgs {
+                supervision,
+                state_dir,
+                lock_dir: self.lock_dir.unwrap_or_else(|| PathBuf::from("/tmp")),
+                container: self.container,
+            }),
+            (Some(_), None) => {
+                return Err(usage_error(
+                    "--supervision needs --state-dir (where the container's start count is kept)",
+                ))
+            }
+            (None, state_dir)
+                if state_dir.is_some() || self.lock_dir.is_some() || self.container.is_some() =>
+            {
+                return Err(usage_error(
+                    "--state-dir, --lock-dir and --container go with --supervision",
+                ))
+            }
+            (None, _) => None,
+        };
+        c.command = command;
+        if c.command.is_empty() {
+            return Err(usage_error("no command given"));
+        }
+        c.on_child_exit = match (self.kill_descendants, self.wait_all) {
+            (Some(_), true) => {
+                return Err(usage_error(
+                    "--kill-descendants and --wait-all contradict each other: choose one",
+                ))
+            }
+            (Some(grace), false) => OnChildExit::KillDescendants(grace),
+            (None, true) => OnChildExit::WaitAll,
+            (None, false) => OnChildExit::Exit,
+        };
+        Ok(())
+    }
 }
 
 #[cfg(test)]

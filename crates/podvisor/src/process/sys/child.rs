@@ -108,133 +108,35 @@ pub(super) struct ChildPlan {
     pub(super) tty_errno: libc::c_int,
 }
 
+/// A step of the child that failed: what it was, and the path it was about (null: none).
+type Failed = (&'static std::ffi::CStr, *const libc::c_char);
+
 /// The child between clone and exec. It shares podvisor's memory, so it only reads `plan`,
 /// writes `plan.errno` and `plan.tty_errno`, and leaves by exec or `_exit`.
 pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `ChildPlan` the suspended parent handed to clone.
     let plan = unsafe { &mut *(arg as *mut ChildPlan) };
-    let fail =
-        |plan: &mut ChildPlan, step: &'static std::ffi::CStr, path: *const libc::c_char| -> ! {
-            // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
-            unsafe {
-                plan.errno = *libc::__errno_location();
-                plan.failed_step = step.as_ptr();
-                plan.failed_path = path;
-                libc::_exit(127)
-            }
-        };
-    let none = std::ptr::null();
-    // SAFETY: plain syscalls on our own process; pointers come from the parent's live data.
-    unsafe {
+    // SAFETY: each step is plain syscalls on our own process, with pointers from the
+    // parent's live data (`ChildPlan`).
+    let set_up = unsafe {
         match plan.mode {
-            Mode::TerminalSession => {
-                // dumb-init: a new session, which adopts stdin's terminal if there is one that
-                // is free; failing that is normal, as for dumb-init.
-                if libc::setsid() == -1 {
-                    fail(plan, c"setsid", none);
-                }
-                if libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) == -1 {
-                    plan.tty_errno = *libc::__errno_location();
-                }
-            }
-            Mode::ProcessGroup => {
-                // tini: a new process group that takes the terminal's foreground, so that
-                // Ctrl-C reaches the child. Legal from a background group: SIGTTOU is blocked.
-                if libc::setpgid(0, 0) == -1 {
-                    fail(plan, c"setpgid", none);
-                }
-                if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
-                    let errno = *libc::__errno_location();
-                    if errno != libc::ENOTTY && errno != libc::ENXIO {
-                        fail(plan, c"tcsetpgrp", none);
-                    }
-                }
-            }
-            Mode::Container => {
-                // Into the instance's cgroups before anything else, while the descriptors
-                // (above the kept low ones) are still ours: nothing the program allocates
-                // or starts escapes its limits. "0" is the writer itself (cgroups(7)).
-                for i in 0..plan.cgroup_count {
-                    let fd = *plan.cgroups.add(i);
-                    if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
-                        fail(plan, c"join its cgroup", none);
-                    }
-                }
-                if plan.unshare_above > 0 {
-                    let first = plan.unshare_above as libc::c_uint;
-                    let unshare = libc::CLOSE_RANGE_UNSHARE;
-                    if libc::syscall(libc::SYS_close_range, first, u32::MAX, unshare) == -1 {
-                        fail(plan, c"close_range", none);
-                    }
-                }
-                if libc::setsid() == -1 {
-                    fail(plan, c"setsid", none);
-                }
-                // If podvisor itself is killed outright, the container's main process goes too
-                // (its group is killed with it by podvisor only while podvisor lives).
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
-                    fail(plan, c"prctl", none);
-                }
-                if plan.join_user >= 0 && libc::setns(plan.join_user, libc::CLONE_NEWUSER) == -1 {
-                    fail(plan, c"join its user namespace", none);
-                }
-                let rootless = !plan.root.is_null() && !(*plan.root).uid_map.is_null();
-                if rootless && map_ids(&*plan.root) == -1 {
-                    fail(plan, c"map its uid and gid", none);
-                }
-                if plan.join_mounts >= 0 {
-                    if libc::setns(plan.join_mounts, libc::CLONE_NEWNS) == -1 {
-                        fail(plan, c"join its mount namespace", none);
-                    }
-                } else if plan.mount_count > 0 || !plan.root.is_null() {
-                    // Volumes: a mount namespace of its own, not propagating back to the host.
-                    if libc::unshare(libc::CLONE_NEWNS) == -1 {
-                        fail(plan, c"make its mount namespace", none);
-                    }
-                    let root = c"/".as_ptr();
-                    let none = std::ptr::null();
-                    let private = libc::MS_REC | libc::MS_PRIVATE;
-                    if libc::mount(none, root, none, private, std::ptr::null()) == -1 {
-                        fail(plan, c"make its mounts private", none);
-                    }
-                    if !plan.root.is_null() && build_root(&*plan.root) == -1 {
-                        fail(plan, c"build its root", none);
-                    }
-                    for i in 0..plan.mount_count {
-                        let m = &*plan.mounts.add(i);
-                        if place_mount(m) == -1 {
-                            fail(plan, c"mount a volume at", m.target);
-                        }
-                    }
-                    if !plan.root.is_null() && enter_root(&*plan.root) == -1 {
-                        fail(plan, c"enter its root", none);
-                    }
-                }
-                for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
-                    if libc::dup2(from, to) == -1 {
-                        fail(plan, c"dup2", none);
-                    }
-                }
-                if !plan.cwd.is_null()
-                    && libc::chdir(plan.cwd) == -1
-                    && (!plan.cwd_optional || libc::chdir(c"/".as_ptr()) == -1)
-                {
-                    fail(plan, c"chdir to its working directory", plan.cwd);
-                }
-            }
+            Mode::TerminalSession => terminal_session(plan),
+            Mode::ProcessGroup => process_group(plan),
+            Mode::Container => container(plan),
         }
-        for i in 0..plan.action_count {
-            let saved = &*plan.actions.add(i);
-            if libc::sigaction(saved.signal, &saved.action, std::ptr::null_mut()) == -1 {
-                fail(plan, c"sigaction", none);
-            }
+        .and_then(|()| signals(plan))
+    };
+    if let Err((step, path)) = set_up {
+        // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
+        unsafe {
+            plan.errno = *libc::__errno_location();
+            plan.failed_step = step.as_ptr();
+            plan.failed_path = path;
+            libc::_exit(127)
         }
-        // Last, so that no signal is delivered before exec.
-        let ret = libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
-        if ret != 0 {
-            *libc::__errno_location() = ret;
-            fail(plan, c"sigprocmask", none);
-        }
+    }
+    // SAFETY: execvp(e) with the parent's NUL-terminated arrays; _exit if it returns.
+    unsafe {
         if plan.envp.is_null() {
             libc::execvp(*plan.argv, plan.argv);
         } else {
@@ -244,6 +146,160 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         plan.errno = *libc::__errno_location();
         libc::_exit(127)
     }
+}
+
+/// `Err` for a step whose syscall returned -1 (errno set).
+fn check_step(ret: libc::c_int, step: &'static std::ffi::CStr) -> Result<(), Failed> {
+    match ret {
+        -1 => Err((step, std::ptr::null())),
+        _ => Ok(()),
+    }
+}
+
+/// dumb-init: a new session, which adopts stdin's terminal if there is one that is free;
+/// failing that is normal, as for dumb-init.
+///
+/// # Safety
+/// In the child, on the parent's `plan`.
+unsafe fn terminal_session(plan: &mut ChildPlan) -> Result<(), Failed> {
+    // SAFETY: setsid and ioctl on our own process.
+    unsafe {
+        check_step(libc::setsid(), c"setsid")?;
+        if libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) == -1 {
+            plan.tty_errno = *libc::__errno_location();
+        }
+    }
+    Ok(())
+}
+
+/// tini: a new process group that takes the terminal's foreground, so that Ctrl-C reaches
+/// the child. Legal from a background group: SIGTTOU is blocked.
+///
+/// # Safety
+/// In the child, on the parent's `plan`.
+unsafe fn process_group(plan: &ChildPlan) -> Result<(), Failed> {
+    // SAFETY: setpgid, tcsetpgrp on our own process.
+    unsafe {
+        check_step(libc::setpgid(0, 0), c"setpgid")?;
+        if plan.on_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp()) == -1 {
+            let errno = *libc::__errno_location();
+            if errno != libc::ENOTTY && errno != libc::ENXIO {
+                return Err((c"tcsetpgrp", std::ptr::null()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A container instance: its cgroups, descriptors, session, namespaces and mounts, stdio
+/// and working directory, in that order.
+///
+/// # Safety
+/// In the child, on the parent's `plan`.
+unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
+    // SAFETY: plain syscalls on our own process, with the parent's pointers.
+    unsafe {
+        // Into the instance's cgroups before anything else, while the descriptors (above
+        // the kept low ones) are still ours: nothing the program allocates or starts
+        // escapes its limits. "0" is the writer itself (cgroups(7)).
+        for i in 0..plan.cgroup_count {
+            let fd = *plan.cgroups.add(i);
+            if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                return Err((c"join its cgroup", std::ptr::null()));
+            }
+        }
+        if plan.unshare_above > 0 {
+            let first = plan.unshare_above as libc::c_uint;
+            let unshare = libc::CLOSE_RANGE_UNSHARE;
+            let ret = libc::syscall(libc::SYS_close_range, first, u32::MAX, unshare);
+            check_step(ret as libc::c_int, c"close_range")?;
+        }
+        check_step(libc::setsid(), c"setsid")?;
+        // If podvisor itself is killed outright, the container's main process goes too
+        // (its group is killed with it by podvisor only while podvisor lives).
+        let pdeath = libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        check_step(pdeath, c"prctl")?;
+        if plan.join_user >= 0 {
+            let ret = libc::setns(plan.join_user, libc::CLONE_NEWUSER);
+            check_step(ret, c"join its user namespace")?;
+        }
+        let rootless = !plan.root.is_null() && !(*plan.root).uid_map.is_null();
+        if rootless {
+            check_step(map_ids(&*plan.root), c"map its uid and gid")?;
+        }
+        mounts(plan)?;
+        for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
+            check_step(libc::dup2(from, to), c"dup2")?;
+        }
+        if !plan.cwd.is_null()
+            && libc::chdir(plan.cwd) == -1
+            && (!plan.cwd_optional || libc::chdir(c"/".as_ptr()) == -1)
+        {
+            return Err((c"chdir to its working directory", plan.cwd));
+        }
+    }
+    Ok(())
+}
+
+/// The container's mount namespace: the one it joins (a probe's, a hook's), or one of its
+/// own, not propagating back to the host, with its private root and volumes.
+///
+/// # Safety
+/// In the child, on the parent's `plan`.
+unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
+    // SAFETY: setns, unshare, mount on our own process, with the parent's strings.
+    unsafe {
+        if plan.join_mounts >= 0 {
+            let ret = libc::setns(plan.join_mounts, libc::CLONE_NEWNS);
+            return check_step(ret, c"join its mount namespace");
+        }
+        if plan.mount_count == 0 && plan.root.is_null() {
+            return Ok(());
+        }
+        check_step(
+            libc::unshare(libc::CLONE_NEWNS),
+            c"make its mount namespace",
+        )?;
+        let none = std::ptr::null();
+        let private = libc::MS_REC | libc::MS_PRIVATE;
+        let ret = libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null());
+        check_step(ret, c"make its mounts private")?;
+        if !plan.root.is_null() {
+            check_step(build_root(&*plan.root), c"build its root")?;
+        }
+        for i in 0..plan.mount_count {
+            let m = &*plan.mounts.add(i);
+            if place_mount(m) == -1 {
+                return Err((c"mount a volume at", m.target));
+            }
+        }
+        if !plan.root.is_null() {
+            check_step(enter_root(&*plan.root), c"enter its root")?;
+        }
+    }
+    Ok(())
+}
+
+/// The dispositions and the mask the program starts with: the mask last, so that no signal
+/// is delivered before exec.
+///
+/// # Safety
+/// In the child, on the parent's `plan`.
+unsafe fn signals(plan: &ChildPlan) -> Result<(), Failed> {
+    // SAFETY: sigaction and pthread_sigmask with the parent's initialised structs.
+    unsafe {
+        for i in 0..plan.action_count {
+            let saved = &*plan.actions.add(i);
+            let ret = libc::sigaction(saved.signal, &saved.action, std::ptr::null_mut());
+            check_step(ret, c"sigaction")?;
+        }
+        let ret = libc::pthread_sigmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
+        if ret != 0 {
+            *libc::__errno_location() = ret;
+            return Err((c"sigprocmask", std::ptr::null()));
+        }
+    }
+    Ok(())
 }
 
 /// In the child, in its new mount namespace: the layer's tmpfs, its directories and the

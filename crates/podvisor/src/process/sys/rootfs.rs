@@ -134,41 +134,7 @@ impl MountStrings {
                 c_string(format!("0 {} 1", r.gid).as_bytes())?,
                 c(&r.upper_dir)?,
             ]);
-            let empty = || c_string(b"");
-            for (i, e) in r.entries.iter().enumerate() {
-                out.steps.push(match e {
-                    TopEntry::Overlay(path) => {
-                        let upper = r.upper_dir.join(format!("{i}.u"));
-                        let work = r.upper_dir.join(format!("{i}.w"));
-                        let options = format!(
-                            "userxattr,lowerdir={},upperdir={},workdir={}",
-                            path.display(),
-                            upper.display(),
-                            work.display()
-                        );
-                        let options = c_string(options.as_bytes())?;
-                        let (upper, work) = (c(&upper)?, c(&work)?);
-                        (0, options, c(&inside(path))?, upper, work, root.read_only)
-                    }
-                    TopEntry::Bind { path, read_only } => {
-                        let kind = if path.is_dir() { 1 } else { 3 };
-                        (
-                            kind,
-                            c(path)?,
-                            c(&inside(path))?,
-                            empty()?,
-                            empty()?,
-                            *read_only,
-                        )
-                    }
-                    TopEntry::Symlink { path, target } => {
-                        (2, c(target)?, c(&inside(path))?, empty()?, empty()?, false)
-                    }
-                    TopEntry::Empty(path) => {
-                        (4, empty()?, c(&inside(path))?, empty()?, empty()?, false)
-                    }
-                });
-            }
+            out.steps = rootless_steps(r, &inside, root.read_only)?;
         }
         // Rootless, the host's mounts come in with the top-level entries.
         let carry = root.carry.iter().filter(|_| root.rootless.is_none());
@@ -183,28 +149,83 @@ impl MountStrings {
             ));
         }
         for m in mounts {
-            let target = inside(&m.target);
-            // Each missing directory down to the mount point, made in the layer.
-            let mut dirs = Vec::new();
-            let mut p = m.target.parent();
-            while let Some(d) = p.filter(|d| *d != std::path::Path::new("/")) {
-                dirs.push(c(&inside(d))?);
-                p = d.parent();
-            }
-            dirs.reverse();
-            let is_file = !m.source.is_dir();
-            if !is_file {
-                dirs.push(c(&target)?);
-            }
-            out.mounts.push((
-                c(&m.source)?,
-                c(&target)?,
-                m.read_only,
-                dirs,
-                is_file,
-                false,
-            ));
+            out.mounts.push(volume_in_root(m, &inside)?);
         }
         Ok(out)
     }
+}
+
+/// A volume mount inside a private root (`inside` maps a path into it): its source and
+/// target, and each missing directory down to the mount point, made in the layer.
+fn volume_in_root(
+    m: &BindMount,
+    inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
+) -> io::Result<(CString, CString, bool, Vec<CString>, bool, bool)> {
+    let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
+    let target = inside(&m.target);
+    let mut dirs = Vec::new();
+    let mut p = m.target.parent();
+    while let Some(d) = p.filter(|d| *d != std::path::Path::new("/")) {
+        dirs.push(c(&inside(d))?);
+        p = d.parent();
+    }
+    dirs.reverse();
+    let is_file = !m.source.is_dir();
+    if !is_file {
+        dirs.push(c(&target)?);
+    }
+    Ok((
+        c(&m.source)?,
+        c(&target)?,
+        m.read_only,
+        dirs,
+        is_file,
+        false,
+    ))
+}
+
+/// The steps that build a rootless root from the host's top-level entries (`inside` maps a
+/// path into it): (kind, source, target, upper, work, flag) each.
+#[allow(clippy::type_complexity)]
+fn rootless_steps(
+    r: &Rootless,
+    inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
+    read_only: bool,
+) -> io::Result<Vec<(u8, CString, CString, CString, CString, bool)>> {
+    let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
+    let empty = || c_string(b"");
+    let mut steps = Vec::new();
+    for (i, e) in r.entries.iter().enumerate() {
+        steps.push(match e {
+            TopEntry::Overlay(path) => {
+                let upper = r.upper_dir.join(format!("{i}.u"));
+                let work = r.upper_dir.join(format!("{i}.w"));
+                let options = format!(
+                    "userxattr,lowerdir={},upperdir={},workdir={}",
+                    path.display(),
+                    upper.display(),
+                    work.display()
+                );
+                let options = c_string(options.as_bytes())?;
+                let (upper, work) = (c(&upper)?, c(&work)?);
+                (0, options, c(&inside(path))?, upper, work, read_only)
+            }
+            TopEntry::Bind { path, read_only } => {
+                let kind = if path.is_dir() { 1 } else { 3 };
+                (
+                    kind,
+                    c(path)?,
+                    c(&inside(path))?,
+                    empty()?,
+                    empty()?,
+                    *read_only,
+                )
+            }
+            TopEntry::Symlink { path, target } => {
+                (2, c(target)?, c(&inside(path))?, empty()?, empty()?, false)
+            }
+            TopEntry::Empty(path) => (4, empty()?, c(&inside(path))?, empty()?, empty()?, false),
+        });
+    }
+    Ok(steps)
 }
