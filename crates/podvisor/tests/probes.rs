@@ -65,19 +65,20 @@ fn sleeper(name: &str, probes: &str) -> String {
     format!("  - name: {name}\n    command: [sleep, '600']\n{probes}")
 }
 
+/// A pod of one sleeping container `app` with `probes` (YAML lines of its spec).
+fn app_probed(probes: &str) -> String {
+    pod_with(
+        "Always",
+        1,
+        &format!("  containers:\n{}", sleeper("app", probes)),
+    )
+}
+
 #[test]
 fn readiness_waits_for_the_initial_delay_and_never_restarts() {
     // e2e: "with readiness probe should not be ready before initial delay and never restart".
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &format!(
-            "  containers:\n{}",
-            sleeper(
-                "app",
-                "    readinessProbe: {exec: {command: ['true']}, initialDelaySeconds: 2, periodSeconds: 1}\n"
-            )
-        ),
+    let r = PodRun::new(&app_probed(
+        "    readinessProbe: {exec: {command: ['true']}, initialDelaySeconds: 2, periodSeconds: 1}\n",
     ));
     let mut p = r.cmd(&[]).start();
     let ready = r.wait_event("app", "Ready", 1);
@@ -96,16 +97,8 @@ fn readiness_waits_for_the_initial_delay_and_never_restarts() {
 #[test]
 fn readiness_that_fails_is_never_ready_and_never_restarts() {
     // e2e: "with readiness probe that fails should never be ready and never restart".
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &format!(
-            "  containers:\n{}",
-            sleeper(
-                "app",
-                "    readinessProbe: {exec: {command: [sh, -c, 'echo not yet; exit 1']}, periodSeconds: 1}\n"
-            )
-        ),
+    let r = PodRun::new(&app_probed(
+        "    readinessProbe: {exec: {command: [sh, -c, 'echo not yet; exit 1']}, periodSeconds: 1}\n",
     ));
     let mut p = r.cmd(&[]).start();
     let unhealthy = r.wait_event("app", "Unhealthy", 3);
@@ -245,16 +238,8 @@ fn tcp_probe_to_a_closed_port_fails_with_gos_message() {
 #[test]
 fn restart_count_grows_monotonically() {
     // e2e: "should have monotonically increasing restart count".
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &format!(
-            "  containers:\n{}",
-            sleeper(
-                "app",
-                "    livenessProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 1}\n"
-            )
-        ),
+    let r = PodRun::new(&app_probed(
+        "    livenessProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 1}\n",
     ));
     let mut p = r
         .cmd(&["--backoff-initial", "100ms", "--backoff-max", "200ms"])
@@ -273,16 +258,8 @@ fn exec_liveness_timeout_restarts_and_kills_the_probe() {
     // e2e: "should be restarted with an exec liveness probe with timeout" and "... with a
     // failing exec liveness probe that took longer than the timeout". The probe's `sleep 600`
     // must not outlive its timeout (the leftover check at the end).
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &format!(
-            "  containers:\n{}",
-            sleeper(
-                "app",
-                "    livenessProbe: {exec: {command: [sh, -c, 'sleep 600 & sleep 600']}, timeoutSeconds: 1, periodSeconds: 1, failureThreshold: 1}\n"
-            )
-        ),
+    let r = PodRun::new(&app_probed(
+        "    livenessProbe: {exec: {command: [sh, -c, 'sleep 600 & sleep 600']}, timeoutSeconds: 1, periodSeconds: 1, failureThreshold: 1}\n",
     ));
     let mut p = r.cmd(&[]).start();
     let started = r.wait_event("app", "Started", 2);
@@ -298,16 +275,8 @@ fn exec_readiness_timeout_is_never_ready() {
     // e2e: "should not be ready with an exec readiness probe timeout". Each timed-out probe is
     // killed and reaped while the pod runs (exec probes are reaped through their pidfds): at
     // no time more than one `sleep 600` of the probe, and no zombie that stays.
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &format!(
-            "  containers:\n{}",
-            sleeper(
-                "app",
-                "    readinessProbe: {exec: {command: [sleep, '600']}, timeoutSeconds: 1, periodSeconds: 1}\n    livenessProbe: {exec: {command: ['true']}, periodSeconds: 1}\n"
-            )
-        ),
+    let r = PodRun::new(&app_probed(
+        "    readinessProbe: {exec: {command: [sleep, '600']}, timeoutSeconds: 1, periodSeconds: 1}\n    livenessProbe: {exec: {command: ['true']}, periodSeconds: 1}\n",
     ));
     let mut p = r.cmd(&[]).start();
     r.wait_event("app", "Unhealthy", 3);
@@ -472,16 +441,8 @@ fn bad_http_targets_fail_clearly_and_never_hang() {
 #[test]
 fn startup_probe_failure_restarts() {
     // e2e: "should be restarted startup probe fails".
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &format!(
-            "  containers:\n{}",
-            sleeper(
-                "app",
-                "    startupProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 2}\n    livenessProbe: {exec: {command: ['true']}, periodSeconds: 1}\n"
-            )
-        ),
+    let r = PodRun::new(&app_probed(
+        "    startupProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 2}\n    livenessProbe: {exec: {command: ['true']}, periodSeconds: 1}\n",
     ));
     let mut p = r.cmd(&[]).start();
     r.wait_event("app", "Started", 2);
@@ -495,16 +456,8 @@ fn startup_probe_failure_restarts() {
 #[test]
 fn startup_probe_holds_liveness_back() {
     // e2e: "should *not* be restarted by liveness probe because startup probe delays it".
-    let r = PodRun::new(&pod_with(
-        "Always",
-        1,
-        &format!(
-            "  containers:\n{}",
-            sleeper(
-                "app",
-                "    startupProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 60}\n    livenessProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 1}\n"
-            )
-        ),
+    let r = PodRun::new(&app_probed(
+        "    startupProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 60}\n    livenessProbe: {exec: {command: ['false']}, periodSeconds: 1, failureThreshold: 1}\n",
     ));
     let mut p = r.cmd(&[]).start();
     r.wait_event("app", "Unhealthy", 3);

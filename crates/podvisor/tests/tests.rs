@@ -6,6 +6,7 @@
 
 mod addons;
 mod api;
+mod architecture;
 mod cli;
 mod docker;
 mod escalation;

@@ -332,29 +332,17 @@ fn validate_ports(c: &Container, path: &str, p: &mut Problems<'_>) {
 fn validate_env_from(c: &Container, path: &str, manifest: &Manifest, p: &mut Problems<'_>) {
     for (i, from) in c.env_from.iter().flatten().enumerate() {
         let at = format!("{path}.envFrom[{i}]");
-        if let Some(r) = &from.config_map_ref {
-            let found = manifest.config_map(&r.name).map(|_| true);
-            key_ref(
-                p,
-                &format!("{at}.configMapRef.name"),
-                "ConfigMap",
-                &r.name,
-                None,
-                r.optional,
-                found,
-            );
-        }
-        if let Some(r) = &from.secret_ref {
-            let found = manifest.secret_data(&r.name).map(|_| true);
-            key_ref(
-                p,
-                &format!("{at}.secretRef.name"),
-                "Secret",
-                &r.name,
-                None,
-                r.optional,
-                found,
-            );
+        let config_map = from.config_map_ref.as_ref().map(|r| {
+            let found = manifest.config_map(&r.name).is_some();
+            ("configMapRef", "ConfigMap", &r.name, r.optional, found)
+        });
+        let secret = from.secret_ref.as_ref().map(|r| {
+            let found = manifest.secret_data(&r.name).is_some();
+            ("secretRef", "Secret", &r.name, r.optional, found)
+        });
+        for (field, kind, name, optional, found) in config_map.into_iter().chain(secret) {
+            let at = format!("{at}.{field}.name");
+            key_ref(p, &at, kind, name, None, optional, Some(found));
         }
     }
 }

@@ -470,7 +470,7 @@ impl Init {
                 _ => format!("main child {} {}", self.child, describe(exit)),
             });
         }
-        let code = (exit.shell_code() % 256) as u8;
+        let code = (exit.code() % 256) as u8;
         let code = if self.config.expect_zero.contains(&code) {
             0
         } else {

@@ -218,7 +218,7 @@ fn read_note(file: &StateFile) -> Result<Option<ExitNote>, String> {
 /// A recorded exit as the core takes it; `oom`: the cgroup also says OOM killer.
 fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit {
     podvisor_core::lifecycle::Exit {
-        status: super::exit_status(note.exit),
+        status: note.exit,
         oom_killed: note.oom_killed || oom,
     }
 }

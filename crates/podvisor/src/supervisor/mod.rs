@@ -29,7 +29,7 @@ use std::time::SystemTime;
 use slab::Slab;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{Effect, ExitStatus, Hook, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::lifecycle::{Effect, Hook, Input, InstanceId, Phase, Pod, Signal};
 use podvisor_core::probe::ProbeKind;
 use podvisor_core::spec::plan::RunPlan;
 
@@ -553,10 +553,12 @@ impl Supervisor {
             Some(PidOwner::Container(id)) => id,
         };
         let oom_killed = self.instance_ended(id);
-        let status = exit_status(exit);
         self.feed(Input::Exited(
             id,
-            podvisor_core::lifecycle::Exit { status, oom_killed },
+            podvisor_core::lifecycle::Exit {
+                status: exit,
+                oom_killed,
+            },
         ))
     }
 
@@ -651,14 +653,6 @@ impl Supervisor {
             self.api.event(line, &self.epoll);
         }
         self.after_changes();
-    }
-}
-
-/// A wait status as the core takes it.
-fn exit_status(exit: Exit) -> ExitStatus {
-    match exit {
-        Exit::Code(c) => ExitStatus::Code(c),
-        Exit::Signal(s) => ExitStatus::Signal(s),
     }
 }
 

@@ -267,21 +267,10 @@ pub fn connect_state(stream: &std::net::TcpStream) -> ConnectState {
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {}
         Err(e) => return ConnectState::Failed(e),
     }
-    let mut err: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `err` and `len` are valid for getsockopt to write an int.
-    let ret = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ERROR,
-            &mut err as *mut _ as *mut libc::c_void,
-            &mut len,
-        )
+    let err = match socket_option::<libc::c_int>(stream.as_raw_fd(), libc::SO_ERROR) {
+        Ok(err) => err,
+        Err(e) => return ConnectState::Failed(e),
     };
-    if ret == -1 {
-        return ConnectState::Failed(io::Error::last_os_error());
-    }
     if err != 0 {
         return ConnectState::Failed(io::Error::from_raw_os_error(err));
     }
@@ -332,23 +321,28 @@ fn sockaddr(addr: &std::net::SocketAddr) -> (libc::c_int, libc::sockaddr_storage
 
 /// The user id of the process at the other end of a unix socket (`SO_PEERCRED`).
 pub fn peer_uid(stream: &std::os::unix::net::UnixStream) -> io::Result<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` are valid for getsockopt to write one ucred.
+    let cred: libc::ucred = socket_option(stream.as_raw_fd(), libc::SO_PEERCRED)?;
+    Ok(cred.uid)
+}
+
+/// A socket-level option (`SOL_SOCKET`) of a socket, of type `T` (a plain C value: an int,
+/// a `ucred`).
+fn socket_option<T: Copy>(fd: RawFd, option: libc::c_int) -> io::Result<T> {
+    let mut value = std::mem::MaybeUninit::<T>::zeroed();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are valid for getsockopt to write `len` bytes.
     check(unsafe {
         libc::getsockopt(
-            stream.as_raw_fd(),
+            fd,
             libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut _ as *mut libc::c_void,
+            option,
+            value.as_mut_ptr().cast(),
             &mut len,
         )
     })?;
-    Ok(cred.uid)
+    // SAFETY: zeroed, then written by the kernel; every T used here (C ints and structs of
+    // them) is valid when zeroed.
+    Ok(unsafe { value.assume_init() })
 }
 
 /// inotify event bits used by `logs -f`.

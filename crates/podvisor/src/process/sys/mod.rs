@@ -154,22 +154,9 @@ pub fn wait_signal(set: &SigSet, timeout: Option<Duration>) -> io::Result<Option
     }
 }
 
-/// How a process ended, from its wait status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    Code(i32),
-    Signal(i32),
-}
-
-impl Exit {
-    /// The shell's convention: the exit code, or 128+N for death by signal N.
-    pub fn shell_code(self) -> i32 {
-        match self {
-            Exit::Code(c) => c,
-            Exit::Signal(s) => 128 + s,
-        }
-    }
-}
+/// How a process ended, from its wait status: the core's `ExitStatus` (an exit code, or the
+/// signal that killed it).
+pub use podvisor_core::lifecycle::ExitStatus as Exit;
 
 /// One result of `reap_one`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
