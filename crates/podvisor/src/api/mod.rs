@@ -160,6 +160,7 @@ impl Server {
                             let _ = s.set_nonblocking(true);
                             let _ = s.write_all(&response(
                                 403,
+                                "text/plain; charset=utf-8",
                                 "only the pod's owner may use this socket\n",
                             ));
                             continue;
@@ -266,8 +267,23 @@ impl Server {
 
     /// Answers a request and closes the connection once the answer is out.
     pub fn reply(&mut self, slot: usize, code: u16, body: &str, epoll: &Epoll) {
+        let kind = if body.starts_with('{') || body.starts_with('[') {
+            "application/json"
+        } else {
+            "text/plain; charset=utf-8"
+        };
+        self.reply_as(slot, code, kind, body, epoll);
+    }
+
+    /// Answers a metrics scrape (OpenMetrics text).
+    pub fn reply_metrics(&mut self, slot: usize, text: &str, epoll: &Epoll) {
+        let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        self.reply_as(slot, 200, kind, text, epoll);
+    }
+
+    fn reply_as(&mut self, slot: usize, code: u16, kind: &str, body: &str, epoll: &Epoll) {
         if let Some(Some(conn)) = self.conns.get_mut(slot) {
-            conn.output.extend_from_slice(&response(code, body));
+            conn.output.extend_from_slice(&response(code, kind, body));
             conn.mode = Mode::Closing;
             self.flush(slot, epoll);
         }
@@ -401,7 +417,7 @@ impl Server {
     }
 }
 
-fn response(code: u16, body: &str) -> Vec<u8> {
+fn response(code: u16, kind: &str, body: &str) -> Vec<u8> {
     let reason = match code {
         200 => "OK",
         202 => "Accepted",
@@ -412,11 +428,6 @@ fn response(code: u16, body: &str) -> Vec<u8> {
         409 => "Conflict",
         431 => "Request Header Fields Too Large",
         _ => "Error",
-    };
-    let kind = if body.starts_with('{') || body.starts_with('[') {
-        "application/json"
-    } else {
-        "text/plain; charset=utf-8"
     };
     format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -46,7 +46,7 @@ impl Supervisor {
             }
             Request::Metrics => {
                 let text = self.metrics_text();
-                self.api.reply(slot, 200, &text, &self.epoll);
+                self.api.reply_metrics(slot, &text, &self.epoll);
             }
             Request::RestartPod => {
                 if self.stopped || self.pod.phase().is_terminal() {

@@ -384,7 +384,7 @@ impl Supervisor {
             for slot in slots(TOKEN_METRICS) {
                 if m.on_ready(slot, &self.epoll).is_some() {
                     let text = self.metrics_text();
-                    m.reply(slot, 200, &text, &self.epoll);
+                    m.reply_metrics(slot, &text, &self.epoll);
                 }
             }
             self.metrics = Some(m);
