@@ -19,5 +19,8 @@ pub mod probe;
 pub mod record;
 pub mod restart;
 #[cfg(feature = "spec")]
+pub mod seccomp;
+pub mod security;
+#[cfg(feature = "spec")]
 pub mod spec;
 pub mod stage;

@@ -12,6 +12,8 @@
 //! - `orphans N` — double-fork N grandchildren that exit after a moment, then wait until our
 //!   parent has no other child left, zombie or alive (exit 0), or 10 s pass (exit 1): checks
 //!   that the init above us reaps what it adopts.
+//! - `keyctl` — ask for the thread keyring's id (`keyctl`, a system call a seccomp default
+//!   profile refuses) and print `ok` or `errno N`; exit 0 either way.
 //! - `sleep SECS` — sleep, then exit 0.
 //! - `alloc MIB` — allocate MIB MiB, touching every page (so it is really charged), print
 //!   `allocated MIB`, exit 0.
@@ -52,6 +54,13 @@ extern "C" fn main(
         Some("alloc") => alloc(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
         Some("spin") => spin(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0)),
         Some("masked") => masked(&args[1..]),
+        Some("keyctl") => {
+            match sys::keyctl_thread_keyring() {
+                Ok(()) => println!("ok"),
+                Err(e) => println!("errno {}", e.raw_os_error().unwrap_or(0)),
+            }
+            0
+        }
         Some("sleep") => {
             let secs: f64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0);
             std::thread::sleep(Duration::from_secs_f64(secs));
@@ -59,7 +68,7 @@ extern "C" fn main(
         }
         _ => {
             eprintln!(
-                "usage: podvisor-testbin exit|die|signals|report|zombies|orphans|serve|masked|sleep ..."
+                "usage: podvisor-testbin exit|die|signals|report|zombies|orphans|serve|masked|keyctl|sleep ..."
             );
             2
         }

@@ -20,6 +20,8 @@ pub mod mountinfo;
 #[cfg(feature = "full")]
 pub mod probe;
 pub mod process;
+#[cfg(feature = "full")]
+pub mod security;
 pub mod state;
 #[cfg(feature = "full")]
 pub mod status;

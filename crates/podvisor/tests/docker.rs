@@ -22,7 +22,7 @@ fn root() -> PathBuf {
 
 /// Whether a Docker engine answers and the images can be built (scripts/build-images makes
 /// them from Debian's static busybox); when not, why.
-fn engine() -> Result<(), String> {
+pub fn engine() -> Result<(), String> {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
@@ -57,7 +57,7 @@ macro_rules! require_docker {
 }
 
 /// A name no other test (or test run) uses.
-fn unique(what: &str) -> String {
+pub fn unique(what: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     format!(
         "pvtest-{what}-{}-{}",

@@ -594,6 +594,14 @@ impl PodRun {
             .join(format!("{instance}.log"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
+
+    /// The lines a container instance wrote, without the CRI log's time, stream and tag.
+    pub fn log_lines(&self, container: &str, instance: u32) -> Vec<String> {
+        self.log(container, instance)
+            .lines()
+            .map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default().to_string())
+            .collect()
+    }
 }
 
 impl Drop for PodRun {

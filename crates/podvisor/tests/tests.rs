@@ -26,6 +26,7 @@ mod restart_rules;
 mod resume;
 mod rootfs;
 mod run;
+mod security;
 mod top;
 mod validate;
 mod vm;

@@ -40,6 +40,9 @@ pub struct ContainerStatus {
     pub(super) probes: Vec<ProbeSlot>,
     /// The current instance is being killed.
     pub(super) kill: Option<Kill>,
+    /// Its configuration could not be made (`CreateContainerConfigError`): not tried again
+    /// before then.
+    pub(super) config_retry: Option<Instant>,
 }
 
 /// Where the current instance's process is.
@@ -94,6 +97,7 @@ impl ContainerStatus {
             window: RestartWindow::default(),
             probes: Vec::new(),
             kill: None,
+            config_retry: None,
         }
     }
 

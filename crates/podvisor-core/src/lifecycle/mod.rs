@@ -201,6 +201,11 @@ impl Pod {
                 consider(until);
             }
         }
+        for c in &self.containers {
+            if let Some(t) = c.config_retry {
+                consider(t);
+            }
+        }
         if let Some(t) = self.next_blame() {
             consider(t);
         }

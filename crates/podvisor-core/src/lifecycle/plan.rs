@@ -6,6 +6,7 @@ use crate::backoff::BackoffPolicy;
 use crate::escalation::PodRestartPolicy;
 use crate::probe::{ProbeKind, ProbeTiming};
 use crate::restart::{ContainerRestart, RestartPolicy};
+use crate::security::NonRoot;
 use crate::stage::StagePolicy;
 
 /// What kind of container, which decides its place in the start and stop order.
@@ -65,6 +66,8 @@ pub struct ContainerPlan {
     pub pre_stop: bool,
     /// Its starts are staged (the pod's `staging` applies to it).
     pub staged: bool,
+    /// `runAsNonRoot`, checked before each start.
+    pub non_root: Option<NonRoot>,
 }
 
 impl ContainerPlan {
@@ -81,6 +84,7 @@ impl ContainerPlan {
             post_start: false,
             pre_stop: false,
             staged: false,
+            non_root: None,
         }
     }
 }
@@ -91,6 +95,9 @@ impl ContainerPlan {
 #[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct PodPlan {
     pub name: String,
+    pub namespace: String,
+    /// The pod's UID (the shell sets the one it keeps across runs).
+    pub uid: String,
     pub restart_policy: RestartPolicy,
     pub grace: Duration,
     pub containers: Vec<ContainerPlan>,

@@ -21,6 +21,10 @@ use super::{
     set_exit_code, ContainerState, Effect, EventType, InstanceId, Kind, Phase, Pod, WaitingReason,
 };
 
+/// How long the kubelet's pod worker waits before it tries a pod again after a failed sync
+/// (`backOffPeriod`, pkg/kubelet; the kubelet adds up to half of it again as jitter).
+pub(super) const CONFIG_RETRY: Duration = Duration::from_secs(10);
+
 /// What happens next to a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum NextStart {
@@ -193,7 +197,16 @@ impl Pod {
     /// Carries out `decide(i)`. `false` when the pod as a whole took over (it restarts, gives
     /// up or fails), so reconciling must not go on.
     fn act(&mut self, i: usize, now: Instant, fx: &mut Vec<Effect>) -> bool {
-        match self.decide(i) {
+        let decision = self.decide(i);
+        let starts = match decision {
+            NextStart::Now { .. } => true,
+            NextStart::Restart { wait, .. } => wait.is_none_or(|(_, until)| now >= until),
+            _ => false,
+        };
+        if starts && self.config_blocks(i, now, fx) {
+            return true;
+        }
+        match decision {
             NextStart::Busy | NextStart::Never => {}
             NextStart::Now { manual } => {
                 let c = &mut self.containers[i];
@@ -290,6 +303,34 @@ impl Pod {
                 return false;
             }
         }
+        true
+    }
+
+    /// The kubelet's `CreateContainerConfigError`: container `i`'s configuration cannot be made
+    /// (`runAsNonRoot` and a root user), so nothing is created, no restart is counted, and the
+    /// start is tried again after the pod worker's backoff. `true` while it is held back.
+    fn config_blocks(&mut self, i: usize, now: Instant, fx: &mut Vec<Effect>) -> bool {
+        let c = &self.containers[i];
+        if c.config_retry.is_some_and(|at| now < at) {
+            return true;
+        }
+        let check = self.plan.containers[i].non_root.as_ref();
+        let pod = format!(
+            "{}_{}({})",
+            self.plan.name, self.plan.namespace, self.plan.uid
+        );
+        let Some(Err(message)) = check.map(|n| n.verify(&pod, &c.name)) else {
+            self.containers[i].config_retry = None;
+            return false;
+        };
+        self.changed = true;
+        let c = &mut self.containers[i];
+        c.config_retry = Some(now + CONFIG_RETRY);
+        c.state = ContainerState::Waiting {
+            reason: WaitingReason::CreateContainerConfigError,
+            message: Some(message.clone()),
+        };
+        fx.push(self.container_event(i, EventType::Warning, "Failed", format!("Error: {message}")));
         true
     }
 

@@ -9,6 +9,9 @@ pub enum WaitingReason {
     PodInitializing,
     CrashLoopBackOff,
     CreateContainerError,
+    /// The container's configuration cannot be made (`runAsNonRoot` with a root user): it is
+    /// not created, and tried again after the kubelet's sync backoff.
+    CreateContainerConfigError,
     PostStartHookError,
 }
 
@@ -19,6 +22,7 @@ impl WaitingReason {
             WaitingReason::PodInitializing => "PodInitializing",
             WaitingReason::CrashLoopBackOff => "CrashLoopBackOff",
             WaitingReason::CreateContainerError => "CreateContainerError",
+            WaitingReason::CreateContainerConfigError => "CreateContainerConfigError",
             WaitingReason::PostStartHookError => "PostStartHookError",
         }
     }

@@ -12,6 +12,7 @@ pub mod exits;
 pub mod explain;
 pub mod plan;
 pub mod resources;
+pub mod security;
 pub mod validate;
 
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};

@@ -18,6 +18,7 @@ use crate::lifecycle::Staging;
 use crate::lifecycle::{ContainerPlan, Kind, PodPlan, ProbePlan, Probes};
 use crate::probe::{ProbeKind, ProbeTiming};
 use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule, RuleAction};
+use crate::security::{ImageUser, SecurityPlan, VolumeOwnership};
 use crate::stage::StagedEnv;
 
 /// Facts about the host that the downward API exposes.
@@ -29,6 +30,12 @@ pub struct HostFacts {
     /// Logical CPUs and memory in bytes: a resource with no limit reports the node's.
     pub cpus: u64,
     pub memory: u64,
+    /// The capabilities podvisor holds (its effective set): what `ALL` and `privileged` give,
+    /// as containerd gives the capabilities of its own process (`WithAllCurrentCapabilities`),
+    /// which in a restricted host are fewer than the kernel knows.
+    pub all_capabilities: crate::security::CapSet,
+    /// The kubelet's `--seccomp-default`: RuntimeDefault for containers that name no profile.
+    pub seccomp_default: bool,
 }
 
 /// A `hostPath` volume's `type` (pkg/volume/hostpath): what the path must be before the pod
@@ -86,8 +93,8 @@ pub struct ContainerExec {
     pub mounts: Vec<MountPlan>,
     /// Requests and limits, requests defaulted from limits.
     pub resources: Resources,
-    /// `securityContext.readOnlyRootFilesystem`.
-    pub read_only_root: bool,
+    /// What it runs as and may do: the pod's and its own `securityContext`.
+    pub security: SecurityPlan,
 }
 
 /// One `volumeMounts` entry.
@@ -185,6 +192,8 @@ pub struct RunPlan {
     /// Same order as `pod.containers`.
     pub exec: Vec<ContainerExec>,
     pub volumes: Vec<VolumePlan>,
+    /// `fsGroup`: the group that owns the volumes that support it.
+    pub ownership: VolumeOwnership,
     /// The pod's effective requests and limits (its cgroup's).
     pub pod_resources: Resources,
     /// `podvisor.io/host-root: writable`: containers write to the host's root instead of a
@@ -279,8 +288,12 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
     });
     let main = w.spec.containers.iter().map(|c| (c, Kind::Main));
     for (c, kind) in init.chain(main) {
-        containers.push(container_plan(c, kind, staged));
-        exec.push(container_exec(c, manifest, &facts));
+        let x = container_exec(c, manifest, &facts);
+        let mut p = container_plan(c, kind, staged);
+        // Containers run on the host's root (no image): its default user is root.
+        p.non_root = x.security.non_root(ImageUser::root());
+        containers.push(p);
+        exec.push(x);
     }
     let grace = w
         .spec
@@ -302,11 +315,14 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
     );
     RunPlan {
         volumes,
+        ownership: super::security::volume_ownership(&w.spec),
         pod_resources,
         host_root_writable: annotations.get(HOST_ROOT).is_some_and(|v| v == "writable"),
-        namespace,
+        namespace: namespace.clone(),
         pod: PodPlan {
             name,
+            namespace: namespace.clone(),
+            uid: host.uid.clone(),
             restart_policy: restart_policy(w.spec.restart_policy.as_deref()).unwrap_or_default(),
             grace,
             containers,
@@ -349,6 +365,7 @@ fn container_plan(
         post_start: lifecycle.is_some_and(|l| l.post_start.is_some()),
         pre_stop: lifecycle.is_some_and(|l| l.pre_stop.is_some()),
         staged: staged.is_some_and(|s| s.selects(&c.name)),
+        non_root: None,
     }
 }
 
@@ -473,11 +490,7 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
             })
             .collect(),
         resources: Resources::of(c.resources.as_ref()),
-        read_only_root: c
-            .security_context
-            .as_ref()
-            .and_then(|s| s.read_only_root_filesystem)
-            .unwrap_or(false),
+        security: super::security::plan(&manifest.workload.spec, c, pod.host),
     }
 }
 
@@ -689,6 +702,8 @@ mod tests {
 
     fn host() -> HostFacts {
         HostFacts {
+            all_capabilities: crate::security::CapSet::all(40),
+            seccomp_default: false,
             hostname: "node1".into(),
             uid: "uid-1".into(),
             cpus: 2,

@@ -84,6 +84,7 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     }
     validate_downward_volumes(spec, p);
     validate_ephemeral(spec, p);
+    super::security::validate(spec, p);
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let provided = v.empty_dir.is_some()
             || v.host_path.is_some()

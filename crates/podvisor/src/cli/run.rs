@@ -58,6 +58,14 @@ pub struct RunArgs {
     /// `podvisor stop` stops the pod
     #[arg(long)]
     live_restore: bool,
+    /// Give containers that name no seccomp profile the runtime's default one (RuntimeDefault),
+    /// as the kubelet's --seccomp-default
+    #[arg(long)]
+    seccomp_default: bool,
+    /// Where `Localhost` seccomp profiles are (the kubelet's <root-dir>/seccomp; default
+    /// /etc/podvisor/seccomp, for others than root $XDG_CONFIG_HOME/podvisor/seccomp)
+    #[arg(long, value_name = "DIR")]
+    seccomp_profile_root: Option<PathBuf>,
     /// No event lines on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -135,6 +143,8 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         uid: pod_uid(),
         cpus,
         memory,
+        all_capabilities: crate::security::held_capabilities(),
+        seccomp_default: a.seccomp_default,
     };
     let run_plan = plan(
         &manifest,
@@ -210,6 +220,10 @@ fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: Pod
         pod_max_pids: a.pod_max_pids,
         cgroup_driver: a.cgroup_driver,
         live_restore: a.live_restore,
+        seccomp_profiles: a
+            .seccomp_profile_root
+            .clone()
+            .unwrap_or_else(crate::security::default_seccomp_profiles),
     };
     match supervisor::run(
         run_plan,

@@ -253,6 +253,7 @@ impl Keeper {
             join_user: None,
             cgroups: cgroups.iter().map(|f| f.as_raw_fd()).collect(),
             root: r.root,
+            credentials: r.credentials,
         };
         let mut mask = SigSet::empty();
         for &s in &r.blocked {

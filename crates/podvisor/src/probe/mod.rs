@@ -59,6 +59,9 @@ pub struct ExecContext<'a> {
     pub user_ns: Option<std::os::fd::RawFd>,
     /// The container's cgroups (`cgroup.procs`, open): commands run inside them.
     pub cgroups: Vec<std::os::fd::RawFd>,
+    /// The container's user, groups, capabilities and filters: commands run with them, as
+    /// CRI exec runs a command with the container's process settings.
+    pub credentials: Option<&'a sys::Credentials>,
 }
 
 #[derive(Debug)]
@@ -417,6 +420,7 @@ impl ExecTask {
             join_user: ctx.user_ns,
             cgroups: ctx.cgroups.clone(),
             root: None,
+            credentials: ctx.credentials.cloned(),
         };
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), ctx.inherited);

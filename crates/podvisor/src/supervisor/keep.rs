@@ -252,6 +252,7 @@ impl Supervisor {
             blocked: (1..=libc::SIGRTMAX())
                 .filter(|&s| self.inherited.mask.contains(s))
                 .collect(),
+            credentials: io.credentials,
         };
         if self.keepers.own.is_none() {
             self.start_keeper()?;

@@ -104,6 +104,8 @@ pub struct Settings {
     pub cgroup_driver: crate::cgroup::Driver,
     /// `--live-restore`: containers start under keepers and outlive the run.
     pub live_restore: bool,
+    /// `--seccomp-profile-root`: where `Localhost` seccomp profiles are.
+    pub seccomp_profiles: PathBuf,
 }
 
 /// Why a run did not start or ended early.
@@ -153,8 +155,14 @@ pub fn run(
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
     let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
+    let credentials = setup::credentials(&plan, root_layer.as_ref(), &settings)?;
     // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
-    let volumes = Volumes::prepare(&dir.volumes_dir(), &plan.volumes, taken.resumed)?;
+    let volumes = Volumes::prepare(
+        &dir.volumes_dir(),
+        &plan.volumes,
+        &plan.ownership,
+        taken.resumed,
+    )?;
     let metrics = match settings.metrics {
         Some(l) => Some(Server::metrics(
             l,
@@ -183,6 +191,7 @@ pub fn run(
         api,
         condition_times: BTreeMap::new(),
         instances: Instances::default(),
+        credentials,
         log_limits: settings.logs,
         volumes,
         cgroups,
@@ -267,6 +276,8 @@ struct Supervisor {
     condition_times: BTreeMap<&'static str, (bool, SystemTime)>,
     /// The running container instances.
     instances: Instances,
+    /// What each container's processes run as and may do (made once, when the run began).
+    credentials: Vec<sys::Credentials>,
     log_limits: LogLimits,
     volumes: Volumes,
     /// The pod's cgroup.

@@ -124,7 +124,10 @@ pub fn take_up(
             }
         }
     }
-    let pod = Pod::resume_adopting(plan.pod.clone(), &record, &found.survivors).map_err(|e| {
+    // The same pod goes on, under the UID the record gave it.
+    let mut pod_plan = plan.pod.clone();
+    pod_plan.uid = record.uid.clone();
+    let pod = Pod::resume_adopting(pod_plan, &record, &found.survivors).map_err(|e| {
         StateError::Mismatch {
             path,
             message: e.to_string(),

@@ -87,7 +87,7 @@ pub(super) fn root_layer(
             .exec
             .iter()
             .zip(&plan.pod.containers)
-            .find(|(x, _)| x.read_only_root);
+            .find(|(x, _)| x.security.read_only_root);
         if let Some((_, c)) = asks {
             return Err(Unenforceable {
                 container: c.name.clone(),

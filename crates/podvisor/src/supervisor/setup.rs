@@ -10,7 +10,9 @@ use super::rootfs::{root_layer, RootLayer};
 use super::{persist, RunError, Settings};
 use crate::cgroup::{PodCgroups, Unenforceable};
 use crate::process::sys::{self, SigSet, SignalFd};
+use crate::security;
 use crate::status::PodInfo;
+use podvisor_core::security::ImageUser;
 
 /// This process made ready to supervise: the probes' jitter seed, the open-files limit, the
 /// signals it waits for (returned: the mask the containers get back, and the signalfd), the
@@ -107,4 +109,28 @@ pub(super) fn isolate(
         sys::private_mount_namespace()?;
     }
     Ok((root_layer, cgroups))
+}
+
+/// What each container runs as and may do, on the host's root (its `/etc` names the users):
+/// a profile or a user that cannot be had refuses the run.
+pub(super) fn credentials(
+    plan: &RunPlan,
+    root_layer: Option<&RootLayer>,
+    settings: &Settings,
+) -> Result<Vec<sys::Credentials>, RunError> {
+    let rootless = root_layer.is_some_and(|l| l.rootless.is_some());
+    let host = security::Host::this(rootless, settings.seccomp_profiles.clone());
+    let image = ImageUser::root();
+    let mut all = Vec::with_capacity(plan.exec.len());
+    for (x, c) in plan.exec.iter().zip(&plan.pod.containers) {
+        let root = std::path::Path::new("/");
+        all.push(security::credentials(
+            &c.name,
+            &x.security,
+            root,
+            &image,
+            &host,
+        )?);
+    }
+    Ok(all)
 }

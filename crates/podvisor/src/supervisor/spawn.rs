@@ -35,6 +35,7 @@ impl Supervisor {
             mounts: instance.and_then(Instance::mount_ns),
             user_ns: instance.and_then(Instance::user_ns),
             cgroups: instance.map(Instance::cgroup_fds).unwrap_or_default(),
+            credentials: self.credentials.get(i),
         };
         let now = self.clock.now();
         match self
@@ -104,10 +105,10 @@ impl Supervisor {
         let root = self.root_layer.as_ref().and_then(|layer| {
             // readOnlyRootFilesystem always gets a root of its own (read-only); the annotation
             // `podvisor.io/host-root: writable` gives the others the host's.
-            (!self.plan.host_root_writable || exec.read_only_root).then(|| PrivateRoot {
+            (!self.plan.host_root_writable || exec.security.read_only_root).then(|| PrivateRoot {
                 layer_dir: layer.dir.clone(),
                 carry: layer.carry.clone(),
-                read_only: exec.read_only_root,
+                read_only: exec.security.read_only_root,
                 rootless: layer.rootless.clone(),
             })
         });
@@ -133,6 +134,7 @@ impl Supervisor {
             mounts,
             cgroups: cgroup.as_ref().map(|cg| cg.join_fds()).unwrap_or_default(),
             root,
+            credentials: self.credentials.get(id.container).cloned(),
         };
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let program = exec.argv.first().cloned().unwrap_or_default();

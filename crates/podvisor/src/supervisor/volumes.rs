@@ -5,9 +5,10 @@
 //! is created for the run and removed afterwards (if still empty).
 
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use podvisor_core::security::VolumeOwnership;
 use podvisor_core::spec::plan::{ContainerExec, HostPathType, VolumePlan};
 
 use crate::mountinfo::Mount;
@@ -17,6 +18,7 @@ use crate::process::sys::{self, BindMount, TopEntry};
 pub struct Volumes {
     dir: PathBuf,
     plans: Vec<VolumePlan>,
+    ownership: VolumeOwnership,
     /// Mount points podvisor created, to remove at the end (deepest last created first).
     created: Vec<PathBuf>,
 }
@@ -24,7 +26,12 @@ pub struct Volumes {
 impl Volumes {
     /// Makes the volumes' directory (`StateDir::volumes_dir`) afresh with every volume in
     /// it; with `keep_empty_dirs` (a resumed pod) the emptyDir volumes keep what they hold.
-    pub fn prepare(dir: &Path, plans: &[VolumePlan], keep_empty_dirs: bool) -> io::Result<Volumes> {
+    pub fn prepare(
+        dir: &Path,
+        plans: &[VolumePlan],
+        ownership: &VolumeOwnership,
+        keep_empty_dirs: bool,
+    ) -> io::Result<Volumes> {
         let dir = dir.to_path_buf();
         let kept = |name: &std::ffi::OsStr| {
             keep_empty_dirs
@@ -47,6 +54,7 @@ impl Volumes {
         let v = Volumes {
             dir,
             plans: plans.to_vec(),
+            ownership: ownership.clone(),
             created: Vec::new(),
         };
         for p in plans {
@@ -64,7 +72,9 @@ impl Volumes {
                 if *memory && sys::getuid() == 0 {
                     sys::mount_tmpfs(&dir)?;
                 }
-                Ok(())
+                // Anyone may write in it, as the kubelet's emptyDir (0777, whatever the umask).
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+                self.own(&dir, false)
             }
             // Checked (and made) by `set_up_host_paths`, before the pod is admitted.
             VolumePlan::HostPath { .. } => Ok(()),
@@ -79,9 +89,29 @@ impl Volumes {
                     std::fs::write(&path, data)?;
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))?;
                 }
-                Ok(())
+                // configMap, secret, downwardAPI and projected volumes are read-only.
+                self.own(&root, true)
             }
         }
+    }
+
+    /// The kubelet's `SetVolumeOwnership` with `fsGroup`: everything in the volume group-owned
+    /// by it, readable (and writable unless the volume is read-only) by the group, directories
+    /// setgid so that what is made in them keeps the group. `OnRootMismatch`: not when the
+    /// volume's root already is so (pkg/volume/volume_linux.go).
+    fn own(&self, root: &Path, read_only: bool) -> io::Result<()> {
+        let Some(gid) = self.ownership.fs_group else {
+            return Ok(());
+        };
+        let mask = if read_only { 0o440 } else { 0o660 };
+        if self.ownership.only_on_root_mismatch {
+            let m = std::fs::metadata(root)?;
+            let dir_mask = mask | 0o2000 | 0o110;
+            if std::os::unix::fs::MetadataExt::gid(&m) == gid && m.mode() & dir_mask == dir_mask {
+                return Ok(());
+            }
+        }
+        own_tree(root, gid, mask)
     }
 
     /// The kubelet's `MountVolume.SetUp` for hostPath volumes: each path made or checked by its
@@ -369,4 +399,24 @@ pub fn rootless_entries(mounts: &[Mount]) -> Vec<TopEntry> {
         }
     }
     out
+}
+
+/// Group `gid` and `mask` (setgid and search on directories too) on `path` and everything
+/// below it; symlinks are re-grouped, never chmodded (that would change their targets).
+fn own_tree(path: &Path, gid: u32, mask: u32) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    std::os::unix::fs::lchown(path, None, Some(gid))?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    if meta.is_dir() {
+        let mode = meta.mode() & 0o7777 | mask | 0o2000 | 0o110;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        for e in std::fs::read_dir(path)? {
+            own_tree(&e?.path(), gid, mask)?;
+        }
+        return Ok(());
+    }
+    let mode = meta.mode() & 0o7777 | mask;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }

@@ -12,6 +12,7 @@ use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule, Ru
 use crate::stage::Stage;
 
 mod adopt;
+mod config;
 mod escalation;
 mod probes;
 mod random;
@@ -268,6 +269,8 @@ impl Sim {
 
 fn plan(policy: RestartPolicy, containers: &[(&str, Kind)]) -> PodPlan {
     PodPlan {
+        namespace: "ns".into(),
+        uid: "u".into(),
         name: "pod".into(),
         restart_policy: policy,
         grace: Duration::from_secs(30),

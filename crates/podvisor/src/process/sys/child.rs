@@ -4,6 +4,7 @@
 
 use std::os::fd::RawFd;
 
+use super::creds::{become_user, last_filters, CredsSpec};
 use super::SigAction;
 
 /// A bind mount as the child reads it.
@@ -81,6 +82,8 @@ pub(super) struct ChildPlan {
     pub(super) join_mounts: RawFd,
     /// A user namespace to join first (-1: none).
     pub(super) join_user: RawFd,
+    /// Who the process becomes, and what it may do (null: as podvisor).
+    pub(super) creds: *const CredsSpec,
     pub(super) argv: *const *const libc::c_char,
     pub(super) mode: Mode,
     pub(super) on_terminal: bool,
@@ -125,6 +128,10 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             Mode::Container => container(plan),
         }
         .and_then(|()| signals(plan))
+        .and_then(|()| match plan.creds.is_null() {
+            true => Ok(()),
+            false => last_filters(&*plan.creds),
+        })
     };
     if let Err((step, path)) = set_up {
         // SAFETY: __errno_location is this thread's errno; _exit ends the child at once.
@@ -236,6 +243,10 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
             && (!plan.cwd_optional || libc::chdir(c"/".as_ptr()) == -1)
         {
             return Err((c"chdir to its working directory", plan.cwd));
+        }
+        // Last of all but its signals: its user, groups, capabilities and filters.
+        if !plan.creds.is_null() {
+            become_user(&*plan.creds)?;
         }
     }
     Ok(())

@@ -15,6 +15,7 @@ use std::time::Duration;
 #[cfg(test)]
 mod alloc_count;
 mod child;
+mod creds;
 mod fd;
 mod fork;
 mod rootfs;
@@ -22,6 +23,7 @@ mod spawn;
 
 #[cfg(test)]
 pub use alloc_count::allocations;
+pub use creds::{BpfInstruction, Credentials};
 pub use fd::*;
 pub use fork::*;
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};

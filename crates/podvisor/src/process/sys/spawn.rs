@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
 use super::child::{child_main, ChildPlan, Mode, MountSpec, RootSpec, RootlessStep};
+use super::creds::{Credentials, PreparedCreds};
 use super::rootfs::{BindMount, MountStrings, PrivateRoot};
 use super::{c_string, SigAction, SigSet};
 
@@ -46,6 +47,8 @@ pub struct ContainerIo {
     /// A root of its own: the host's files under a private writable layer (root only).
     /// `mounts` then land inside it, their mount points made there, never on the host.
     pub root: Option<PrivateRoot>,
+    /// Who it runs as and what it may do (`None`: as podvisor, with its capabilities).
+    pub credentials: Option<Credentials>,
 }
 
 /// The state to give back to the child before exec.
@@ -153,6 +156,7 @@ struct Prepared {
     join_mounts: Option<RawFd>,
     join_user: Option<RawFd>,
     cgroups: Vec<RawFd>,
+    creds: Option<PreparedCreds>,
 }
 
 impl Prepared {
@@ -186,6 +190,11 @@ impl Prepared {
             join_mounts: io.join_mounts,
             join_user: io.join_user,
             cgroups: io.cgroups.clone(),
+            creds: io
+                .credentials
+                .as_ref()
+                .map(PreparedCreds::new)
+                .transpose()?,
         };
         Ok((Mode::Container, prepared))
     }
@@ -393,7 +402,11 @@ pub fn spawn_with_terminal(
     let (mode, prep) = Prepared::new(&setup)?;
     let ptrs = MountPtrs::new(&prep.mount_strings);
     let root_spec = ptrs.root(&prep.mount_strings);
+    let creds_spec = prep.creds.as_ref().map(PreparedCreds::spec);
     let mut plan = ChildPlan {
+        creds: creds_spec
+            .as_ref()
+            .map_or(std::ptr::null(), |c| c as *const _),
         cgroups: prep.cgroups.as_ptr(),
         cgroup_count: prep.cgroups.len(),
         mounts: ptrs.mounts.as_ptr(),
@@ -449,7 +462,7 @@ pub fn spawn_with_terminal(
     if plan.errno != 0 {
         return Err(child_failure(pid, &plan, mode));
     }
-    drop((root_spec, ptrs, prep));
+    drop((creds_spec, root_spec, ptrs, prep));
     let terminal = (plan.tty_errno != 0).then(|| io::Error::from_raw_os_error(plan.tty_errno));
     Ok((pid, terminal))
 }

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::logs::LogLimits;
-use crate::process::sys::{BindMount, Exit, PrivateRoot};
+use crate::process::sys::{BindMount, Credentials, Exit, PrivateRoot};
 
 /// The protocol this podvisor's keepers speak.
 pub const PROTOCOL: u32 = 2;
@@ -136,6 +136,8 @@ pub struct StartRequest {
     pub oom_file: Option<PathBuf>,
     /// The signals blocked when podvisor started, given back to the container.
     pub blocked: Vec<i32>,
+    /// Its user, groups, capabilities, no_new_privs and seccomp filters.
+    pub credentials: Option<Credentials>,
 }
 
 /// An instance's exit as its keeper recorded it.

@@ -1,0 +1,274 @@
+//! What each container runs as and may do, worked out when the run begins from its
+//! `SecurityPlan` (the core's) and the root it runs on: its uid, gid and groups as containerd
+//! resolves them in the root's `/etc/passwd` and `/etc/group`, its capabilities, and its
+//! seccomp filters compiled (`seccomp`). The child applies them (`process::sys::Credentials`).
+//! What cannot be enforced here refuses the run, by container and field.
+//!
+//! Groups, as containerd's CRI: the primary gid (`runAsGroup`, else the user's in
+//! `/etc/passwd`, else 0), with `supplementalGroupsPolicy: Merge` the groups of
+//! `/etc/group` that list the user's name, then `fsGroup` and `supplementalGroups`.
+
+pub mod seccomp;
+pub mod users;
+
+use std::path::{Path, PathBuf};
+
+use podvisor_core::seccomp::{Profile, Target};
+use podvisor_core::security::{CapSet, GroupsPolicy, ImageUser, Seccomp, SecurityPlan};
+
+use crate::cgroup::Unenforceable;
+use crate::process::sys::{self, Credentials};
+
+/// What the host is, for the credentials podvisor can give.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// podvisor runs as root.
+    pub root: bool,
+    /// Without root, containers are made in user namespaces (uid 0 inside is this user).
+    pub user_namespaces: bool,
+    /// `/proc/sys/kernel/cap_last_cap`.
+    pub cap_last: u32,
+    /// The kernel's (major, minor).
+    pub kernel: (u32, u32),
+    /// Where `Localhost` seccomp profiles are (`--seccomp-profile-root`).
+    pub seccomp_profiles: PathBuf,
+}
+
+impl Host {
+    /// This host, with `Localhost` profiles under `seccomp_profiles`.
+    pub fn this(user_namespaces: bool, seccomp_profiles: PathBuf) -> Host {
+        Host {
+            root: sys::getuid() == 0,
+            user_namespaces,
+            cap_last: cap_last(),
+            kernel: kernel_version(),
+            seccomp_profiles,
+        }
+    }
+}
+
+/// The highest capability this kernel knows.
+pub fn cap_last() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+/// The capabilities this process holds (`CapEff` in `/proc/self/status`).
+pub fn held_capabilities() -> CapSet {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    CapSet(eff)
+}
+
+/// The kernel's (major, minor), from `/proc/sys/kernel/osrelease`.
+fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Where `Localhost` seccomp profiles are by default: `/etc/podvisor/seccomp` for root,
+/// `$XDG_CONFIG_HOME/podvisor/seccomp` (`~/.config/podvisor/seccomp`) for others.
+pub fn default_seccomp_profiles() -> PathBuf {
+    if sys::getuid() == 0 {
+        return PathBuf::from("/etc/podvisor/seccomp");
+    }
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".config")
+        });
+    config.join("podvisor/seccomp")
+}
+
+/// Container `name`'s credentials on the root `root` (whose `/etc` names its users), for a
+/// root that runs it as `image` when the plan names no user.
+pub fn credentials(
+    name: &str,
+    plan: &SecurityPlan,
+    root: &Path,
+    image: &ImageUser,
+    host: &Host,
+) -> Result<Credentials, Unenforceable> {
+    let refuse = |field: &'static str, needs: &'static str, why: String| Unenforceable {
+        container: name.to_string(),
+        field,
+        needs,
+        why,
+    };
+    let users = users::users(root);
+    let uid = match (plan.run_as_user, image.uid) {
+        (Some(uid), _) => uid,
+        (None, Some(uid)) => uid.clamp(0, i64::from(u32::MAX)) as u32,
+        (None, None) => match users.iter().find(|u| u.name == image.name) {
+            Some(u) => u.uid,
+            None => {
+                let why = format!("no user {:?} in {}/etc/passwd", image.name, root.display());
+                return Err(refuse("user", "the image's user", why));
+            }
+        },
+    };
+    let user = users.iter().find(|u| u.uid == uid);
+    let gid = plan.run_as_group.or(user.map(|u| u.gid)).unwrap_or(0);
+    let mut groups = vec![gid];
+    if plan.groups_policy == GroupsPolicy::Merge {
+        if let Some(u) = user {
+            let member = users::groups(root)
+                .into_iter()
+                .filter(|g| g.name != u.name && g.members.contains(&u.name));
+            groups.extend(member.map(|g| g.gid));
+        }
+    }
+    groups.extend(&plan.supplemental_groups);
+    let mut seen = Vec::new();
+    groups.retain(|g| {
+        let new = !seen.contains(g);
+        seen.push(*g);
+        new
+    });
+    let cap_last = host.cap_last;
+    let capabilities = plan.capabilities.0 & CapSet::all(cap_last).0;
+    let change_identity = host.root || host.user_namespaces;
+    if !host.root {
+        let (my_uid, my_gid) = (sys::getuid(), sys::getgid());
+        // In a user namespace of its own, root inside is this user outside.
+        let (want_uid, want_gid) = if host.user_namespaces {
+            (0, 0)
+        } else {
+            (my_uid, my_gid)
+        };
+        if uid != want_uid || gid != want_gid {
+            return Err(refuse(
+                "securityContext.runAsUser",
+                "another user",
+                format!(
+                    "podvisor runs as uid {my_uid} without root: containers run as {} (mapping other users through /etc/subuid and newuidmap is not implemented)",
+                    if host.user_namespaces { "root of their own user namespace" } else { "this user" }
+                ),
+            ));
+        }
+    }
+    let seccomp = filters(name, plan, host, CapSet(capabilities))?;
+    Ok(Credentials {
+        uid,
+        gid,
+        groups,
+        capabilities: if change_identity { capabilities } else { 0 },
+        cap_last,
+        change_identity,
+        no_new_privs: plan.no_new_privs,
+        seccomp,
+    })
+}
+
+/// The seccomp filters of a container whose bounding set is `caps`.
+fn filters(
+    name: &str,
+    plan: &SecurityPlan,
+    host: &Host,
+    caps: CapSet,
+) -> Result<Vec<Vec<sys::BpfInstruction>>, Unenforceable> {
+    let refuse = |why: String| Unenforceable {
+        container: name.to_string(),
+        field: "securityContext.seccompProfile",
+        needs: "its seccomp profile",
+        why,
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let profile = match &plan.seccomp {
+        Seccomp::Unconfined => return Ok(Vec::new()),
+        Seccomp::RuntimeDefault => podvisor_core::seccomp::runtime_default(arch),
+        Seccomp::Localhost(file) => {
+            let path = host.seccomp_profiles.join(file);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+            serde_json::from_str::<Profile>(&text)
+                .map_err(|e| refuse(format!("{}: not a seccomp profile: {e}", path.display())))?
+        }
+    };
+    let caps: Vec<String> = caps.names().iter().map(|c| format!("CAP_{c}")).collect();
+    let target = Target {
+        caps: &caps,
+        arch,
+        kernel: host.kernel,
+    };
+    seccomp::compile(&profile.resolve(&target)).map_err(|e| refuse(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> Host {
+        Host {
+            root: true,
+            user_namespaces: false,
+            cap_last: 40,
+            kernel: (6, 1),
+            seccomp_profiles: PathBuf::from("/nonexistent"),
+        }
+    }
+
+    #[test]
+    fn users_and_groups_as_containerd_resolves_them() {
+        let dir = std::env::temp_dir().join(format!("podvisor-creds-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("etc")).unwrap();
+        std::fs::write(
+            dir.join("etc/passwd"),
+            "root:x:0:0::/:/bin/sh\nweb:x:1000:1001::/:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("etc/group"),
+            "web:x:1001:\naudio:x:29:web\nvideo:x:44:\n",
+        )
+        .unwrap();
+        let mut plan = SecurityPlan {
+            run_as_user: Some(1000),
+            supplemental_groups: vec![2000, 29],
+            ..SecurityPlan::default()
+        };
+        let c = credentials("app", &plan, &dir, &ImageUser::root(), &host()).unwrap();
+        assert_eq!(
+            (c.uid, c.gid, c.groups.clone()),
+            (1000, 1001, vec![1001, 29, 2000])
+        );
+        assert_eq!(c.capabilities, CapSet::runtime_default().0);
+        plan.groups_policy = GroupsPolicy::Strict;
+        plan.run_as_group = Some(3000);
+        let c = credentials("app", &plan, &dir, &ImageUser::root(), &host()).unwrap();
+        assert_eq!((c.gid, c.groups), (3000, vec![3000, 2000, 29]));
+        // A uid the root does not know: gid 0.
+        plan.run_as_user = Some(4242);
+        plan.run_as_group = None;
+        let c = credentials("app", &plan, &dir, &ImageUser::root(), &host()).unwrap();
+        assert_eq!((c.uid, c.gid), (4242, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_localhost_profile_that_is_missing_refuses_the_run() {
+        let plan = SecurityPlan {
+            seccomp: Seccomp::Localhost("profiles/audit.json".into()),
+            ..SecurityPlan::default()
+        };
+        let e = credentials("app", &plan, Path::new("/"), &ImageUser::root(), &host()).unwrap_err();
+        assert!(
+            e.to_string().contains("/nonexistent/profiles/audit.json"),
+            "{e}"
+        );
+    }
+}
