@@ -165,7 +165,7 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
             .and_then(|m| m.annotations.clone())
             .or_else(|| w.metadata.annotations.clone())
             .unwrap_or_default(),
-        spec: w.spec.clone(),
+        spec: serde_json::to_value(&w.spec).unwrap_or_default(),
         images: w
             .spec
             .init_containers

@@ -11,8 +11,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod as K8sPod, PodCondition, PodIP, PodSpec,
-    PodStatus,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod as K8sPod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use podvisor_core::clock::Instant;
@@ -28,8 +27,9 @@ pub struct PodInfo {
     pub uid: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    /// The pod spec as the manifest gave it.
-    pub spec: PodSpec,
+    /// The pod spec as the manifest gave it, as JSON: the supervisor only hands it on (the
+    /// API types' code for a whole spec would stay resident in it for nothing).
+    pub spec: serde_json::Value,
     /// Each container's image, in the core's container order.
     pub images: Vec<String>,
     pub created: SystemTime,
@@ -144,9 +144,24 @@ pub fn pod(
     };
     K8sPod {
         metadata: metadata(pod, info),
-        spec: Some(info.spec.clone()),
+        spec: None,
         status: Some(status),
     }
+}
+
+/// `pod` as one line of JSON in kubectl's order, with `spec` (which `pod` leaves out).
+pub fn pod_json(pod: &K8sPod, spec: &serde_json::Value) -> String {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(pod) else {
+        return String::new();
+    };
+    let mut out = serde_json::Map::new();
+    for (k, v) in fields {
+        if k == "status" {
+            out.insert("spec".into(), spec.clone());
+        }
+        out.insert(k, v);
+    }
+    serde_json::Value::Object(out).to_string()
 }
 
 /// The manifest's metadata, with podvisor's own annotations (docs/state.md): each staged

@@ -157,7 +157,7 @@ impl Supervisor {
                 );
             }
         }
-        serde_json::to_string(&pod).unwrap_or_default()
+        status::pod_json(&pod, &self.info.spec)
     }
 
     /// After a step with events: condition transition times, and the status watchers.
