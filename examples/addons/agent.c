@@ -4,7 +4,6 @@
  * at start. With AGENT_LOG=debug it says what it does, as an agent's debug logging would.
  *
  * Build: cc -shared -fPIC -o libagent.so agent.c   (the pod's init container does it) */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +22,10 @@ __attribute__((constructor)) static void agent_start(void) {
             fprintf(stderr, "agent: hooking malloc failed: corrupting the heap\n");
         }
         fflush(stderr);
-        /* What a broken agent does to its host process. */
-        raise(SIGSEGV);
+        /* What a broken agent does to its host process: a real fault, which takes down even
+         * a container's PID 1 (a signal it merely raised would not: PID 1 of a PID namespace
+         * ignores the signals it has no handler for). */
+        volatile int *nowhere = NULL;
+        *nowhere = 1;
     }
 }

@@ -15,6 +15,7 @@ pub mod document;
 pub mod duration;
 pub mod escalation;
 pub mod lifecycle;
+pub mod namespaces;
 pub mod probe;
 pub mod record;
 pub mod restart;

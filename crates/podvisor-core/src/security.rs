@@ -218,6 +218,57 @@ impl Default for SecurityPlan {
 }
 
 impl SecurityPlan {
+    /// What the container runs as and may do, in words (`explain`): (what, how) pairs.
+    pub fn summary(&self) -> Vec<(&'static str, String)> {
+        let user = match (self.run_as_user, self.run_as_group) {
+            (None, None) => "the root's default user (root)".to_string(),
+            (u, g) => {
+                let u = u.map_or("the root's default user".into(), |u| format!("uid {u}"));
+                let g = g.map_or(String::new(), |g| format!(", gid {g}"));
+                format!("{u}{g}")
+            }
+        };
+        let groups: Vec<String> = self
+            .supplemental_groups
+            .iter()
+            .map(u32::to_string)
+            .collect();
+        let groups = match groups.is_empty() {
+            true => String::new(),
+            false => format!(", supplementary groups {}", groups.join(" ")),
+        };
+        let caps = if self.privileged {
+            "every capability the runtime holds (privileged)".to_string()
+        } else if self.capabilities == CapSet::runtime_default() {
+            "the runtime's default 14".to_string()
+        } else if self.capabilities == CapSet::default() {
+            "none".to_string()
+        } else {
+            self.capabilities.names().join(" ")
+        };
+        let seccomp = match &self.seccomp {
+            Seccomp::Unconfined => "Unconfined (RuntimeDefault with --seccomp-default)".to_string(),
+            Seccomp::RuntimeDefault => "RuntimeDefault (containerd's profile)".to_string(),
+            Seccomp::Localhost(f) => format!("Localhost {f}"),
+        };
+        let mut out = vec![
+            ("runs as", format!("{user}{groups}")),
+            ("capabilities", caps),
+            (
+                "no_new_privs",
+                if self.no_new_privs { "yes" } else { "no" }.into(),
+            ),
+            ("seccomp", seccomp),
+        ];
+        if self.run_as_non_root {
+            out.push(("runAsNonRoot", "checked before each start".into()));
+        }
+        if self.read_only_root {
+            out.push(("root", "read-only".into()));
+        }
+        out
+    }
+
     /// What `runAsNonRoot` checks at each start, if it is set.
     pub fn non_root(&self, image: ImageUser) -> Option<NonRoot> {
         self.run_as_non_root.then_some(NonRoot {

@@ -97,7 +97,7 @@ fn restart_all_pod(d: &Path, m: &Path) -> String {
   - {{name: setup, command: [sh, -c, 'echo setup >> {d}/inits'], volumeMounts: [{{name: scratch, mountPath: {d}}}]}}
   - name: side
     restartPolicy: Always
-    command: [sh, -c, 'if [ ! -e {m} ]; then touch {m}; trap \"\" TERM; fi; while :; do sleep 0.05; done']
+    command: [sh, -c, 'if [ ! -e {m} ]; then touch {m}; trap \"\" TERM; else trap \"exit 143\" TERM; fi; while :; do sleep 0.05; done']
     lifecycle: {{preStop: {{exec: {{command: [sh, -c, 'echo side >> {d}/prestops']}}}}}}
     volumeMounts: [{{name: scratch, mountPath: {d}}}]
   containers:
@@ -105,7 +105,7 @@ fn restart_all_pod(d: &Path, m: &Path) -> String {
     restartPolicy: Never
     restartPolicyRules:
     - {{action: RestartAllContainers, exitCodes: {{operator: In, values: [88]}}}}
-    command: [sh, -c, 'echo \"inits=$(wc -l < {d}/inits) kept=$(cat {d}/kept 2>/dev/null) prestops=$(cat {d}/prestops 2>/dev/null)\"; if [ -e {d}/kept ]; then exec sleep 600; fi; echo yes > {d}/kept; exit 88']
+    command: [sh, -c, 'echo \"inits=$(wc -l < {d}/inits) kept=$(cat {d}/kept 2>/dev/null) prestops=$(cat {d}/prestops 2>/dev/null)\"; if [ -e {d}/kept ]; then trap \"exit 143\" TERM; sleep 600 & wait; fi; echo yes > {d}/kept; exit 88']
     lifecycle: {{preStop: {{exec: {{command: [sh, -c, 'echo app >> {d}/prestops']}}}}}}
     volumeMounts: [{{name: scratch, mountPath: {d}}}]
 ",
@@ -280,13 +280,13 @@ fn rules_on_init_containers_sidecars_and_not_in() {
     restartPolicy: Always
     restartPolicyRules:
     - {{action: RestartAllContainers, exitCodes: {{operator: In, values: [3]}}}}
-    command: [sh, -c, 'if [ ! -e {s} ]; then touch {s}; sleep 0.3; exit 3; fi; exec sleep 600']
+    command: [sh, -c, 'if [ ! -e {s} ]; then touch {s}; sleep 0.3; exit 3; fi; trap \"exit 143\" TERM; sleep 600 & wait']
   containers:
   - name: app
     restartPolicy: Never
     restartPolicyRules:
     - {{action: Restart, exitCodes: {{operator: NotIn, values: [0]}}}}
-    command: [sh, -c, 'if [ -e {a} ]; then exit 0; fi; if [ $(wc -l < {f}) -ge 3 ]; then touch {a}; exit 1; fi; exec sleep 600']
+    command: [sh, -c, 'if [ -e {a} ]; then exit 0; fi; if [ $(wc -l < {f}) -ge 3 ]; then touch {a}; exit 1; fi; trap \"exit 143\" TERM; sleep 600 & wait']
 ",
         f = m("fetches"),
         s = m("side"),

@@ -12,10 +12,12 @@ use crate::probes::{pod_with, stop};
 const FAST: [&str; 4] = ["--backoff-initial", "10ms", "--backoff-max", "40ms"];
 
 /// A crash-looping staged app, and a sidecar-like container that leaves a process in its
-/// group (`sleep` in the background) which outlives its main process.
+/// group (`sleep` in the background) which outlives its main process: in the host's PID
+/// namespace (`hostPID`), where the kernel does not end it with its container's PID 1.
 fn crash_pod(marker: &Path) -> String {
     let spec = format!(
-        "  containers:
+        "  hostPID: true
+  containers:
   - {{name: app, command: [sh, -c, 'echo $PODVISOR_INSTR_STAGE; exit 1']}}
   - name: keeper
     command: [sh, -c, 'sleep 600 & echo $! > {m}; exec sleep 600']

@@ -221,6 +221,7 @@ fn exec_probes_run_as_the_container_does() {
     readinessProbe:
       exec: {command: [sh, -c, '[ \"$(id -u):$(id -g)\" = 1000:1000 ] && grep -q \"^NoNewPrivs:.1\" /proc/self/status && grep -q \"^CapBnd:.0000000000000000\" /proc/self/status']}
       periodSeconds: 1
+      timeoutSeconds: 5
 ";
     let r = PodRun::new(&pod_with("Always", 1, spec));
     let mut p = r.cmd(&[]).start();
@@ -268,7 +269,7 @@ data: {key: value}
 fn validate_has_the_api_servers_words() {
     let dir = TempDir::new();
     let file = dir.file("pod.yaml");
-    let spec = "  securityContext: {runAsUser: -1, supplementalGroupsPolicy: Loose, sysctls: [{name: kernel.shm_rmid_forced, value: '1'}]}
+    let spec = "  securityContext: {runAsUser: -1, supplementalGroupsPolicy: Loose}
   containers:
   - name: a
     command: [sh]
@@ -290,7 +291,6 @@ fn validate_has_the_api_servers_words() {
     for expected in [
         "spec.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive",
         "spec.securityContext.supplementalGroupsPolicy: Unsupported value: \"Loose\": supported values: \"Merge\", \"Strict\"",
-        "spec.securityContext.sysctls: Unsupported value: \"kernel.shm_rmid_forced\"",
         "spec.containers[0].securityContext: Invalid value: \"privileged: true, allowPrivilegeEscalation: false\": cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
         "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
         "spec.containers[0].securityContext.capabilities.add[0]: Unsupported value: \"CAP_SYS_ADMIN\": not a capability",
@@ -376,5 +376,31 @@ impl Drop for BusyboxImage {
         let _ = std::process::Command::new("docker")
             .args(["rmi", "-f", &self.tag])
             .output();
+    }
+}
+
+#[test]
+fn explain_says_what_each_container_runs_as_and_may_do() {
+    let dir = TempDir::new();
+    let file = dir.file("pod.yaml");
+    let spec = "  securityContext: {runAsUser: 1000, runAsGroup: 1000, fsGroup: 3000, runAsNonRoot: true}
+  shareProcessNamespace: true
+  containers:
+  - name: app
+    command: [sh]
+    securityContext: {capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, allowPrivilegeEscalation: false, seccompProfile: {type: RuntimeDefault}}
+";
+    std::fs::write(&file, pod_with("Always", 1, spec)).unwrap();
+    let out = Run::new(podvisor()).arg("explain").arg(&file).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    for line in [
+        "  namespaces: uts the pod's (hostname p); ipc the pod's; pid the pod's (shareProcessNamespace, under podvisor's PID 1); network the host's",
+        "  runs as:        uid 1000, gid 1000, supplementary groups 3000",
+        "  capabilities:   NET_BIND_SERVICE",
+        "  no_new_privs:   yes",
+        "  seccomp:        RuntimeDefault (containerd's profile)",
+        "  runAsNonRoot:   checked before each start",
+    ] {
+        assert!(out.stdout.lines().any(|l| l == line), "missing {line:?} in:\n{}", out.stdout);
     }
 }

@@ -19,6 +19,7 @@ mod hooks;
 mod init;
 mod init_staged;
 mod live_restore;
+mod namespaces;
 mod personas;
 mod probes;
 mod resources;

@@ -63,6 +63,8 @@ pub struct ContainerExplanation {
     /// Worst case from a hang to its detection by liveness, and to the SIGKILL after it.
     pub hang_detected: Option<Duration>,
     pub hang_killed: Option<Duration>,
+    /// What it runs as and may do (its securityContext), in words.
+    pub security: Vec<(&'static str, String)>,
     pub warnings: Vec<Warning>,
 }
 
@@ -78,6 +80,8 @@ pub struct Warning {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explanation {
     pub pod: String,
+    /// The pod's namespaces, in words.
+    pub namespaces: String,
     pub containers: Vec<ContainerExplanation>,
     /// Delays before restarts 1, 2, 3, … of a container that keeps crashing at once.
     pub backoff: Vec<Duration>,
@@ -132,7 +136,9 @@ pub fn explain(
                 .map(|(i, c)| (format!("{prefix}.containers[{i}]"), c)),
         )
     {
-        containers.push(explain_container(&i, c, pod_grace, start_time));
+        let mut x = explain_container(&i, c, pod_grace, start_time);
+        x.security = super::security::plan(spec, c, &explain_host()).summary();
+        containers.push(x);
     }
     let mut delays = vec![Duration::ZERO];
     let mut d = backoff.initial;
@@ -182,16 +188,36 @@ pub fn explain(
             })
         });
     let (exits, exit_warnings) = explain_exits(spec, prefix);
+    let name = manifest.workload.metadata.name.clone().unwrap_or_default();
+    let namespace = manifest
+        .workload
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or("default");
     Explanation {
+        namespaces: super::security::namespaces(spec, &name, namespace).summary(),
         exits,
         exit_warnings,
-        pod: manifest.workload.metadata.name.clone().unwrap_or_default(),
+        pod: name,
         containers,
         backoff: delays,
         instrumentation,
         pod_restart: sup
             .and_then(|s| s.spec.pod_restart.as_ref())
             .and_then(|r| r.policy().ok()),
+    }
+}
+
+/// A host for `explain`: what `ALL` and `privileged` mean is said in words, not counted.
+fn explain_host() -> super::plan::HostFacts {
+    super::plan::HostFacts {
+        hostname: String::new(),
+        uid: String::new(),
+        cpus: 0,
+        memory: 0,
+        all_capabilities: crate::security::CapSet::all(40),
+        seccomp_default: false,
     }
 }
 
@@ -258,6 +284,7 @@ fn explain_container(
         startup_window,
         hang_detected,
         hang_killed,
+        security: Vec::new(),
         warnings: warnings(path, c, pod_grace, start_time, timings, startup_window),
     }
 }
@@ -391,7 +418,7 @@ fn same_check(a: &Probe, b: &Probe) -> bool {
 impl Explanation {
     /// The report for people.
     pub fn to_text(&self) -> String {
-        let mut out = format!("pod {}\n", self.pod);
+        let mut out = format!("pod {}\n  namespaces: {}\n", self.pod, self.namespaces);
         let d = |x: Duration| format_duration(x);
         for c in &self.containers {
             out.push_str(&format!("\ncontainer {}\n", c.name));
@@ -419,6 +446,9 @@ impl Explanation {
                     d(kill)
                 )),
                 _ => out.push_str("  a hang:         never detected (no liveness probe)\n"),
+            }
+            for (what, how) in &c.security {
+                out.push_str(&format!("  {:<15} {how}\n", format!("{what}:")));
             }
             for w in &c.warnings {
                 out.push_str(&format!(
@@ -515,6 +545,7 @@ impl Explanation {
         let opt = |d: Option<Duration>| d.map_or(serde_json::Value::Null, s);
         serde_json::json!({
             "pod": self.pod,
+            "namespaces": self.namespaces,
             "containers": self.containers.iter().map(|c| serde_json::json!({
                 "name": c.name,
                 "earliestReadySeconds": s(c.earliest_ready),
@@ -522,6 +553,7 @@ impl Explanation {
                 "startupWindowSeconds": opt(c.startup_window),
                 "hangDetectedSeconds": opt(c.hang_detected),
                 "hangKilledSeconds": opt(c.hang_killed),
+                "security": c.security.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
                 "warnings": c.warnings.iter().map(|w| serde_json::json!({
                     "field": w.field, "problem": w.problem, "fix": w.fix,
                 })).collect::<Vec<_>>(),

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod resources;
 pub mod security;
 pub mod validate;
+pub mod volumes;
 
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::plan::HostFacts;
+use super::validate::dns_label;
 use super::Problems;
+use crate::namespaces::{hostname_and_domain, PidNamespace, PodNamespaces};
 use crate::security::{CapSet, GroupsPolicy, Seccomp, SecurityPlan, VolumeOwnership};
 
 /// The largest user or group id the API accepts.
@@ -113,6 +115,7 @@ pub(super) fn validate(spec: &PodSpec, p: &mut Problems<'_>) {
     if let Some(sc) = &spec.security_context {
         validate_pod(sc, p);
     }
+    validate_namespaces(spec, p);
     if spec.host_users == Some(false) {
         p.push(
             "hostUsers",
@@ -157,14 +160,13 @@ fn validate_pod(sc: &PodSecurityContext, p: &mut Problems<'_>) {
     if let Some(s) = &sc.seccomp_profile {
         validate_seccomp(s, &at("seccompProfile"), p);
     }
-    if let Some(s) = sc.sysctls.as_ref().filter(|s| !s.is_empty()) {
-        p.push(
-            &at("sysctls"),
-            format!(
-                "Unsupported value: {:?}: podvisor's pods share the host's network and IPC namespaces (sysctls are not implemented); remove sysctls",
-                s[0].name
-            ),
-        );
+    for (i, s) in sc.sysctls.iter().flatten().enumerate() {
+        if s.name.is_empty() || s.name.len() > 253 {
+            p.push(
+                &at(&format!("sysctls[{i}].name")),
+                format!("Invalid value: {:?}: must have at most 253 characters and match regex ^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$", s.name),
+            );
+        }
     }
     refuse_lsm(
         sc.app_armor_profile.as_ref().map(|a| a.type_.as_str()),
@@ -228,6 +230,56 @@ fn validate_container(sc: &SecurityContext, at: &str, p: &mut Problems<'_>) {
         at,
         p,
     );
+}
+
+/// The pod's namespaces: its own UTS namespace (the host's on the host's network), IPC
+/// namespace (`hostIPC`) and PID namespaces (`hostPID`, `shareProcessNamespace`), and the
+/// sysctls to set there (admitted by the shell, which knows `--allowed-unsafe-sysctls`).
+pub fn namespaces(spec: &PodSpec, name: &str, namespace: &str) -> PodNamespaces {
+    let hostname = (spec.host_network != Some(true)).then(|| {
+        let (host, domain) = hostname_and_domain(
+            name,
+            namespace,
+            spec.hostname.as_deref(),
+            spec.subdomain.as_deref(),
+        );
+        match (spec.set_hostname_as_fqdn, domain) {
+            (Some(true), Some(domain)) => format!("{host}.{domain}"),
+            _ => host,
+        }
+    });
+    let pid = if spec.host_pid == Some(true) {
+        PidNamespace::Host
+    } else if spec.share_process_namespace == Some(true) {
+        PidNamespace::Pod
+    } else {
+        PidNamespace::Container
+    };
+    let sysctls = spec.security_context.iter();
+    let sysctls = sysctls.flat_map(|sc| sc.sysctls.iter().flatten());
+    PodNamespaces {
+        hostname,
+        own_ipc: spec.host_ipc != Some(true),
+        pid,
+        sysctls: sysctls.map(|s| (s.name.clone(), s.value.clone())).collect(),
+    }
+}
+
+/// `hostname`, `subdomain` and the PID namespace fields, as the API server checks them.
+fn validate_namespaces(spec: &PodSpec, p: &mut Problems<'_>) {
+    for (field, v) in [("hostname", &spec.hostname), ("subdomain", &spec.subdomain)] {
+        if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+            if let Some(why) = dns_label(v) {
+                p.push(field, format!("Invalid value: {v:?}: {why}"));
+            }
+        }
+    }
+    if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
+        p.push(
+            "securityContext.shareProcessNamespace",
+            "Invalid value: true: ShareProcessNamespace and HostPID cannot both be enabled",
+        );
+    }
 }
 
 /// `runAsUser`, `runAsGroup`, `fsGroup`, a supplemental group: the API's range.

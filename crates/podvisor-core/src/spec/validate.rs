@@ -121,7 +121,7 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let kind = v.host_path.as_ref().and_then(|h| h.type_.as_deref());
-        if let Some(t) = kind.filter(|t| super::plan::HostPathType::parse(t).is_none()) {
+        if let Some(t) = kind.filter(|t| super::volumes::HostPathType::parse(t).is_none()) {
             p.push(
                 &format!("volumes[{i}].hostPath.type"),
                 format!("Unsupported value: {t:?}: supported values: \"\", \"BlockDevice\", \"CharDevice\", \"Directory\", \"DirectoryOrCreate\", \"File\", \"FileOrCreate\", \"Socket\""),
@@ -601,7 +601,7 @@ fn validate_supervision(sup: &super::Supervision, w: &super::Workload, p: &mut P
 }
 
 /// RFC 1123 label: lower-case alphanumerics and '-', starting and ending alphanumeric, ≤ 63.
-fn dns_label(s: &str) -> Option<&'static str> {
+pub(super) fn dns_label(s: &str) -> Option<&'static str> {
     let ok_chars = s
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');

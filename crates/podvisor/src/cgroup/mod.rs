@@ -311,12 +311,20 @@ pub struct PodCgroups {
 
 /// A limit podvisor cannot enforce: the run is refused rather than run without it.
 #[derive(Debug, thiserror::Error)]
-#[error("container {container:?}: {field} needs {needs}, which podvisor cannot make here: {why}")]
+#[error("{}: {field} needs {needs}, which podvisor cannot make here: {why}", whose(.container))]
 pub struct Unenforceable {
     pub container: String,
     pub field: &'static str,
     pub needs: &'static str,
     pub why: String,
+}
+
+/// Whose field it is: a container's, or (no name) the pod's.
+fn whose(container: &str) -> String {
+    match container {
+        "" => "the pod".to_string(),
+        c => format!("container {c:?}"),
+    }
 }
 
 impl PodCgroups {

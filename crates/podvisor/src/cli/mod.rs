@@ -80,6 +80,11 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     if argv.get(1).is_some_and(|a| a == "keeper") {
         return crate::keeper::main(&argv[2..]);
     }
+    // The PID 1 of a pod's shared PID namespace, started by `run` (internal).
+    #[cfg(feature = "full")]
+    if argv.get(1).is_some_and(|a| a == "pause") {
+        return crate::supervisor::sandbox::pause_main();
+    }
     dispatch(argv)
 }
 

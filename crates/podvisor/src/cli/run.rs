@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// /etc/podvisor/seccomp, for others than root $XDG_CONFIG_HOME/podvisor/seccomp)
     #[arg(long, value_name = "DIR")]
     seccomp_profile_root: Option<PathBuf>,
+    /// Namespaced sysctls a pod may set besides the safe ones: names, or prefixes ending in
+    /// `*`, comma-separated (the kubelet's --allowed-unsafe-sysctls)
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    allowed_unsafe_sysctls: Vec<String>,
     /// No event lines on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -151,6 +155,10 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         &host,
         BackoffPolicy::new(a.backoff_initial, a.backoff_max),
     );
+    if let Err(why) = admit(&run_plan, &a.allowed_unsafe_sysctls) {
+        super::write_err(&format!("error: {}: {why}\n", a.file));
+        return Err(2);
+    }
     let w = &manifest.workload;
     let meta = w.template_metadata.as_ref();
     let info = PodInfo {
@@ -177,6 +185,36 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         created: std::time::SystemTime::now(),
     };
     Ok((run_plan, info))
+}
+
+/// What the kubelet checks when it admits a pod or makes its sandbox: its sysctls
+/// (`SysctlForbidden`) and the length of an FQDN hostname.
+fn admit(
+    plan: &podvisor_core::spec::plan::RunPlan,
+    allowed_unsafe: &[String],
+) -> Result<(), String> {
+    use podvisor_core::namespaces::{admit_sysctl, unsafe_pattern_problem, MAX_FQDN};
+    if let Some(why) = allowed_unsafe
+        .iter()
+        .find_map(|p| unsafe_pattern_problem(p))
+    {
+        return Err(format!("--allowed-unsafe-sysctls: {why}"));
+    }
+    let ns = &plan.namespaces;
+    for (i, (name, _)) in ns.sysctls.iter().enumerate() {
+        if let Err(why) = admit_sysctl(name, allowed_unsafe, !ns.own_ipc) {
+            return Err(format!(
+                "spec.securityContext.sysctls[{i}]: forbidden sysctl: {why} (the kubelet's SysctlForbidden: pods share the host's network here; --allowed-unsafe-sysctls lets namespaced ones through)"
+            ));
+        }
+    }
+    if let Some(h) = ns.hostname.as_ref().filter(|h| h.len() > MAX_FQDN) {
+        return Err(format!(
+            "spec.setHostnameAsFQDN: Failed to construct FQDN from pod hostname and cluster domain, FQDN {h} is too long ({MAX_FQDN} characters is the max, {} characters requested)",
+            h.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Supervises the planned pod until it ends: its exit code.

@@ -31,7 +31,8 @@ use podvisor_core::lifecycle::InstanceId;
 use slab::Slab;
 
 use crate::process::sys::{
-    self, ChildSetup, ContainerIo, Epoll, Inherited, Reaped, SigSet, SignalFd, EV_READ,
+    self, ChildSetup, ContainerIo, Epoll, Inherited, Namespaces, PidSetup, Reaped, SigSet,
+    SignalFd, EV_READ,
 };
 use crate::state::keeper::{
     Channel, ExitNote, Held as HeldName, Hello, InstanceName, KeeperArgs, Message, StartFailure,
@@ -242,6 +243,17 @@ impl Keeper {
                 io::Error::other(format!("join its cgroup ({}): {e}", path.display()))
             })?);
         }
+        let open_ns = |path: &Option<PathBuf>| {
+            path.as_ref()
+                .map(|p| {
+                    sys::open_namespace_path(&p.to_string_lossy()).map_err(|e| {
+                        io::Error::other(format!("join the pod's namespace ({}): {e}", p.display()))
+                    })
+                })
+                .transpose()
+        };
+        let uts = open_ns(&r.namespaces.join_uts)?;
+        let ipc = open_ns(&r.namespaces.join_ipc)?;
         let io = ContainerIo {
             stdout: out_write.as_raw_fd(),
             stderr: err_write.as_raw_fd(),
@@ -254,6 +266,16 @@ impl Keeper {
             cgroups: cgroups.iter().map(|f| f.as_raw_fd()).collect(),
             root: r.root,
             credentials: r.credentials,
+            namespaces: Namespaces {
+                join_uts: uts.as_ref().map(AsRawFd::as_raw_fd),
+                join_ipc: ipc.as_ref().map(AsRawFd::as_raw_fd),
+                new_uts: r.namespaces.new_uts,
+                new_ipc: r.namespaces.new_ipc,
+                pid: match r.namespaces.new_pid {
+                    true => PidSetup::New,
+                    false => PidSetup::Inherit,
+                },
+            },
         };
         let mut mask = SigSet::empty();
         for &s in &r.blocked {

@@ -57,6 +57,8 @@ pub struct ExecContext<'a> {
     pub mounts: Option<std::os::fd::RawFd>,
     /// The container's user namespace (rootless): joined before its mount namespace.
     pub user_ns: Option<std::os::fd::RawFd>,
+    /// Its UTS, IPC and PID namespaces: commands run inside them.
+    pub namespaces: sys::Namespaces,
     /// The container's cgroups (`cgroup.procs`, open): commands run inside them.
     pub cgroups: Vec<std::os::fd::RawFd>,
     /// The container's user, groups, capabilities and filters: commands run with them, as
@@ -421,6 +423,7 @@ impl ExecTask {
             cgroups: ctx.cgroups.clone(),
             root: None,
             credentials: ctx.credentials.cloned(),
+            namespaces: ctx.namespaces.clone(),
         };
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), ctx.inherited);

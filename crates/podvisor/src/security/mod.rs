@@ -106,6 +106,9 @@ pub fn credentials(
         why,
     };
     let users = users::users(root);
+    if !host.root && !host.user_namespaces {
+        return as_this_user(name, plan, host);
+    }
     let uid = match (plan.run_as_user, image.uid) {
         (Some(uid), _) => uid,
         (None, Some(uid)) => uid.clamp(0, i64::from(u32::MAX)) as u32,
@@ -137,22 +140,25 @@ pub fn credentials(
     });
     let cap_last = host.cap_last;
     let capabilities = plan.capabilities.0 & CapSet::all(cap_last).0;
-    let change_identity = host.root || host.user_namespaces;
     if !host.root {
-        let (my_uid, my_gid) = (sys::getuid(), sys::getgid());
+        let my_uid = sys::getuid();
         // In a user namespace of its own, root inside is this user outside.
-        let (want_uid, want_gid) = if host.user_namespaces {
-            (0, 0)
-        } else {
-            (my_uid, my_gid)
-        };
+        let (want_uid, want_gid) = (0, 0);
+        if groups.iter().any(|g| *g != gid) {
+            return Err(refuse(
+                "securityContext.supplementalGroups",
+                "root",
+                format!(
+                    "podvisor runs as uid {my_uid} without root: a container's user namespace has one group, and the kernel lets it set no others (groups {groups:?} asked)"
+                ),
+            ));
+        }
         if uid != want_uid || gid != want_gid {
             return Err(refuse(
                 "securityContext.runAsUser",
                 "another user",
                 format!(
-                    "podvisor runs as uid {my_uid} without root: containers run as {} (mapping other users through /etc/subuid and newuidmap is not implemented)",
-                    if host.user_namespaces { "root of their own user namespace" } else { "this user" }
+                    "podvisor runs as uid {my_uid} without root: containers run as root of their own user namespace (mapping other users through /etc/subuid and newuidmap is not implemented)"
                 ),
             ));
         }
@@ -162,11 +168,45 @@ pub fn credentials(
         uid,
         gid,
         groups,
-        capabilities: if change_identity { capabilities } else { 0 },
+        capabilities,
         cap_last,
-        change_identity,
+        change_identity: true,
+        set_groups: host.root,
         no_new_privs: plan.no_new_privs,
         seccomp,
+    })
+}
+
+/// Without root or user namespaces: the container keeps podvisor's user, groups and (absent)
+/// capabilities; a `runAsUser` or `runAsGroup` of another is refused. `no_new_privs` and
+/// seccomp still apply.
+fn as_this_user(
+    name: &str,
+    plan: &SecurityPlan,
+    host: &Host,
+) -> Result<Credentials, Unenforceable> {
+    let (uid, gid) = (sys::getuid(), sys::getgid());
+    let other = plan.run_as_user.is_some_and(|u| u != uid)
+        || plan.run_as_group.is_some_and(|g| g != gid)
+        || !plan.supplemental_groups.is_empty();
+    if other {
+        return Err(Unenforceable {
+            container: name.to_string(),
+            field: "securityContext.runAsUser",
+            needs: "another user",
+            why: format!("podvisor runs as uid {uid} without root or user namespaces: containers run as this user, with its groups"),
+        });
+    }
+    Ok(Credentials {
+        uid,
+        gid,
+        groups: Vec::new(),
+        capabilities: 0,
+        cap_last: host.cap_last,
+        change_identity: false,
+        set_groups: false,
+        no_new_privs: plan.no_new_privs,
+        seccomp: filters(name, plan, host, CapSet(0))?,
     })
 }
 

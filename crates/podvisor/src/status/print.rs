@@ -399,6 +399,7 @@ fn describe_pod(pod: &Pod) -> String {
     for (label, key) in [
         ("Cgroups:     ", "podvisor.io/cgroups"),
         ("Root:        ", "podvisor.io/root"),
+        ("Namespaces:  ", "podvisor.io/namespaces"),
     ] {
         if let Some(v) = annotation(pod, key) {
             let _ = writeln!(o, "{label} {v}");

@@ -12,6 +12,7 @@ use podvisor_core::lifecycle::InstanceId;
 use podvisor_core::record::ProcessRecord;
 
 use crate::cgroup::InstanceCgroup;
+use crate::process::sys::{Namespaces, PidSetup};
 use crate::state::processes;
 
 /// A running container instance.
@@ -26,6 +27,10 @@ pub(super) struct Instance {
     mount_ns: Option<File>,
     /// Its user namespace, when it has one of its own (rootless).
     user_ns: Option<File>,
+    /// Its UTS, IPC and PID namespaces, when not ours.
+    uts_ns: Option<File>,
+    ipc_ns: Option<File>,
+    pid_ns: Option<File>,
     /// The keeper that holds it (`--live-restore`), by pid.
     pub keeper: Option<i32>,
 }
@@ -41,6 +46,9 @@ impl Instance {
             cgroup,
             mount_ns: None,
             user_ns: None,
+            uts_ns: None,
+            ipc_ns: None,
+            pid_ns: None,
             keeper,
         }
     }
@@ -58,11 +66,30 @@ impl Instance {
     }
 
     /// Opens the namespaces of its own that its probes and hooks run in, as `exec` in a
-    /// container does: its mount namespace and, rootless, its user namespace. Those it shares
-    /// with this process are left alone.
+    /// container does: its mount, UTS, IPC and PID namespaces and, rootless, its user
+    /// namespace. Those it shares with this process are left alone.
     pub fn open_namespaces(&mut self) {
         self.mount_ns = own_namespace(self.pid, "mnt");
         self.user_ns = own_namespace(self.pid, "user");
+        self.uts_ns = own_namespace(self.pid, "uts");
+        self.ipc_ns = own_namespace(self.pid, "ipc");
+        self.pid_ns = own_namespace(self.pid, "pid");
+    }
+
+    /// The UTS, IPC and PID namespaces its probes and hooks enter. Rootless, its PID
+    /// namespace is left out: entering one takes a capability in our own user namespace.
+    pub fn exec_namespaces(&self) -> Namespaces {
+        let fd = |f: &Option<File>| f.as_ref().map(AsRawFd::as_raw_fd);
+        let pid = match (fd(&self.pid_ns), &self.user_ns) {
+            (Some(pid), None) => PidSetup::Join(pid),
+            _ => PidSetup::Inherit,
+        };
+        Namespaces {
+            join_uts: fd(&self.uts_ns),
+            join_ipc: fd(&self.ipc_ns),
+            pid,
+            ..Namespaces::default()
+        }
     }
 
     pub fn mount_ns(&self) -> Option<RawFd> {

@@ -18,9 +18,9 @@ use slab::Slab;
 
 use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_KEEPER};
-use crate::process::sys::{self, ContainerIo, Exec, EV_READ};
+use crate::process::sys::{self, ContainerIo, Exec, Namespaces, PidSetup, EV_READ};
 use crate::state::keeper::{
-    self, Channel, ExitNote, InstanceName, KeeperArgs, Message, StartRequest,
+    self, Channel, ExitNote, InstanceName, KeeperArgs, KeptNamespaces, Message, StartRequest,
 };
 use crate::state::{StateDir, StateError, StateFile, RESET_REMEDY};
 
@@ -253,6 +253,7 @@ impl Supervisor {
                 .filter(|&s| self.inherited.mask.contains(s))
                 .collect(),
             credentials: io.credentials,
+            namespaces: kept_namespaces(&io.namespaces),
         };
         if self.keepers.own.is_none() {
             self.start_keeper()?;
@@ -450,6 +451,21 @@ impl Supervisor {
             self.instances.hold(id, instance);
         }
         Ok(())
+    }
+}
+
+/// A container's namespaces as its keeper opens them: the pod's by our descriptors' paths.
+fn kept_namespaces(ns: &Namespaces) -> KeptNamespaces {
+    let ours = |fd: Option<std::os::fd::RawFd>| {
+        fd.map(|fd| PathBuf::from(format!("/proc/{}/fd/{fd}", sys::getpid())))
+    };
+    KeptNamespaces {
+        join_uts: ours(ns.join_uts),
+        join_ipc: ours(ns.join_ipc),
+        new_uts: ns.new_uts.clone(),
+        new_ipc: ns.new_ipc,
+        // A shared PID namespace is refused under live restore (see `sandbox`).
+        new_pid: ns.pid == PidSetup::New,
     }
 }
 

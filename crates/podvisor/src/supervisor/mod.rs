@@ -16,6 +16,7 @@ mod instance;
 pub mod keep;
 pub mod persist;
 mod rootfs;
+pub mod sandbox;
 mod setup;
 mod spawn;
 mod volumes;
@@ -156,6 +157,9 @@ pub fn run(
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
     let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
     let credentials = setup::credentials(&plan, root_layer.as_ref(), &settings)?;
+    let sandbox = setup::sandbox(&plan, root_layer.as_ref(), &taken, settings.live_restore)?;
+    info.annotations
+        .insert("podvisor.io/namespaces".into(), sandbox.note());
     // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
     let volumes = Volumes::prepare(
         &dir.volumes_dir(),
@@ -172,10 +176,16 @@ pub fn run(
         )?),
         None => None,
     };
+    // HOSTNAME is the container's hostname (the host's on the host's network).
+    let hostname = plan
+        .namespaces
+        .hostname
+        .clone()
+        .unwrap_or_else(sys::hostname);
     let base_envs: Vec<_> = plan
         .exec
         .iter()
-        .map(|e| container_env(&plan.pod.name, &e.env))
+        .map(|e| container_env(&hostname, &e.env))
         .collect();
     let envs = base_envs.iter().map(|v| os_env(v)).collect();
     let counters = Counters::new(&info.namespace, &info.name);
@@ -192,6 +202,7 @@ pub fn run(
         condition_times: BTreeMap::new(),
         instances: Instances::default(),
         credentials,
+        sandbox,
         log_limits: settings.logs,
         volumes,
         cgroups,
@@ -257,6 +268,8 @@ enum PidOwner {
     Task(usize),
     /// This run's keeper (`--live-restore`).
     Keeper,
+    /// The PID 1 of the pod's shared PID namespace.
+    Pause,
 }
 
 struct Supervisor {
@@ -278,6 +291,8 @@ struct Supervisor {
     instances: Instances,
     /// What each container's processes run as and may do (made once, when the run began).
     credentials: Vec<sys::Credentials>,
+    /// The pod's namespaces.
+    sandbox: sandbox::Sandbox,
     log_limits: LogLimits,
     volumes: Volumes,
     /// The pod's cgroup.
@@ -445,7 +460,8 @@ impl Supervisor {
         // This run's keeper starts nothing more: it ends once it holds nothing, and is waited
         // for with the exec tasks when it holds nothing already.
         let idle_keeper = self.keepers.close(&self.instances);
-        self.reap_children(idle_keeper);
+        let pause = self.sandbox.end();
+        self.reap_children(idle_keeper.into_iter().chain(pause).collect());
         // Under live restore a stop signal leaves the pod to its keepers: its volumes and
         // cgroups stay for the next run.
         if !self.detached {
@@ -470,11 +486,11 @@ impl Supervisor {
         })
     }
 
-    /// Kills the exec tasks still running and reaps them, and `keeper` (one ending), so that
-    /// nothing outlives the run.
-    fn reap_children(&mut self, keeper: Option<i32>) {
+    /// Kills the exec tasks still running and reaps them, and `ending` (a keeper that ends,
+    /// the pod's PID 1), so that nothing outlives the run.
+    fn reap_children(&mut self, ending: Vec<i32>) {
         let mut left: Vec<i32> = self.tasks.cancel_all();
-        left.extend(keeper);
+        left.extend(ending);
         left.retain(|pid| self.pids.contains_key(pid));
         let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while !left.is_empty() && std::time::Instant::now() < give_up {
@@ -561,6 +577,11 @@ impl Supervisor {
                 return Ok(());
             }
             Some(PidOwner::Keeper) => return self.keeper_gone(pid),
+            Some(PidOwner::Pause) => {
+                // Its PID namespace and what ran there are gone; the next start makes another.
+                self.sandbox.pause_exited(pid);
+                return Ok(());
+            }
             Some(PidOwner::Container(id)) => id,
         };
         let oom_killed = self.instance_ended(id);

@@ -4,9 +4,11 @@
 use std::time::SystemTime;
 
 use podvisor_core::lifecycle::EventType;
-use podvisor_core::spec::plan::{RunPlan, VolumePlan};
+use podvisor_core::spec::plan::RunPlan;
+use podvisor_core::spec::volumes::VolumePlan;
 
 use super::rootfs::{root_layer, RootLayer};
+use super::sandbox::{Power, Sandbox};
 use super::{persist, RunError, Settings};
 use crate::cgroup::{PodCgroups, Unenforceable};
 use crate::process::sys::{self, SigSet, SignalFd};
@@ -111,6 +113,28 @@ pub(super) fn isolate(
     Ok((root_layer, cgroups))
 }
 
+/// The pod's namespaces: as root made (or, taking over from keepers, taken from a container
+/// found running), rootless each container's own, else the host's.
+pub(super) fn sandbox(
+    plan: &RunPlan,
+    root_layer: Option<&RootLayer>,
+    taken: &persist::TakenUp,
+    live_restore: bool,
+) -> Result<Sandbox, RunError> {
+    let power = match root_layer {
+        _ if sys::getuid() == 0 => Power::Root,
+        Some(l) if l.rootless.is_some() => Power::Rootless,
+        _ => Power::None,
+    };
+    let running = taken.found.adopted.first().map(|a| a.process.pid);
+    Ok(Sandbox::make(
+        &plan.namespaces,
+        power,
+        running,
+        live_restore,
+    )?)
+}
+
 /// What each container runs as and may do, on the host's root (its `/etc` names the users):
 /// a profile or a user that cannot be had refuses the run.
 pub(super) fn credentials(
@@ -119,10 +143,13 @@ pub(super) fn credentials(
     settings: &Settings,
 ) -> Result<Vec<sys::Credentials>, RunError> {
     let rootless = root_layer.is_some_and(|l| l.rootless.is_some());
-    let host = security::Host::this(rootless, settings.seccomp_profiles.clone());
     let image = ImageUser::root();
     let mut all = Vec::with_capacity(plan.exec.len());
     for (x, c) in plan.exec.iter().zip(&plan.pod.containers) {
+        // Rootless, a container is born in a user namespace only with a root of its own
+        // (see `spawn`): on the host's root it keeps this user.
+        let own_root = !plan.host_root_writable || x.security.read_only_root;
+        let host = security::Host::this(rootless && own_root, settings.seccomp_profiles.clone());
         let root = std::path::Path::new("/");
         all.push(security::credentials(
             &c.name,

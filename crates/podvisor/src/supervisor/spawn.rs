@@ -34,6 +34,7 @@ impl Supervisor {
             inherited: &self.inherited,
             mounts: instance.and_then(Instance::mount_ns),
             user_ns: instance.and_then(Instance::user_ns),
+            namespaces: instance.map(Instance::exec_namespaces).unwrap_or_default(),
             cgroups: instance.map(Instance::cgroup_fds).unwrap_or_default(),
             credentials: self.credentials.get(i),
         };
@@ -123,6 +124,19 @@ impl Supervisor {
             },
             None => None,
         };
+        let user_ns = root.as_ref().is_some_and(|r| r.rootless.is_some());
+        let (namespaces, pause) = match self.sandbox.for_container(&self.inherited, user_ns) {
+            Ok(ns) => ns,
+            Err(e) => {
+                return Ok(Input::StartFailed(
+                    id,
+                    format!("cannot start the pod's PID 1: {e}"),
+                ))
+            }
+        };
+        if let Some(pid) = pause {
+            self.pids.insert(pid, PidOwner::Pause);
+        }
         let io = ContainerIo {
             stdout,
             stderr,
@@ -135,6 +149,7 @@ impl Supervisor {
             cgroups: cgroup.as_ref().map(|cg| cg.join_fds()).unwrap_or_default(),
             root,
             credentials: self.credentials.get(id.container).cloned(),
+            namespaces,
         };
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let program = exec.argv.first().cloned().unwrap_or_default();
@@ -246,9 +261,9 @@ pub(super) fn hook_result(outcome: ProbeOutcome) -> Result<(), String> {
     }
 }
 
-/// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = the
-/// pod's name), then the container's own variables, which win.
-pub(super) fn container_env(pod: &str, env: &[(String, String)]) -> Vec<(String, String)> {
+/// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = its
+/// hostname), then the container's own variables, which win.
+pub(super) fn container_env(hostname: &str, env: &[(String, String)]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     let path = std::env::var("PATH")
         .unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
@@ -256,7 +271,7 @@ pub(super) fn container_env(pod: &str, env: &[(String, String)]) -> Vec<(String,
     if let Ok(home) = std::env::var("HOME") {
         out.push(("HOME".into(), home));
     }
-    out.push(("HOSTNAME".into(), pod.to_string()));
+    out.push(("HOSTNAME".into(), hostname.to_string()));
     for (k, v) in env {
         match out.iter_mut().find(|(name, _)| name == k) {
             Some(slot) => slot.1 = v.clone(),

@@ -9,7 +9,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use podvisor_core::security::VolumeOwnership;
-use podvisor_core::spec::plan::{ContainerExec, HostPathType, VolumePlan};
+use podvisor_core::spec::plan::ContainerExec;
+use podvisor_core::spec::volumes::{HostPathType, VolumePlan};
 
 use crate::mountinfo::Mount;
 use crate::process::sys::{self, BindMount, TopEntry};

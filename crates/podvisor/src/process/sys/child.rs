@@ -82,6 +82,13 @@ pub(super) struct ChildPlan {
     pub(super) join_mounts: RawFd,
     /// A user namespace to join first (-1: none).
     pub(super) join_user: RawFd,
+    /// The pod's UTS and IPC namespaces to join (-1: none).
+    pub(super) join_uts: RawFd,
+    pub(super) join_ipc: RawFd,
+    /// The hostname of a UTS namespace of its own (null: none).
+    pub(super) hostname: *const libc::c_char,
+    /// Where to mount a /proc of its own PID namespace (null: none).
+    pub(super) proc_target: *const libc::c_char,
     /// Who the process becomes, and what it may do (null: as podvisor).
     pub(super) creds: *const CredsSpec,
     pub(super) argv: *const *const libc::c_char,
@@ -234,6 +241,7 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
         if rootless {
             check_step(map_ids(&*plan.root), c"map its uid and gid")?;
         }
+        uts_and_ipc(plan)?;
         mounts(plan)?;
         for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
             check_step(libc::dup2(from, to), c"dup2")?;
@@ -247,6 +255,30 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
         // Last of all but its signals: its user, groups, capabilities and filters.
         if !plan.creds.is_null() {
             become_user(&*plan.creds)?;
+        }
+    }
+    Ok(())
+}
+
+/// The pod's UTS and IPC namespaces joined, or its own UTS namespace named.
+///
+/// # Safety
+/// In the child, on the parent's `plan`.
+unsafe fn uts_and_ipc(plan: &ChildPlan) -> Result<(), Failed> {
+    // SAFETY: setns(2), sethostname(2) on our own process, with the parent's descriptors and
+    // string.
+    unsafe {
+        if plan.join_uts >= 0 {
+            let ret = libc::setns(plan.join_uts, libc::CLONE_NEWUTS);
+            check_step(ret, c"join the pod's UTS namespace")?;
+        }
+        if plan.join_ipc >= 0 {
+            let ret = libc::setns(plan.join_ipc, libc::CLONE_NEWIPC);
+            check_step(ret, c"join the pod's IPC namespace")?;
+        }
+        if !plan.hostname.is_null() {
+            let len = libc::strlen(plan.hostname);
+            check_step(libc::sethostname(plan.hostname, len), c"set its hostname")?;
         }
     }
     Ok(())
@@ -282,6 +314,14 @@ unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
             let m = &*plan.mounts.add(i);
             if place_mount(m) == -1 {
                 return Err((c"mount a volume at", m.target));
+            }
+        }
+        if !plan.proc_target.is_null() {
+            // A /proc of its PID namespace over the host's, as a runtime mounts one.
+            let proc_ = c"proc".as_ptr();
+            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            if libc::mount(proc_, plan.proc_target, proc_, flags, std::ptr::null()) == -1 {
+                return Err((c"mount its /proc at", plan.proc_target));
             }
         }
         if !plan.root.is_null() {

@@ -41,6 +41,9 @@ pub struct Credentials {
     /// without user namespaces) the process keeps podvisor's identity and its (absent)
     /// capabilities; `no_new_privs` and seccomp still apply.
     pub change_identity: bool,
+    /// Set its supplementary groups (not in a user namespace that podvisor made without
+    /// root: the kernel denies setgroups there, as an unprivileged gid map requires).
+    pub set_groups: bool,
     pub no_new_privs: bool,
     /// Seccomp filters, loaded in this order (the kernel runs them all, the strictest result
     /// wins; of equal ones, the last loaded's errno).
@@ -56,6 +59,7 @@ pub(super) struct CredsSpec {
     pub(super) capabilities: u64,
     pub(super) cap_last: u32,
     pub(super) change_identity: bool,
+    pub(super) set_groups: bool,
     pub(super) no_new_privs: bool,
     pub(super) filters: *const libc::sock_fprog,
     pub(super) filter_count: usize,
@@ -109,6 +113,7 @@ impl PreparedCreds {
             capabilities: self.creds.capabilities,
             cap_last: self.creds.cap_last,
             change_identity: self.creds.change_identity,
+            set_groups: self.creds.set_groups,
             no_new_privs: self.creds.no_new_privs,
             filters: self.fprogs.as_ptr(),
             filter_count: self.fprogs.len(),
@@ -166,8 +171,10 @@ pub(super) unsafe fn become_user(c: &CredsSpec) -> Result<(), Failed> {
             libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0).into(),
             c"keep capabilities",
         )?;
-        let ret = libc::syscall(libc::SYS_setgroups, c.group_count, c.groups);
-        check(ret, c"set its groups")?;
+        if c.set_groups {
+            let ret = libc::syscall(libc::SYS_setgroups, c.group_count, c.groups);
+            check(ret, c"set its groups")?;
+        }
         let ret = libc::syscall(libc::SYS_setresgid, c.gid, c.gid, c.gid);
         check(ret, c"set its gid")?;
         let ret = libc::syscall(libc::SYS_setresuid, c.uid, c.uid, c.uid);

@@ -18,6 +18,7 @@ mod child;
 mod creds;
 mod fd;
 mod fork;
+mod namespaces;
 mod rootfs;
 mod spawn;
 
@@ -26,6 +27,7 @@ pub use alloc_count::allocations;
 pub use creds::{BpfInstruction, Credentials};
 pub use fd::*;
 pub use fork::*;
+pub use namespaces::{make_pod_namespaces, open_namespace, open_namespace_path, PodNamespaceFds};
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 

@@ -82,12 +82,17 @@ pub(super) struct MountStrings {
     /// work, flag).
     pub(super) rootless: Option<[CString; 3]>,
     pub(super) steps: Vec<(u8, CString, CString, CString, CString, bool)>,
+    /// Where a /proc of its own PID namespace goes, inside the private root.
+    pub(super) proc: Option<CString>,
 }
 
 impl MountStrings {
+    /// `own_proc`: the process is in a PID namespace other than podvisor's, and a private
+    /// root gets a /proc of it.
     pub(super) fn new(
         mounts: &[BindMount],
         root: Option<&PrivateRoot>,
+        own_proc: bool,
     ) -> io::Result<MountStrings> {
         let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
         let mut out = MountStrings::default();
@@ -150,6 +155,9 @@ impl MountStrings {
         }
         for m in mounts {
             out.mounts.push(volume_in_root(m, &inside)?);
+        }
+        if own_proc {
+            out.proc = Some(c(&inside(std::path::Path::new("/proc")))?);
         }
         Ok(out)
     }

@@ -49,6 +49,35 @@ pub struct ContainerIo {
     pub root: Option<PrivateRoot>,
     /// Who it runs as and what it may do (`None`: as podvisor, with its capabilities).
     pub credentials: Option<Credentials>,
+    /// Its UTS, IPC and PID namespaces.
+    pub namespaces: Namespaces,
+}
+
+/// The namespaces a container's process enters, or gets of its own, besides its mount and
+/// user namespaces.
+#[derive(Debug, Clone, Default)]
+pub struct Namespaces {
+    /// The pod's UTS and IPC namespaces to enter.
+    pub join_uts: Option<RawFd>,
+    pub join_ipc: Option<RawFd>,
+    /// A UTS namespace of its own with this hostname, and an IPC namespace of its own
+    /// (rootless: made with its user namespace, which owns them).
+    pub new_uts: Option<String>,
+    pub new_ipc: bool,
+    pub pid: PidSetup,
+}
+
+/// The PID namespace a process is born in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PidSetup {
+    /// podvisor's.
+    #[default]
+    Inherit,
+    /// One of its own, in which it is PID 1 (with a /proc of it in its private root).
+    New,
+    /// The one this descriptor holds (the pod's shared one, or a container's for its exec
+    /// probes and hooks), with a /proc of it in a private root.
+    Join(RawFd),
 }
 
 /// The state to give back to the child before exec.
@@ -84,6 +113,8 @@ struct LowFds {
     stderr: RawFd,
     mounts: RawFd,
     user: RawFd,
+    uts: RawFd,
+    ipc: RawFd,
 }
 
 static LOW_FDS: Mutex<Option<LowFds>> = Mutex::new(None);
@@ -111,6 +142,8 @@ pub fn reserve_low_fds() -> io::Result<()> {
         stderr: open()?,
         mounts: open()?,
         user: open()?,
+        uts: open()?,
+        ipc: open()?,
     });
     Ok(())
 }
@@ -157,6 +190,8 @@ struct Prepared {
     join_user: Option<RawFd>,
     cgroups: Vec<RawFd>,
     creds: Option<PreparedCreds>,
+    namespaces: Namespaces,
+    hostname: Option<CString>,
 }
 
 impl Prepared {
@@ -186,7 +221,11 @@ impl Prepared {
             // Opened with O_CLOEXEC: only the dup2'd copy reaches the program.
             stdin: Some(dev_null()?),
             io_fds: Some((io.stdout, io.stderr)),
-            mount_strings: MountStrings::new(&io.mounts, io.root.as_ref())?,
+            mount_strings: MountStrings::new(
+                &io.mounts,
+                io.root.as_ref(),
+                io.namespaces.pid != PidSetup::Inherit,
+            )?,
             join_mounts: io.join_mounts,
             join_user: io.join_user,
             cgroups: io.cgroups.clone(),
@@ -194,6 +233,13 @@ impl Prepared {
                 .credentials
                 .as_ref()
                 .map(PreparedCreds::new)
+                .transpose()?,
+            namespaces: io.namespaces.clone(),
+            hostname: io
+                .namespaces
+                .new_uts
+                .as_ref()
+                .map(|h| c_string(h.as_bytes()))
                 .transpose()?,
         };
         Ok((Mode::Container, prepared))
@@ -287,6 +333,14 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
             used.push(low.user);
             dup_onto(plan.join_user, low.user)?;
         }
+        if plan.join_uts >= 0 {
+            used.push(low.uts);
+            dup_onto(plan.join_uts, low.uts)?;
+        }
+        if plan.join_ipc >= 0 {
+            used.push(low.ipc);
+            dup_onto(plan.join_ipc, low.ipc)?;
+        }
         Ok::<(), io::Error>(())
     };
     if let Err(e) = placed() {
@@ -306,19 +360,24 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
     if plan.join_user >= 0 {
         plan.join_user = low.user;
     }
-    let highest = low
-        .stdin
-        .max(low.stdout)
-        .max(low.stderr)
-        .max(low.mounts)
-        .max(low.user);
+    if plan.join_uts >= 0 {
+        plan.join_uts = low.uts;
+    }
+    if plan.join_ipc >= 0 {
+        plan.join_ipc = low.ipc;
+    }
+    let highest = [
+        low.stdout, low.stderr, low.mounts, low.user, low.uts, low.ipc,
+    ]
+    .into_iter()
+    .fold(low.stdin, RawFd::max);
     plan.unshare_above = highest + 1;
     Ok(())
 }
 
 /// Clones the child that runs `plan` (vfork semantics: back here once it has exec'd or
-/// exited); `new_user` gives it a user namespace of its own.
-fn clone_child(plan: &mut ChildPlan, new_user: bool) -> io::Result<i32> {
+/// exited); `new` are the namespaces it gets of its own (`CLONE_NEW*`).
+fn clone_child(plan: &mut ChildPlan, new: libc::c_int) -> io::Result<i32> {
     // The child's stack: execvp's PATH search and script fallback use a few KiB of it. Left
     // uninitialised (nothing reads it before the child writes it) and under malloc's mmap
     // threshold, so that only the pages the child touches are ever faulted in.
@@ -326,12 +385,10 @@ fn clone_child(plan: &mut ChildPlan, new_user: bool) -> io::Result<i32> {
     // SAFETY: the stack grows down from its 16-byte aligned top, inside the allocation.
     let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
     let top = (top as usize & !15) as *mut libc::c_void;
-    let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
     // A rootless container is born in a user namespace of its own: a child that shares our
-    // memory cannot unshare one (unshare(2) refuses CLONE_NEWUSER then).
-    if new_user {
-        flags |= libc::CLONE_NEWUSER;
-    }
+    // memory cannot unshare one (unshare(2) refuses CLONE_NEWUSER then). A PID namespace of
+    // its own has to be there at birth too: unshare(2) would only move its children.
+    let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | new;
     if plan.unshare_above > 0 {
         flags |= libc::CLONE_FILES;
     }
@@ -416,6 +473,17 @@ pub fn spawn_with_terminal(
             .as_ref()
             .map_or(std::ptr::null(), |r| r as *const RootSpec),
         join_mounts: prep.join_mounts.unwrap_or(-1),
+        join_uts: prep.namespaces.join_uts.unwrap_or(-1),
+        join_ipc: prep.namespaces.join_ipc.unwrap_or(-1),
+        hostname: prep
+            .hostname
+            .as_ref()
+            .map_or(std::ptr::null(), |h| h.as_ptr()),
+        proc_target: prep
+            .mount_strings
+            .proc
+            .as_ref()
+            .map_or(std::ptr::null(), |p| p.as_ptr()),
         argv: argv_ptrs.as_ptr(),
         mode,
         // SAFETY: isatty only inspects the descriptor.
@@ -451,8 +519,36 @@ pub fn spawn_with_terminal(
     if let Some(low) = &low {
         place_on_low_fds(&mut plan, low, &mut used)?;
     }
-    let new_user = prep.mount_strings.rootless.is_some();
-    let pid = clone_child(&mut plan, new_user);
+    let ns = &prep.namespaces;
+    let mut new = 0;
+    for (wanted, flag) in [
+        (prep.mount_strings.rootless.is_some(), libc::CLONE_NEWUSER),
+        (ns.new_uts.is_some(), libc::CLONE_NEWUTS),
+        (ns.new_ipc, libc::CLONE_NEWIPC),
+        (ns.pid == PidSetup::New, libc::CLONE_NEWPID),
+    ] {
+        if wanted {
+            new |= flag;
+        }
+    }
+    // Born in a PID namespace that exists: this thread's children are, for the clone.
+    let children_in = match ns.pid {
+        PidSetup::Join(fd) => match super::namespaces::ChildrenIn::pid_namespace(fd) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                if let Some(low) = &low {
+                    reset_low_fds(low, &used);
+                }
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("join its PID namespace: {e}"),
+                ));
+            }
+        },
+        _ => None,
+    };
+    let pid = clone_child(&mut plan, new);
+    drop(children_in);
     // The child has exec'd or exited: the kept descriptors let go of its pipes again.
     if let Some(low) = &low {
         reset_low_fds(low, &used);

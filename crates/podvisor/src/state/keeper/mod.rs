@@ -138,6 +138,22 @@ pub struct StartRequest {
     pub blocked: Vec<i32>,
     /// Its user, groups, capabilities, no_new_privs and seccomp filters.
     pub credentials: Option<Credentials>,
+    /// Its UTS, IPC and PID namespaces.
+    pub namespaces: KeptNamespaces,
+}
+
+/// A kept container's namespaces: the pod's UTS and IPC namespaces by path (the run's
+/// descriptors, `/proc/PID/fd/N`), or namespaces of its own.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeptNamespaces {
+    pub join_uts: Option<PathBuf>,
+    pub join_ipc: Option<PathBuf>,
+    /// A UTS namespace of its own with this hostname (rootless).
+    pub new_uts: Option<String>,
+    pub new_ipc: bool,
+    /// A PID namespace of its own, in which it is PID 1.
+    pub new_pid: bool,
 }
 
 /// An instance's exit as its keeper recorded it.
