@@ -43,7 +43,7 @@ fn start_run(podvisor: &Path, dir: &Path, live: bool, port: Option<u16>) -> std:
 }
 
 /// Mean and median (bucket bound) of the container start histogram, ms.
-fn start_figures(port: u16) -> (f64, f64) {
+pub(crate) fn start_figures(port: u16) -> (f64, f64) {
     let text = scrape(port);
     let metric = "podvisor_container_start_seconds";
     let value = |name: &str| -> f64 {
@@ -57,7 +57,7 @@ fn start_figures(port: u16) -> (f64, f64) {
 }
 
 /// Pids of the keepers of `state_dir`.
-fn keepers(state_dir: &Path) -> Vec<u32> {
+pub(crate) fn keepers(state_dir: &Path) -> Vec<u32> {
     let needle = format!("keeper\0{}\0", state_dir.display());
     std::fs::read_dir("/proc")
         .into_iter()
@@ -71,7 +71,7 @@ fn keepers(state_dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-fn pss_kb(pid: u32) -> f64 {
+pub(crate) fn pss_kb(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .ok()
         .and_then(|t| {

@@ -50,6 +50,7 @@ mod live;
 mod probes;
 mod run;
 mod runtime;
+mod security;
 mod state;
 mod top;
 
@@ -76,9 +77,10 @@ fn main() {
         Some("runtime") => runtime::runtime_bench(&args[1..]),
         Some("top") => top::top_bench(&args[1..]),
         Some("live-restore") => live::live_bench(&args[1..]),
+        Some("security") => security::security_bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top|live-restore [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
+                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top|live-restore|security [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
             );
             std::process::exit(2);
         }
