@@ -325,21 +325,15 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
             used.push(low.stderr);
             dup_onto(plan.stderr, low.stderr)?;
         }
-        if plan.join_mounts >= 0 {
-            used.push(low.mounts);
-            dup_onto(plan.join_mounts, low.mounts)?;
-        }
-        if plan.join_user >= 0 {
-            used.push(low.user);
-            dup_onto(plan.join_user, low.user)?;
-        }
-        if plan.join_uts >= 0 {
-            used.push(low.uts);
-            dup_onto(plan.join_uts, low.uts)?;
-        }
-        if plan.join_ipc >= 0 {
-            used.push(low.ipc);
-            dup_onto(plan.join_ipc, low.ipc)?;
+        let joins = [
+            (plan.join_mounts, low.mounts),
+            (plan.join_user, low.user),
+            (plan.join_uts, low.uts),
+            (plan.join_ipc, low.ipc),
+        ];
+        for (fd, onto) in joins.into_iter().filter(|(fd, _)| *fd >= 0) {
+            used.push(onto);
+            dup_onto(fd, onto)?;
         }
         Ok::<(), io::Error>(())
     };
@@ -354,17 +348,15 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
         low.stderr
     };
     plan.stdout = low.stdout;
-    if plan.join_mounts >= 0 {
-        plan.join_mounts = low.mounts;
-    }
-    if plan.join_user >= 0 {
-        plan.join_user = low.user;
-    }
-    if plan.join_uts >= 0 {
-        plan.join_uts = low.uts;
-    }
-    if plan.join_ipc >= 0 {
-        plan.join_ipc = low.ipc;
+    for (fd, onto) in [
+        (&mut plan.join_mounts, low.mounts),
+        (&mut plan.join_user, low.user),
+        (&mut plan.join_uts, low.uts),
+        (&mut plan.join_ipc, low.ipc),
+    ] {
+        if *fd >= 0 {
+            *fd = onto;
+        }
     }
     let highest = [
         low.stdout, low.stderr, low.mounts, low.user, low.uts, low.ipc,
