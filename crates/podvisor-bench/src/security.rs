@@ -20,7 +20,17 @@ use super::*;
 
 const CONTAINERS: usize = 100;
 
-fn pod(dir: &Path, secured: bool) -> PathBuf {
+/// How a way's containers are set up.
+#[derive(Clone, Copy, PartialEq)]
+enum Way {
+    Plain,
+    /// Secured, but `seccompProfile: Unconfined`: what the seccomp filter costs, apart.
+    NoSeccomp,
+    Secured,
+}
+
+fn pod(dir: &Path, way: Way) -> PathBuf {
+    let secured = way != Way::Plain;
     let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\nspec:\n  terminationGracePeriodSeconds: 5\n");
     if secured {
         yaml.push_str("  securityContext: {runAsUser: 1000, runAsGroup: 1000, supplementalGroups: [2000, 3000]}\n");
@@ -28,10 +38,10 @@ fn pod(dir: &Path, secured: bool) -> PathBuf {
         yaml.push_str("  hostPID: true\n  hostIPC: true\n  hostNetwork: true\n");
     }
     yaml.push_str("  containers:\n");
-    let sc = if secured {
-        ", securityContext: {capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, allowPrivilegeEscalation: false, seccompProfile: {type: RuntimeDefault}}"
-    } else {
-        ""
+    let sc = match way {
+        Way::Plain => "",
+        Way::NoSeccomp => ", securityContext: {capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, allowPrivilegeEscalation: false, seccompProfile: {type: Unconfined}}",
+        Way::Secured => ", securityContext: {capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, allowPrivilegeEscalation: false, seccompProfile: {type: RuntimeDefault}}",
     };
     for i in 0..CONTAINERS {
         yaml.push_str(&format!(
@@ -45,8 +55,8 @@ fn pod(dir: &Path, secured: bool) -> PathBuf {
 
 /// One run of the pod in `dir`: (start mean ms, start median ms, summed PSS of run and its
 /// keeper in KiB when `live`).
-fn one_run(podvisor: &Path, dir: &Path, secured: bool, live: bool) -> (f64, f64, f64) {
-    let manifest = pod(dir, secured);
+fn one_run(podvisor: &Path, dir: &Path, way: Way, live: bool) -> (f64, f64, f64) {
+    let manifest = pod(dir, way);
     let state = dir.join("state");
     let events = dir.join("events.json");
     let port = free_port();
@@ -99,17 +109,22 @@ pub fn security_bench(args: &[String]) {
     let rounds = if quick { 1 } else { 5 };
     let dir = std::env::temp_dir().join(format!("podvisor-bench-security-{}", std::process::id()));
     let mut plain = Vec::new();
+    let mut no_seccomp = Vec::new();
     let mut secured = Vec::new();
     for round in 0..rounds {
-        for (is_secured, out) in [(false, &mut plain), (true, &mut secured)] {
-            let d = dir.join(format!("{round}-{is_secured}"));
+        for (way, out) in [
+            (Way::Plain, &mut plain),
+            (Way::NoSeccomp, &mut no_seccomp),
+            (Way::Secured, &mut secured),
+        ] {
+            let d = dir.join(format!("{round}-{}", way as u8));
             std::fs::create_dir_all(&d).unwrap();
-            out.push(one_run(&podvisor, &d, is_secured, false));
+            out.push(one_run(&podvisor, &d, way, false));
         }
     }
     let d = dir.join("live");
     std::fs::create_dir_all(&d).unwrap();
-    let (_, _, pss) = one_run(&podvisor, &d, true, true);
+    let (_, _, pss) = one_run(&podvisor, &d, Way::Secured, true);
     let peer = horust
         .as_deref()
         .and_then(|h| horust_run(h, &dir, Duration::from_secs(if quick { 3 } else { 10 })));
@@ -125,6 +140,7 @@ pub fn security_bench(args: &[String]) {
     );
     for (label, v) in [
         ("plain (host namespaces, no securityContext)", &plain),
+        ("secured but seccomp Unconfined", &no_seccomp),
         ("secured (user, caps, seccomp, namespaces)", &secured),
     ] {
         println!(
@@ -135,6 +151,11 @@ pub fn security_bench(args: &[String]) {
         );
     }
     let ratio = m(&secured, |f| f.0) / m(&plain, |f| f.0);
+    println!(
+        "{:<44}{:>12.2}",
+        "ratio secured but Unconfined / plain (means)",
+        m(&no_seccomp, |f| f.0) / m(&plain, |f| f.0)
+    );
     println!(
         "{:<44}{:>12.2}  goal ≤ 1.10: {}",
         "ratio secured / plain (means)",

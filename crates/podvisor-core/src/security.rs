@@ -144,7 +144,7 @@ pub enum GroupsPolicy {
 }
 
 /// A seccomp profile as the kubelet asks the runtime for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub enum Seccomp {
     Unconfined,

@@ -11,7 +11,9 @@
 pub mod seccomp;
 pub mod users;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use podvisor_core::seccomp::{Profile, Target};
 use podvisor_core::security::{CapSet, GroupsPolicy, ImageUser, Seccomp, SecurityPlan};
@@ -98,6 +100,7 @@ pub fn credentials(
     root: &Path,
     image: &ImageUser,
     host: &Host,
+    compiled: &mut Compiled,
 ) -> Result<Credentials, Unenforceable> {
     let refuse = |field: &'static str, needs: &'static str, why: String| Unenforceable {
         container: name.to_string(),
@@ -107,7 +110,7 @@ pub fn credentials(
     };
     let users = users::users(root);
     if !host.root && !host.user_namespaces {
-        return as_this_user(name, plan, host);
+        return as_this_user(name, plan, host, compiled);
     }
     let uid = match (plan.run_as_user, image.uid) {
         (Some(uid), _) => uid,
@@ -163,7 +166,7 @@ pub fn credentials(
             ));
         }
     }
-    let seccomp = filters(name, plan, host, CapSet(capabilities))?;
+    let seccomp = compiled.filters(name, plan, host, CapSet(capabilities))?;
     Ok(Credentials {
         uid,
         gid,
@@ -184,6 +187,7 @@ fn as_this_user(
     name: &str,
     plan: &SecurityPlan,
     host: &Host,
+    compiled: &mut Compiled,
 ) -> Result<Credentials, Unenforceable> {
     let (uid, gid) = (sys::getuid(), sys::getgid());
     let other = plan.run_as_user.is_some_and(|u| u != uid)
@@ -206,8 +210,32 @@ fn as_this_user(
         change_identity: false,
         set_groups: false,
         no_new_privs: plan.no_new_privs,
-        seccomp: filters(name, plan, host, CapSet(0))?,
+        seccomp: compiled.filters(name, plan, host, CapSet(0))?,
     })
+}
+
+/// The seccomp filters compiled for a run, one copy per profile and bounding set, shared by
+/// the containers that have them (a profile is some 12 KiB of BPF).
+#[derive(Debug, Default)]
+pub struct Compiled(HashMap<(Seccomp, u64), Arc<Vec<Vec<sys::BpfInstruction>>>>);
+
+impl Compiled {
+    /// The filters of a container whose bounding set is `caps`.
+    fn filters(
+        &mut self,
+        name: &str,
+        plan: &SecurityPlan,
+        host: &Host,
+        caps: CapSet,
+    ) -> Result<Arc<Vec<Vec<sys::BpfInstruction>>>, Unenforceable> {
+        let key = (plan.seccomp.clone(), caps.0);
+        if let Some(f) = self.0.get(&key) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(filters(name, plan, host, caps)?);
+        self.0.insert(key, f.clone());
+        Ok(f)
+    }
 }
 
 /// The seccomp filters of a container whose bounding set is `caps`.
@@ -281,7 +309,15 @@ mod tests {
             supplemental_groups: vec![2000, 29],
             ..SecurityPlan::default()
         };
-        let c = credentials("app", &plan, &dir, &ImageUser::root(), &host()).unwrap();
+        let c = credentials(
+            "app",
+            &plan,
+            &dir,
+            &ImageUser::root(),
+            &host(),
+            &mut Compiled::default(),
+        )
+        .unwrap();
         assert_eq!(
             (c.uid, c.gid, c.groups.clone()),
             (1000, 1001, vec![1001, 29, 2000])
@@ -289,12 +325,28 @@ mod tests {
         assert_eq!(c.capabilities, CapSet::runtime_default().0);
         plan.groups_policy = GroupsPolicy::Strict;
         plan.run_as_group = Some(3000);
-        let c = credentials("app", &plan, &dir, &ImageUser::root(), &host()).unwrap();
+        let c = credentials(
+            "app",
+            &plan,
+            &dir,
+            &ImageUser::root(),
+            &host(),
+            &mut Compiled::default(),
+        )
+        .unwrap();
         assert_eq!((c.gid, c.groups), (3000, vec![3000, 2000, 29]));
         // A uid the root does not know: gid 0.
         plan.run_as_user = Some(4242);
         plan.run_as_group = None;
-        let c = credentials("app", &plan, &dir, &ImageUser::root(), &host()).unwrap();
+        let c = credentials(
+            "app",
+            &plan,
+            &dir,
+            &ImageUser::root(),
+            &host(),
+            &mut Compiled::default(),
+        )
+        .unwrap();
         assert_eq!((c.uid, c.gid), (4242, 0));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -305,7 +357,15 @@ mod tests {
             seccomp: Seccomp::Localhost("profiles/audit.json".into()),
             ..SecurityPlan::default()
         };
-        let e = credentials("app", &plan, Path::new("/"), &ImageUser::root(), &host()).unwrap_err();
+        let e = credentials(
+            "app",
+            &plan,
+            Path::new("/"),
+            &ImageUser::root(),
+            &host(),
+            &mut Compiled::default(),
+        )
+        .unwrap_err();
         assert!(
             e.to_string().contains("/nonexistent/profiles/audit.json"),
             "{e}"

@@ -144,6 +144,7 @@ pub(super) fn credentials(
 ) -> Result<Vec<sys::Credentials>, RunError> {
     let rootless = root_layer.is_some_and(|l| l.rootless.is_some());
     let image = ImageUser::root();
+    let mut compiled = security::Compiled::default();
     let mut all = Vec::with_capacity(plan.exec.len());
     for (x, c) in plan.exec.iter().zip(&plan.pod.containers) {
         // Rootless, a container is born in a user namespace only with a root of its own
@@ -157,6 +158,7 @@ pub(super) fn credentials(
             root,
             &image,
             &host,
+            &mut compiled,
         )?);
     }
     Ok(all)

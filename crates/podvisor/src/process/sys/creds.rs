@@ -47,7 +47,8 @@ pub struct Credentials {
     pub no_new_privs: bool,
     /// Seccomp filters, loaded in this order (the kernel runs them all, the strictest result
     /// wins; of equal ones, the last loaded's errno).
-    pub seccomp: Vec<Vec<BpfInstruction>>,
+    /// Shared by the containers of one profile: compiled once for the run.
+    pub seccomp: std::sync::Arc<Vec<Vec<BpfInstruction>>>,
 }
 
 /// `Credentials` as the child reads them: pointers into the parent's prepared data.
