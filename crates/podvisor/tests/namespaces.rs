@@ -233,8 +233,9 @@ fn exec_probes_run_in_the_containers_namespaces() {
   - name: app
     command: [sleep, '600']
     readinessProbe:
-      exec: {command: [sh, -c, '[ \"$(cat /proc/1/comm)\" = sleep ] && [ \"$(hostname)\" = web-0 ] && [ $(ls /proc | grep -c \"^[0-9]\") -le 6 ]']}
+      exec: {command: [sh, -c, '[ \"$(cat /proc/1/comm)\" = sleep ] && [ \"$(hostname)\" = web-0 ] && [ \"$(readlink /proc/self/ns/pid)\" = \"$(readlink /proc/1/ns/pid)\" ]']}
       periodSeconds: 1
+      timeoutSeconds: 5
 ";
     let r = PodRun::new(&private("Always", spec));
     let mut p = r.cmd(&[]).start();
@@ -251,9 +252,9 @@ fn exec_probes_run_in_the_containers_namespaces() {
     );
     // `sleep` is PID 1 of its namespace: SIGTERM, which it does not handle, does nothing
     // there (as in any container), and the stop takes the grace, then SIGKILL.
+    assert!(r.find("app", "Unhealthy").is_empty());
     let started = std::time::Instant::now();
     p.signal("TERM");
     assert_eq!(p.wait().code(), Some(0));
     assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
-    assert!(r.find("app", "Unhealthy").is_empty());
 }

@@ -293,16 +293,15 @@ fn dumb_debug_lines(text: &str) -> Vec<String> {
         .lines()
         .filter(|l| l.starts_with("[dumb-init]"))
         .map(|l| {
-            l.split(' ')
-                .map(|w| {
-                    if w.trim_end_matches('.').bytes().all(|b| b.is_ascii_digit()) && w.len() > 3 {
-                        "N"
-                    } else {
-                        w
-                    }
+            // The word after "PID" is a pid (of any length), never a signal number.
+            let words: Vec<&str> = l.split(' ').collect();
+            let masked: Vec<&str> = (0..words.len())
+                .map(|i| match i > 0 && words[i - 1] == "PID" {
+                    true => "N",
+                    false => words[i],
                 })
-                .collect::<Vec<_>>()
-                .join(" ")
+                .collect();
+            masked.join(" ")
         })
         .collect();
     lines.sort();

@@ -226,8 +226,9 @@ fn exec_probes_run_as_the_container_does() {
     let r = PodRun::new(&pod_with("Always", 1, spec));
     let mut p = r.cmd(&[]).start();
     r.wait_event("app", "Ready", 1);
-    crate::probes::stop(&mut p);
+    // (A probe in flight when the stop kills the container may fail: checked before it.)
     assert!(r.find("app", "Unhealthy").is_empty());
+    crate::probes::stop(&mut p);
 }
 
 #[test]
@@ -403,4 +404,61 @@ fn explain_says_what_each_container_runs_as_and_may_do() {
     ] {
         assert!(out.stdout.lines().any(|l| l == line), "missing {line:?} in:\n{}", out.stdout);
     }
+}
+
+#[test]
+fn a_container_gets_a_dev_of_its_own_a_read_only_sys_and_masked_proc_as_under_docker() {
+    if !is_root() {
+        skip("private roots need root");
+        return;
+    }
+    let script = "ls /dev | tr \"\\n\" \" \"; echo; touch /sys/x 2>/dev/null && echo sys=written || echo sys=read-only; stat -c \"%a %t,%T\" /dev/null; (echo 1 > /proc/sys/kernel/shm_rmid_forced) 2>/dev/null && echo procsys=written || echo procsys=read-only; echo keys=$(cat /proc/keys 2>/dev/null | wc -c)";
+    let pod = |sc: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    command: [sh, -c, '{}']\n{sc}",
+            script.replace('\'', "''")
+        )
+    };
+    let r = PodRun::new(&pod(""));
+    assert_eq!(r.cmd(&[]).output().code(), 0);
+    let ours = r.log_lines("app", 1);
+    // runc's devices and links (`core` where the kernel has a /proc/kcore).
+    let core = if std::path::Path::new("/proc/kcore").exists() {
+        "core "
+    } else {
+        ""
+    };
+    assert_eq!(
+        ours[0].trim(),
+        format!(
+            "{core}fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero"
+        )
+    );
+    assert_eq!(ours[1], "sys=read-only");
+    assert_eq!(ours[2], "666 1,3");
+    // containerd's read-only and masked paths.
+    assert_eq!(ours[3], "procsys=read-only");
+    assert_eq!(ours[4], "keys=0");
+    // Privileged: the host's /dev and a writable /sys.
+    let r = PodRun::new(&pod("    securityContext: {privileged: true}\n"));
+    assert_eq!(r.cmd(&[]).output().code(), 0);
+    let privileged = r.log_lines("app", 1);
+    assert!(privileged[0].split(' ').count() > 20, "{privileged:?}");
+    if let Err(why) = crate::docker::engine() {
+        skip(&why);
+        return;
+    }
+    let image = BusyboxImage::build();
+    let docker = Run::new("docker")
+        .args(["run", "--rm", image.tag.as_str(), "sh", "-c", script])
+        .output();
+    assert_eq!(docker.code(), 0, "{docker:?}");
+    let theirs: Vec<&str> = docker.stdout.lines().collect();
+    assert_eq!(
+        theirs[0].trim(),
+        ours[0].trim(),
+        "the same /dev as Docker's"
+    );
+    assert_eq!(theirs[1], ours[1]);
+    assert_eq!(theirs[2..], ours[2..]);
 }

@@ -108,8 +108,9 @@ impl Supervisor {
             // `podvisor.io/host-root: writable` gives the others the host's.
             (!self.plan.host_root_writable || exec.security.read_only_root).then(|| PrivateRoot {
                 layer_dir: layer.dir.clone(),
-                carry: layer.carry.clone(),
+                carry: carried(&layer.carry, exec.security.privileged),
                 read_only: exec.security.read_only_root,
+                own_dev: !exec.security.privileged,
                 rootless: layer.rootless.clone(),
             })
         });
@@ -248,6 +249,18 @@ impl Supervisor {
         }
         Ok(())
     }
+}
+
+/// The host's mounts a container's root carries: all of them for a privileged container; for
+/// the others /sys read-only and no /dev (it gets one of its own), as a runtime gives them.
+fn carried(carry: &[(PathBuf, bool)], privileged: bool) -> Vec<(PathBuf, bool)> {
+    let dev = std::path::Path::new("/dev");
+    let sys = std::path::Path::new("/sys");
+    carry
+        .iter()
+        .filter(|(p, _)| privileged || !p.starts_with(dev))
+        .map(|(p, ro)| (p.clone(), *ro || (!privileged && p.starts_with(sys))))
+        .collect()
 }
 
 /// Tries of one probe attempt that errors (the kubelet's `maxProbeRetries`).

@@ -62,6 +62,25 @@ pub(super) struct MountAttr {
 
 pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x1;
 
+/// A container's own /dev as the child reads it: pointers into `DevStrings`.
+pub(super) struct DevSpec {
+    pub(super) dir: *const libc::c_char,
+    /// (path, major, minor)
+    pub(super) nodes: *const (*const libc::c_char, u32, u32),
+    pub(super) node_count: usize,
+    /// (target, path)
+    pub(super) links: *const (*const libc::c_char, *const libc::c_char),
+    pub(super) link_count: usize,
+    pub(super) pts: *const libc::c_char,
+    pub(super) shm: *const libc::c_char,
+    pub(super) mqueue: *const libc::c_char,
+    pub(super) null: *const libc::c_char,
+    pub(super) masked: *const *const libc::c_char,
+    pub(super) masked_count: usize,
+    pub(super) read_only: *const *const libc::c_char,
+    pub(super) read_only_count: usize,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
     ProcessGroup,
@@ -89,6 +108,8 @@ pub(super) struct ChildPlan {
     pub(super) hostname: *const libc::c_char,
     /// Where to mount a /proc of its own PID namespace (null: none).
     pub(super) proc_target: *const libc::c_char,
+    /// A /dev of its own to make (null: none).
+    pub(super) dev: *const DevSpec,
     /// Who the process becomes, and what it may do (null: as podvisor).
     pub(super) creds: *const CredsSpec,
     pub(super) argv: *const *const libc::c_char,
@@ -310,6 +331,9 @@ unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
         if !plan.root.is_null() {
             check_step(build_root(&*plan.root), c"build its root")?;
         }
+        if !plan.dev.is_null() {
+            check_step(build_dev(&*plan.dev), c"make its /dev")?;
+        }
         for i in 0..plan.mount_count {
             let m = &*plan.mounts.add(i);
             if place_mount(m) == -1 {
@@ -323,6 +347,9 @@ unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
             if libc::mount(proc_, plan.proc_target, proc_, flags, std::ptr::null()) == -1 {
                 return Err((c"mount its /proc at", plan.proc_target));
             }
+        }
+        if !plan.dev.is_null() {
+            mask_paths(&*plan.dev)?;
         }
         if !plan.root.is_null() {
             check_step(enter_root(&*plan.root), c"enter its root")?;
@@ -394,6 +421,113 @@ pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
         }
     }
     0
+}
+
+/// In the child, in its new root: a /dev of its own, as runc makes one for a container that
+/// is not privileged. -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn build_dev(d: &DevSpec) -> libc::c_int {
+    let tmpfs = c"tmpfs".as_ptr();
+    // SAFETY: mount(2), mknod(2), chmod(2), symlink(2), mkdir(2) on the parent's paths.
+    unsafe {
+        let flags = libc::MS_NOSUID | libc::MS_STRICTATIME;
+        if libc::mount(
+            tmpfs,
+            d.dir,
+            tmpfs,
+            flags,
+            c"mode=755,size=65536k".as_ptr().cast(),
+        ) == -1
+        {
+            return -1;
+        }
+        for i in 0..d.node_count {
+            let (path, major, minor) = *d.nodes.add(i);
+            let dev = libc::makedev(major, minor);
+            // The mode after mknod, whatever the umask.
+            if libc::mknod(path, libc::S_IFCHR | 0o666, dev) == -1 || libc::chmod(path, 0o666) == -1
+            {
+                return -1;
+            }
+        }
+        for i in 0..d.link_count {
+            let (target, path) = *d.links.add(i);
+            if libc::symlink(target, path) == -1 {
+                return -1;
+            }
+        }
+        let hidden = libc::MS_NOSUID | libc::MS_NOEXEC;
+        let pts = c"devpts".as_ptr();
+        let shm_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        let mqueue = c"mqueue".as_ptr();
+        if libc::mkdir(d.pts, 0o755) == -1
+            || libc::mount(
+                pts,
+                d.pts,
+                pts,
+                hidden,
+                c"newinstance,ptmxmode=0666,mode=0620,gid=5".as_ptr().cast(),
+            ) == -1
+            || libc::mkdir(d.shm, 0o1777) == -1
+            || libc::mount(
+                tmpfs,
+                d.shm,
+                tmpfs,
+                shm_flags,
+                c"mode=1777,size=65536k".as_ptr().cast(),
+            ) == -1
+            || libc::mkdir(d.mqueue, 0o755) == -1
+            || libc::mount(mqueue, d.mqueue, mqueue, shm_flags, std::ptr::null()) == -1
+        {
+            return -1;
+        }
+    }
+    0
+}
+
+/// In the child, in its new root: the masked paths hidden and the read-only paths made so,
+/// as runc does; a path this kernel does not have is passed over.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn mask_paths(d: &DevSpec) -> Result<(), Failed> {
+    let none: *const libc::c_char = std::ptr::null();
+    let no_data: *const libc::c_void = std::ptr::null();
+    // SAFETY: stat(2), mount(2) on the parent's paths.
+    unsafe {
+        for i in 0..d.masked_count {
+            let path = *d.masked.add(i);
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::stat(path, &mut st) == -1 {
+                continue;
+            }
+            let ret = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                let tmpfs = c"tmpfs".as_ptr();
+                libc::mount(tmpfs, path, tmpfs, libc::MS_RDONLY, no_data)
+            } else {
+                libc::mount(d.null, path, none, libc::MS_BIND, no_data)
+            };
+            if ret == -1 {
+                return Err((c"mask", path));
+            }
+        }
+        for i in 0..d.read_only_count {
+            let path = *d.read_only.add(i);
+            if libc::access(path, libc::F_OK) == -1 {
+                continue;
+            }
+            let bind = libc::MS_BIND | libc::MS_REC;
+            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+            if libc::mount(path, path, none, bind, no_data) == -1
+                || libc::mount(none, path, none, ro, no_data) == -1
+            {
+                return Err((c"make read-only", path));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// In the child: one bind mount, its mount point made first when it is inside a private

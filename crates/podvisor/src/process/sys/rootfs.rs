@@ -23,6 +23,11 @@ pub struct PrivateRoot {
     pub carry: Vec<(std::path::PathBuf, bool)>,
     /// `readOnlyRootFilesystem`: the layer is read-only too, and /tmp is not made.
     pub read_only: bool,
+    /// A /dev of its own, as a runtime gives a container that is not privileged: a tmpfs
+    /// with null, zero, full, random, urandom and tty, the /proc/self/fd links, a devpts of
+    /// its own, /dev/shm and /dev/mqueue. Otherwise (`privileged`) the host's /dev is carried.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub own_dev: bool,
     /// Without root: the container gets a user namespace of its own in which it is root
     /// (its uid and gid mapped to ours), and its root is built from the host's top level one
     /// entry at a time (an overlay cannot have `/` beneath it there: its submounts are
@@ -84,6 +89,111 @@ pub(super) struct MountStrings {
     pub(super) steps: Vec<(u8, CString, CString, CString, CString, bool)>,
     /// Where a /proc of its own PID namespace goes, inside the private root.
     pub(super) proc: Option<CString>,
+    /// A /dev of its own, inside the private root.
+    pub(super) dev: Option<DevStrings>,
+}
+
+/// The paths of a container's own /dev, made before the clone.
+pub(super) struct DevStrings {
+    pub(super) dir: CString,
+    /// (path, major, minor) of each character device.
+    pub(super) nodes: Vec<(CString, u32, u32)>,
+    /// (target, path) of each symlink.
+    pub(super) links: Vec<(CString, CString)>,
+    pub(super) pts: CString,
+    pub(super) shm: CString,
+    pub(super) mqueue: CString,
+    /// Its /dev/null, which masks files.
+    pub(super) null: CString,
+    /// Paths hidden (a file under /dev/null, a directory under an empty read-only tmpfs) and
+    /// paths made read-only, inside the root: containerd's default `maskedPaths` and
+    /// `readonlyPaths`.
+    pub(super) masked: Vec<CString>,
+    pub(super) read_only: Vec<CString>,
+}
+
+/// containerd's default masked paths (pkg/oci, `populateDefaultUnixSpec`).
+const MASKED: [&str; 12] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/interrupts",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// containerd's default read-only paths.
+const READ_ONLY: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// The devices a runtime gives every container (runc's default devices).
+const DEVICES: [(&str, u32, u32); 6] = [
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+];
+
+/// The links a runtime puts in /dev.
+const LINKS: [(&str, &str); 6] = [
+    ("/proc/self/fd", "fd"),
+    ("/proc/self/fd/0", "stdin"),
+    ("/proc/self/fd/1", "stdout"),
+    ("/proc/self/fd/2", "stderr"),
+    ("pts/ptmx", "ptmx"),
+    ("/proc/kcore", "core"),
+];
+
+impl DevStrings {
+    fn new(
+        dir: &std::path::Path,
+        inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
+    ) -> io::Result<DevStrings> {
+        let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
+        let mut nodes = Vec::new();
+        for (name, major, minor) in DEVICES {
+            nodes.push((c(&dir.join(name))?, major, minor));
+        }
+        let mut links = Vec::new();
+        // /dev/core only where the kernel has a /proc/kcore, as runc makes it.
+        let kcore = std::path::Path::new("/proc/kcore").exists();
+        for (target, name) in LINKS
+            .into_iter()
+            .filter(|(t, _)| kcore || *t != "/proc/kcore")
+        {
+            links.push((c_string(target.as_bytes())?, c(&dir.join(name))?));
+        }
+        Ok(DevStrings {
+            dir: c(dir)?,
+            nodes,
+            links,
+            pts: c(&dir.join("pts"))?,
+            shm: c(&dir.join("shm"))?,
+            mqueue: c(&dir.join("mqueue"))?,
+            null: c(&dir.join("null"))?,
+            masked: MASKED
+                .iter()
+                .map(|p| c(&inside(std::path::Path::new(p))))
+                .collect::<io::Result<_>>()?,
+            read_only: READ_ONLY
+                .iter()
+                .map(|p| c(&inside(std::path::Path::new(p))))
+                .collect::<io::Result<_>>()?,
+        })
+    }
 }
 
 impl MountStrings {
@@ -158,6 +268,12 @@ impl MountStrings {
         }
         if own_proc {
             out.proc = Some(c(&inside(std::path::Path::new("/proc")))?);
+        }
+        if root.own_dev && root.rootless.is_none() {
+            out.dev = Some(DevStrings::new(
+                &inside(std::path::Path::new("/dev")),
+                &inside,
+            )?);
         }
         Ok(out)
     }

@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
-use super::child::{child_main, ChildPlan, Mode, MountSpec, RootSpec, RootlessStep};
+use super::child::{child_main, ChildPlan, DevSpec, Mode, MountSpec, RootSpec, RootlessStep};
 use super::creds::{Credentials, PreparedCreds};
 use super::rootfs::{BindMount, MountStrings, PrivateRoot};
 use super::{c_string, SigAction, SigSet};
@@ -253,6 +253,11 @@ struct MountPtrs {
     _dir_ptrs: Vec<Vec<*const libc::c_char>>,
     mounts: Vec<MountSpec>,
     steps: Vec<RootlessStep>,
+    /// A /dev of its own: its nodes and links.
+    dev_nodes: Vec<(*const libc::c_char, u32, u32)>,
+    dev_links: Vec<(*const libc::c_char, *const libc::c_char)>,
+    masked: Vec<*const libc::c_char>,
+    read_only: Vec<*const libc::c_char>,
 }
 
 impl MountPtrs {
@@ -288,11 +293,47 @@ impl MountPtrs {
                 flag: *flag,
             })
             .collect();
+        let dev = strings.dev.as_ref();
         MountPtrs {
             _dir_ptrs: dir_ptrs,
             mounts,
             steps,
+            dev_nodes: dev.map_or_else(Vec::new, |d| {
+                d.nodes
+                    .iter()
+                    .map(|(p, ma, mi)| (p.as_ptr(), *ma, *mi))
+                    .collect()
+            }),
+            dev_links: dev.map_or_else(Vec::new, |d| {
+                d.links
+                    .iter()
+                    .map(|(t, p)| (t.as_ptr(), p.as_ptr()))
+                    .collect()
+            }),
+            masked: dev.map_or_else(Vec::new, |d| d.masked.iter().map(|p| p.as_ptr()).collect()),
+            read_only: dev.map_or_else(Vec::new, |d| {
+                d.read_only.iter().map(|p| p.as_ptr()).collect()
+            }),
         }
+    }
+
+    /// A /dev of its own, if it has one.
+    fn dev(&self, strings: &MountStrings) -> Option<DevSpec> {
+        strings.dev.as_ref().map(|d| DevSpec {
+            dir: d.dir.as_ptr(),
+            nodes: self.dev_nodes.as_ptr(),
+            node_count: self.dev_nodes.len(),
+            links: self.dev_links.as_ptr(),
+            link_count: self.dev_links.len(),
+            pts: d.pts.as_ptr(),
+            shm: d.shm.as_ptr(),
+            mqueue: d.mqueue.as_ptr(),
+            null: d.null.as_ptr(),
+            masked: self.masked.as_ptr(),
+            masked_count: self.masked.len(),
+            read_only: self.read_only.as_ptr(),
+            read_only_count: self.read_only.len(),
+        })
     }
 
     /// The private root, if there is one.
@@ -451,6 +492,7 @@ pub fn spawn_with_terminal(
     let (mode, prep) = Prepared::new(&setup)?;
     let ptrs = MountPtrs::new(&prep.mount_strings);
     let root_spec = ptrs.root(&prep.mount_strings);
+    let dev_spec = ptrs.dev(&prep.mount_strings);
     let creds_spec = prep.creds.as_ref().map(PreparedCreds::spec);
     let mut plan = ChildPlan {
         creds: creds_spec
@@ -476,6 +518,9 @@ pub fn spawn_with_terminal(
             .proc
             .as_ref()
             .map_or(std::ptr::null(), |p| p.as_ptr()),
+        dev: dev_spec
+            .as_ref()
+            .map_or(std::ptr::null(), |d| d as *const DevSpec),
         argv: argv_ptrs.as_ptr(),
         mode,
         // SAFETY: isatty only inspects the descriptor.
@@ -550,7 +595,7 @@ pub fn spawn_with_terminal(
     if plan.errno != 0 {
         return Err(child_failure(pid, &plan, mode));
     }
-    drop((creds_spec, root_spec, ptrs, prep));
+    drop((creds_spec, root_spec, dev_spec, ptrs, prep));
     let terminal = (plan.tty_errno != 0).then(|| io::Error::from_raw_os_error(plan.tty_errno));
     Ok((pid, terminal))
 }
