@@ -62,7 +62,7 @@ pub struct RunArgs {
     /// as the kubelet's --seccomp-default
     #[arg(long)]
     seccomp_default: bool,
-    /// Where `Localhost` seccomp profiles are (the kubelet's <root-dir>/seccomp; default
+    /// Where `Localhost` seccomp profiles are (the kubelet's `<root-dir>/seccomp`; default
     /// /etc/podvisor/seccomp, for others than root $XDG_CONFIG_HOME/podvisor/seccomp)
     #[arg(long, value_name = "DIR")]
     seccomp_profile_root: Option<PathBuf>,
