@@ -85,10 +85,26 @@ impl Response {
 
 /// Sends `METHOD PATH` and reads the answer's head.
 pub fn request(dir: &Path, method: &str, path: &str) -> Result<Response, ClientError> {
+    request_with_fds(dir, method, path, &[])
+}
+
+/// As `request`, with descriptors passed along (`SCM_RIGHTS`, with the request's first
+/// bytes): what `POST /exec` takes.
+pub fn request_with_fds(
+    dir: &Path,
+    method: &str,
+    path: &str,
+    fds: &[std::os::fd::RawFd],
+) -> Result<Response, ClientError> {
     let mut stream = connect(dir)?;
     let req = format!("{method} {path} HTTP/1.1\r\nHost: podvisor\r\nContent-Length: 0\r\n\r\n");
+    let sent = match fds {
+        [] => 0,
+        _ => crate::process::sys::send_with_fds(&stream, req.as_bytes(), fds)
+            .map_err(|e| ClientError(format!("sending the request: {e}")))?,
+    };
     stream
-        .write_all(req.as_bytes())
+        .write_all(&req.as_bytes()[sent..])
         .map_err(|e| ClientError(format!("sending the request: {e}")))?;
     let mut body = BufReader::new(stream);
     let mut line = String::new();

@@ -293,6 +293,11 @@ impl Proc {
         send(self.init_pid(), signal);
     }
 
+    /// Closes its stdin (end of input).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
     pub fn write_stdin(&mut self, bytes: &[u8]) {
         let stdin = self.stdin.as_mut().expect("stdin");
         stdin.write_all(bytes).unwrap();

@@ -11,6 +11,7 @@ mod cli;
 mod docker;
 mod escalation;
 mod examples;
+mod exec;
 mod explain;
 mod grpc;
 mod guest_v2;

@@ -12,6 +12,7 @@
 //! | `POST /stop` | graceful termination (202) |
 //! | `POST /restart` | whole-pod restart (202) |
 //! | `POST /restart?container=NAME` | restart of one container (202; 404 if unknown) |
+//! | `POST /exec?container=NAME&command=ARG&command=...` | runs the command in the container with the descriptors passed with the request (`SCM_RIGHTS`: stdin, stdout, stderr, or stdout and stderr); answers once it ended: `{"exitCode":N}` (404 unknown container, 409 not running) |
 //!
 //! A slow or vanished client never holds the pod up: output is buffered up to a bound, and a
 //! client past it is dropped.
@@ -24,7 +25,7 @@ pub mod metrics;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
@@ -47,6 +48,11 @@ pub enum Request {
     Stop,
     RestartPod,
     RestartContainer(String),
+    /// A command to run in a container; its stdio came with the request (`Server::take_fds`).
+    Exec {
+        container: String,
+        command: Vec<String>,
+    },
     Metrics,
 }
 
@@ -70,6 +76,8 @@ enum Mode {
     WatchStatus,
     /// A stream of event lines.
     WatchEvents,
+    /// A command runs for this client (its pid): the answer comes when it ends.
+    Exec(i32),
 }
 
 #[derive(Debug)]
@@ -80,6 +88,8 @@ struct Conn {
     mode: Mode,
     /// Whether EV_WRITE is armed.
     want_write: bool,
+    /// Descriptors passed with the request (unix socket only).
+    fds: Vec<OwnedFd>,
 }
 
 /// The listening socket and its clients.
@@ -93,6 +103,8 @@ pub struct Server {
     events: VecDeque<String>,
     last_status: String,
     token_base: u64,
+    /// Commands whose client went away before they ended: to be killed.
+    abandoned: Vec<i32>,
 }
 
 impl Server {
@@ -122,6 +134,7 @@ impl Server {
             events: VecDeque::new(),
             last_status: String::new(),
             token_base,
+            abandoned: Vec::new(),
         })
     }
 
@@ -142,6 +155,7 @@ impl Server {
             events: VecDeque::new(),
             last_status: String::new(),
             token_base,
+            abandoned: Vec::new(),
         })
     }
 
@@ -188,6 +202,7 @@ impl Server {
                 output: Vec::new(),
                 mode: Mode::Reading,
                 want_write: false,
+                fds: Vec::new(),
             };
             let slot = match self.free.pop() {
                 Some(s) => s,
@@ -217,10 +232,15 @@ impl Server {
         if conn.want_write || !conn.output.is_empty() {
             self.flush(slot, epoll);
         }
+        let unix = matches!(self.listener, Listener::Unix(_));
         let conn = self.conns.get_mut(slot)?.as_mut()?;
         let mut buf = [0u8; 4096];
         loop {
-            match conn.stream.read(&mut buf) {
+            let got = match unix {
+                true => sys::recv_with_fds(conn.stream.as_raw_fd(), &mut buf, &mut conn.fds),
+                false => conn.stream.read(&mut buf),
+            };
+            match got {
                 Ok(0) => {
                     // The client is gone (or done sending while we still read: same thing).
                     if conn.mode == Mode::Reading || conn.mode != Mode::Closing {
@@ -400,10 +420,41 @@ impl Server {
 
     fn close(&mut self, slot: usize) {
         if let Some(entry) = self.conns.get_mut(slot) {
-            if entry.take().is_some() {
+            if let Some(conn) = entry.take() {
+                if let Mode::Exec(pid) = conn.mode {
+                    self.abandoned.push(pid);
+                }
                 self.free.push(slot);
             }
         }
+    }
+
+    /// The descriptors that came with a client's request.
+    pub fn take_fds(&mut self, slot: usize) -> Vec<OwnedFd> {
+        match self.conns.get_mut(slot) {
+            Some(Some(conn)) => std::mem::take(&mut conn.fds),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A client's command runs as `pid`: its answer waits for `exec_ended`.
+    pub fn exec_started(&mut self, slot: usize, pid: i32) {
+        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+            conn.mode = Mode::Exec(pid);
+        }
+    }
+
+    /// A client's command ended: the answer goes out (if the client is still there).
+    pub fn exec_ended(&mut self, slot: usize, pid: i32, body: &str, epoll: &Epoll) {
+        let ours = matches!(self.conns.get(slot), Some(Some(c)) if c.mode == Mode::Exec(pid));
+        if ours {
+            self.reply(slot, 200, body, epoll);
+        }
+    }
+
+    /// The commands whose client went away while they ran.
+    pub fn take_abandoned(&mut self) -> Vec<i32> {
+        std::mem::take(&mut self.abandoned)
     }
 
     /// Sends what is still buffered (best effort, without blocking) and removes the socket.
@@ -455,6 +506,14 @@ pub fn parse_request(head: &str) -> Result<Request, (u16, String)> {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| percent_decode(v))
     };
+    let all = |name: &str| -> Vec<String> {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| percent_decode(v))
+            .collect()
+    };
     let watch = param("watch").is_some_and(|v| v == "1" || v == "true");
     match (method, path) {
         ("GET", "/status") if watch => Ok(Request::WatchStatus),
@@ -466,8 +525,14 @@ pub fn parse_request(head: &str) -> Result<Request, (u16, String)> {
             Some(name) if !name.is_empty() => Request::RestartContainer(name),
             _ => Request::RestartPod,
         }),
+        ("POST", "/exec") => match (param("container"), all("command")) {
+            (Some(container), command) if !container.is_empty() && !command.is_empty() => {
+                Ok(Request::Exec { container, command })
+            }
+            _ => Err((400, "exec needs container=NAME and command=ARG...\n".into())),
+        },
         ("GET", "/metrics") => Ok(Request::Metrics),
-        (_, "/status" | "/events" | "/stop" | "/restart") => {
+        (_, "/status" | "/events" | "/stop" | "/restart" | "/exec") => {
             Err((405, format!("{method} is not allowed on {path}\n")))
         }
         _ => Err((404, format!("no such endpoint {path:?}\n"))),
@@ -529,6 +594,22 @@ mod tests {
             parse_request("POST /restart HTTP/1.1"),
             Ok(Request::RestartPod)
         );
+        assert_eq!(
+            parse_request(
+                "POST /exec?container=app&command=sh&command=-c&command=echo%20hi HTTP/1.1"
+            ),
+            Ok(Request::Exec {
+                container: "app".into(),
+                command: vec!["sh".into(), "-c".into(), "echo hi".into()],
+            })
+        );
+        assert_eq!(
+            parse_request("POST /exec?container=app HTTP/1.1")
+                .unwrap_err()
+                .0,
+            400
+        );
+        assert_eq!(parse_request("GET /exec HTTP/1.1").unwrap_err().0, 405);
         assert_eq!(parse_request("DELETE /stop HTTP/1.1").unwrap_err().0, 405);
         assert_eq!(parse_request("GET /nope HTTP/1.1").unwrap_err().0, 404);
         assert_eq!(parse_request("garbage").unwrap_err().0, 400);

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-use super::{control, explain, logs, run, status, validate, write_err, write_out};
+use super::{control, exec, explain, logs, run, status, validate, write_err, write_out};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -61,6 +61,8 @@ enum Command {
     Stop(control::StopArgs),
     /// Restart one container, or the whole pod.
     Restart(control::RestartArgs),
+    /// Run a command in a running container, as `kubectl exec` does.
+    Exec(exec::ExecArgs),
     /// A live terminal view of every running pod: containers, logs, events, actions.
     Top(crate::top::TopArgs),
     /// Print a shell completion script.
@@ -102,6 +104,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         Command::Events(a) => control::events(a),
         Command::Stop(a) => control::stop(a),
         Command::Restart(a) => control::restart(a),
+        Command::Exec(a) => exec::main(a),
         Command::Top(a) => crate::top::main(a),
         Command::Completion { shell } => {
             let shell = match shell {

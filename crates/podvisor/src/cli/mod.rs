@@ -12,6 +12,8 @@ mod args;
 pub mod control;
 mod copy_self;
 #[cfg(feature = "full")]
+pub mod exec;
+#[cfg(feature = "full")]
 pub mod explain;
 #[cfg(feature = "full")]
 pub mod logs;

@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -64,6 +64,28 @@ pub struct ExecContext<'a> {
     /// The container's user, groups, capabilities and filters: commands run with them, as
     /// CRI exec runs a command with the container's process settings.
     pub credentials: Option<&'a sys::Credentials>,
+}
+
+impl ExecContext<'_> {
+    /// A command's process in the container, with these descriptors as its stdin (`None`:
+    /// /dev/null), stdout and stderr.
+    pub fn container_io(&self, stdin: Option<RawFd>, stdout: RawFd, stderr: RawFd) -> ContainerIo {
+        ContainerIo {
+            stdin,
+            stdout,
+            stderr,
+            working_dir: self.working_dir.clone(),
+            working_dir_optional: self.working_dir_optional,
+            env: self.env.to_vec(),
+            mounts: Vec::new(),
+            join_mounts: self.mounts,
+            join_user: self.user_ns,
+            cgroups: self.cgroups.clone(),
+            root: None,
+            credentials: self.credentials.cloned(),
+            namespaces: self.namespaces.clone(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -411,20 +433,7 @@ impl ExecTask {
             return Err(Outcome::Error("exec: no command".into()));
         }
         let (read, write) = sys::pipe().map_err(|e| Outcome::Error(format!("pipe: {e}")))?;
-        let io = ContainerIo {
-            stdout: write.as_raw_fd(),
-            stderr: write.as_raw_fd(),
-            working_dir: ctx.working_dir.clone(),
-            working_dir_optional: ctx.working_dir_optional,
-            env: ctx.env.to_vec(),
-            mounts: Vec::new(),
-            join_mounts: ctx.mounts,
-            join_user: ctx.user_ns,
-            cgroups: ctx.cgroups.clone(),
-            root: None,
-            credentials: ctx.credentials.cloned(),
-            namespaces: ctx.namespaces.clone(),
-        };
+        let io = ctx.container_io(None, write.as_raw_fd(), write.as_raw_fd());
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), ctx.inherited);
         drop(write);

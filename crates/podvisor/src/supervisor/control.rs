@@ -44,6 +44,7 @@ impl Supervisor {
                     self.feed(Input::Stop)?;
                 }
             }
+            Request::Exec { container, command } => self.exec(slot, &container, &command),
             Request::Metrics => {
                 let text = self.metrics_text();
                 self.api.reply_metrics(slot, &text, &self.epoll);

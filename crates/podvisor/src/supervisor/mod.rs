@@ -12,6 +12,7 @@
 
 mod control;
 pub mod events;
+mod exec;
 mod instance;
 pub mod keep;
 pub mod persist;
@@ -270,6 +271,8 @@ enum PidOwner {
     Keeper,
     /// The PID 1 of the pod's shared PID namespace.
     Pause,
+    /// A command of `podvisor exec`, by its client's API slot.
+    Exec(usize),
 }
 
 struct Supervisor {
@@ -403,6 +406,7 @@ impl Supervisor {
                 self.serve(slot, request)?;
             }
         }
+        self.kill_abandoned_execs();
         if let Some(mut m) = self.metrics.take() {
             if ready.contains(&TOKEN_METRICS_LISTEN) {
                 m.accept(&self.epoll);
@@ -461,7 +465,16 @@ impl Supervisor {
         // for with the exec tasks when it holds nothing already.
         let idle_keeper = self.keepers.close(&self.instances);
         let pause = self.sandbox.end();
-        self.reap_children(idle_keeper.into_iter().chain(pause).collect());
+        // Commands of `podvisor exec` end with the pod, as with a container runtime.
+        let execs = self.running_execs();
+        for &(pid, _) in &execs {
+            let _ = sys::send_signal(-pid, libc::SIGKILL);
+        }
+        let ending = idle_keeper.into_iter().chain(pause);
+        self.reap_children(ending.chain(execs.iter().map(|e| e.0)).collect());
+        for (pid, slot) in execs {
+            self.exec_exited(slot, pid, Exit::Signal(libc::SIGKILL));
+        }
         // Under live restore a stop signal leaves the pod to its keepers: its volumes and
         // cgroups stay for the next run.
         if !self.detached {
@@ -577,6 +590,10 @@ impl Supervisor {
                 return Ok(());
             }
             Some(PidOwner::Keeper) => return self.keeper_gone(pid),
+            Some(PidOwner::Exec(slot)) => {
+                self.exec_exited(slot, pid, exit);
+                return Ok(());
+            }
             Some(PidOwner::Pause) => {
                 // Its PID namespace and what ran there are gone; the next start makes another.
                 self.sandbox.pause_exited(pid);

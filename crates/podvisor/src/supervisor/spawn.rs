@@ -25,9 +25,28 @@ impl Supervisor {
         handler: podvisor_core::spec::plan::Handler,
         timeout: Option<std::time::Duration>,
     ) -> Option<Input> {
-        let i = owner.instance().container;
-        let instance = self.instances.get(owner.instance());
-        let ctx = ExecContext {
+        let now = self.clock.now();
+        // Out of `self` while the context borrows the rest of it.
+        let mut tasks = std::mem::take(&mut self.tasks);
+        let ctx = self.exec_context(owner.instance());
+        let started = tasks.start(owner, &handler, timeout, now, &ctx, &self.epoll, TOKEN_TASK);
+        self.tasks = tasks;
+        match started {
+            Ok(Some((pid, slot))) => {
+                self.pids.insert(pid, PidOwner::Task(slot));
+                None
+            }
+            Ok(None) => None,
+            Err(done) => self.task_finished(done),
+        }
+    }
+
+    /// What a command run in an instance's container gets, as CRI exec gives it: the
+    /// container's environment, working directory, namespaces, cgroups and identity.
+    pub(super) fn exec_context(&self, id: InstanceId) -> ExecContext<'_> {
+        let i = id.container;
+        let instance = self.instances.get(id);
+        ExecContext {
             env: &self.envs[i],
             working_dir: self.working_dir(i),
             working_dir_optional: self.plan.exec[i].working_dir.is_none(),
@@ -37,18 +56,6 @@ impl Supervisor {
             namespaces: instance.map(Instance::exec_namespaces).unwrap_or_default(),
             cgroups: instance.map(Instance::cgroup_fds).unwrap_or_default(),
             credentials: self.credentials.get(i),
-        };
-        let now = self.clock.now();
-        match self
-            .tasks
-            .start(owner, &handler, timeout, now, &ctx, &self.epoll, TOKEN_TASK)
-        {
-            Ok(Some((pid, slot))) => {
-                self.pids.insert(pid, PidOwner::Task(slot));
-                None
-            }
-            Ok(None) => None,
-            Err(done) => self.task_finished(done),
         }
     }
 
@@ -139,6 +146,7 @@ impl Supervisor {
             self.pids.insert(pid, PidOwner::Pause);
         }
         let io = ContainerIo {
+            stdin: None,
             stdout,
             stderr,
             working_dir: self.working_dir(id.container),

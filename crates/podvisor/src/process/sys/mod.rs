@@ -19,6 +19,7 @@ mod creds;
 mod fd;
 mod fork;
 mod namespaces;
+mod passing;
 mod rootfs;
 mod spawn;
 
@@ -28,6 +29,7 @@ pub use creds::{BpfInstruction, Credentials};
 pub use fd::*;
 pub use fork::*;
 pub use namespaces::{make_pod_namespaces, open_namespace, open_namespace_path, PodNamespaceFds};
+pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 

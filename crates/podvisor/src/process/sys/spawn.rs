@@ -28,6 +28,8 @@ pub enum ChildSetup {
 /// Descriptors and environment of a container's process.
 #[derive(Debug, Clone)]
 pub struct ContainerIo {
+    /// Its stdin (`None`: /dev/null, as a container's without `stdin: true`).
+    pub stdin: Option<RawFd>,
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub working_dir: Option<std::path::PathBuf>,
@@ -168,9 +170,10 @@ fn dev_null() -> io::Result<RawFd> {
 }
 
 /// Points the kept descriptors back at /dev/null, so that they hold no pipe open.
-fn reset_low_fds(low: &LowFds, used: &[RawFd]) {
+fn reset_low_fds(used: &[RawFd]) {
+    let Ok(null) = dev_null() else { return };
     for &fd in used {
-        let _ = dup_onto(low.stdin, fd);
+        let _ = dup_onto(null, fd);
     }
 }
 
@@ -219,7 +222,10 @@ impl Prepared {
                 .transpose()?,
             cwd_optional: io.working_dir_optional,
             // Opened with O_CLOEXEC: only the dup2'd copy reaches the program.
-            stdin: Some(dev_null()?),
+            stdin: Some(match io.stdin {
+                Some(fd) => fd,
+                None => dev_null()?,
+            }),
             io_fds: Some((io.stdout, io.stderr)),
             mount_strings: MountStrings::new(
                 &io.mounts,
@@ -360,6 +366,8 @@ impl MountPtrs {
 /// `used` says which hold something until the child has exec'd.
 fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -> io::Result<()> {
     let mut placed = || {
+        used.push(low.stdin);
+        dup_onto(plan.stdin, low.stdin)?;
         used.push(low.stdout);
         dup_onto(plan.stdout, low.stdout)?;
         if plan.stderr != plan.stdout {
@@ -379,7 +387,7 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
         Ok::<(), io::Error>(())
     };
     if let Err(e) = placed() {
-        reset_low_fds(low, used);
+        reset_low_fds(used);
         return Err(e);
     }
     plan.stdin = low.stdin;
@@ -573,9 +581,7 @@ pub fn spawn_with_terminal(
         PidSetup::Join(fd) => match super::namespaces::ChildrenIn::pid_namespace(fd) {
             Ok(c) => Some(c),
             Err(e) => {
-                if let Some(low) = &low {
-                    reset_low_fds(low, &used);
-                }
+                reset_low_fds(&used);
                 return Err(io::Error::new(
                     e.kind(),
                     format!("join its PID namespace: {e}"),
@@ -587,9 +593,7 @@ pub fn spawn_with_terminal(
     let pid = clone_child(&mut plan, new);
     drop(children_in);
     // The child has exec'd or exited: the kept descriptors let go of its pipes again.
-    if let Some(low) = &low {
-        reset_low_fds(low, &used);
-    }
+    reset_low_fds(&used);
     drop(low_guard);
     let pid = pid?;
     if plan.errno != 0 {

@@ -1,0 +1,152 @@
+//! `podvisor exec` through the binary: a command in a running container with the
+//! container's identity, namespaces and environment (read back from `/proc/self/status`
+//! beside its main process's), its exit code as kubectl gives it, stdin with `-i`, the
+//! default container, clear refusals, and a command that goes with its client or its pod.
+
+use crate::harness::*;
+use crate::probes::stop;
+
+/// Two sleeping containers; `app` runs as 1000:1000 with no capabilities, no_new_privs and
+/// the runtime's default seccomp profile, in a root of its own (its own PID namespace).
+fn pod() -> String {
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: ex, namespace: ns}\nspec:
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  containers:
+  - name: app
+    command: [sleep, '600']
+    env: [{name: GREETING, value: hello}]
+    securityContext:
+      allowPrivilegeEscalation: false
+      capabilities: {drop: [ALL]}
+      seccompProfile: {type: RuntimeDefault}
+  - name: side
+    command: [sleep, '600']
+"
+    .to_string()
+}
+
+/// The identity lines of a status file, as field → value.
+fn identity(lines: &[&str]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| {
+            ["Uid", "Gid", "Groups", "Cap", "NoNewPrivs", "Seccomp:"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn exec_runs_as_the_container_and_answers_as_kubectl() {
+    if !is_root() {
+        skip("setting users and private roots need root");
+        return;
+    }
+    let r = PodRun::new(&pod());
+    let mut p = r.cmd(&[]).start();
+    r.wait_event("app", "Started", 1);
+    r.wait_event("side", "Started", 1);
+    // (`client` puts --state-dir last: here that is after `--`.)
+    let exec = |args: &[&str]| {
+        Run::new(podvisor())
+            .arg("exec")
+            .arg("--state-dir")
+            .arg(r.dir.file("state"))
+            .args(args)
+            .output()
+    };
+    // What the command sees is what the container's main process (its PID 1) has.
+    let out = exec(&[
+        "-c",
+        "app",
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/self/status; echo ==; cat /proc/1/status; echo ==; echo $GREETING $(hostname) $(id -u):$(id -g); exit 3",
+    ]);
+    assert_eq!(out.code(), 3, "{out:?}");
+    assert_eq!(out.stderr.trim(), "command terminated with exit code 3");
+    let parts: Vec<Vec<&str>> = out
+        .stdout
+        .split("==\n")
+        .map(|p| p.lines().collect())
+        .collect();
+    let (ours, main) = (identity(&parts[0]), identity(&parts[1]));
+    assert_eq!(ours, main, "exec'd beside the main process");
+    assert!(
+        ours.contains(&"Uid: 1000 1000 1000 1000".to_string()),
+        "{ours:?}"
+    );
+    assert!(
+        ours.contains(&"CapBnd: 0000000000000000".to_string()),
+        "{ours:?}"
+    );
+    assert!(ours.contains(&"NoNewPrivs: 1".to_string()), "{ours:?}");
+    assert!(ours.contains(&"Seccomp: 2".to_string()), "{ours:?}");
+    assert!(main.iter().any(|l| l.starts_with("Uid")));
+    assert_eq!(parts[2], ["hello ex 1000:1000"]);
+
+    // -i: this command's stdin; the pod named as kubectl names it.
+    let mut piped = Run::new(podvisor())
+        .args(["exec", "-i", "-c", "side", "ns/ex", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .args(["--", "sh", "-c", "tr a-z A-Z"])
+        .start();
+    piped.write_stdin(b"through stdin\n");
+    piped.close_stdin();
+    assert_eq!(piped.wait().code(), Some(0));
+    piped.drain();
+    assert_eq!(piped.stdout, ["THROUGH STDIN"]);
+    // Without -i the command reads /dev/null.
+    let out = exec(&["-c", "side", "--", "cat"]);
+    assert_eq!((out.code(), out.stdout.as_str()), (0, ""), "{out:?}");
+
+    // kubectl's default container, said on stderr.
+    let out = exec(&["--", "true"]);
+    assert_eq!(out.code(), 0);
+    assert_eq!(
+        out.stderr.trim(),
+        "Defaulted container \"app\" out of: app, side"
+    );
+
+    // Refusals name what exists.
+    let out = exec(&["-c", "nope", "--", "true"]);
+    assert_eq!(out.code(), 1);
+    assert_eq!(
+        out.stderr.trim(),
+        "error: container \"nope\" not found in pod ex; its containers: app, side"
+    );
+    let out = exec(&["other", "--", "true"]);
+    assert_eq!(out.code(), 1);
+    assert_eq!(
+        out.stderr.trim(),
+        "error: pods \"other\" not found; the running pod is ns/ex"
+    );
+    let out = exec(&["-c", "side", "--", "/nonexistent/cmd"]);
+    assert_eq!(out.code(), 127, "{out:?}");
+    assert!(out.stderr.contains("no such file or directory"), "{out:?}");
+    let out = exec(&["-c", "side", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.code(), 137);
+
+    // A client that goes away takes its command with it.
+    let mut c = Run::new(podvisor())
+        .args(["exec", "-c", "side", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .args(["--", "sleep", "987.25"])
+        .start();
+    let running = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| c == b"sleep\x00987.25\x00")
+    };
+    wait_until("the exec'd sleep", running);
+    c.signal("KILL");
+    c.wait();
+    wait_until("the exec'd sleep to go", || !running());
+    stop(&mut p);
+}
