@@ -13,28 +13,174 @@ pub struct ClientError(pub String);
 
 /// The state dir: `--state-dir`, or the only one under the default base with a live pod.
 pub fn state_dir(flag: Option<PathBuf>) -> Result<PathBuf, ClientError> {
+    find_pod(flag, None, None)
+}
+
+/// The state dir of a pod, as kubectl finds one: `--state-dir`; else the pod named `pod`
+/// (`NAME` or `NAMESPACE/NAME`, in `namespace` when given) under the default base, running or
+/// ended; else the only running pod, or, with none running, the only pod there is. Errors name
+/// the pods that exist.
+pub fn find_pod(
+    flag: Option<PathBuf>,
+    pod: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<PathBuf, ClientError> {
+    let began = std::time::Instant::now();
+    loop {
+        let found = find_pod_now(flag.clone(), pod, namespace);
+        // `run … &` then a client at once: a run that began just now has no state dir yet.
+        let wait = found.is_err()
+            && flag.is_none()
+            && began.elapsed() < STARTING_PATIENCE
+            && state::processes::run_starting(RUN_STARTING);
+        if !wait {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A run this young that holds no state dir yet is waited for (see `find_pod`).
+const RUN_STARTING: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn find_pod_now(
+    flag: Option<PathBuf>,
+    pod: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<PathBuf, ClientError> {
     if let Some(dir) = flag {
-        return Ok(dir);
+        return match pod {
+            Some(wanted) => check_named(dir, wanted, namespace),
+            None => Ok(dir),
+        };
     }
     let base = state::base();
-    let mut live: Vec<PathBuf> = state::under(&base)
+    // A run that holds its lock is there, even before its socket answers.
+    let known: Vec<StateDir> = state::under(&base)
         .into_iter()
-        .filter(answers)
-        .map(|d| d.path().to_path_buf())
+        .filter(|d| d.is_running() || answers(d) || d.last_pod().is_ok_and(|f| f.path().is_file()))
         .collect();
-    match live.len() {
-        1 => Ok(live.remove(0)),
-        0 => Err(ClientError(format!(
+    let label = |d: &StateDir| pod_label(d);
+    let listed = |dirs: &[StateDir]| {
+        let names: Vec<String> = dirs.iter().map(label).collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    if let Some(wanted) = pod {
+        let (ns, name) = match wanted.split_once('/') {
+            Some((ns, name)) => (Some(ns), name),
+            None => (namespace, wanted),
+        };
+        let mut found: Vec<&StateDir> = known
+            .iter()
+            .filter(|d| d.name() == name && ns.is_none_or(|ns| namespace_of(d) == ns))
+            .collect();
+        return match found.len() {
+            1 => Ok(found.remove(0).path().to_path_buf()),
+            0 => Err(ClientError(format!(
+                "pods {wanted:?} not found under {}; pods there: {}",
+                base.display(),
+                listed(&known)
+            ))),
+            _ => Err(ClientError(format!(
+                "pod {name:?} is in several namespaces ({}); name it NAMESPACE/NAME or pass -n",
+                found
+                    .iter()
+                    .map(|d| namespace_of(d))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        };
+    }
+    let in_namespace: Vec<StateDir> = known
+        .into_iter()
+        .filter(|d| namespace.is_none_or(|ns| namespace_of(d) == ns))
+        .collect();
+    let live: Vec<StateDir> = (in_namespace.iter())
+        .filter(|d| d.is_running() || answers(d))
+        .cloned()
+        .collect();
+    match (live.len(), in_namespace.len()) {
+        (1, _) => Ok(live[0].path().to_path_buf()),
+        (0, 1) => Ok(in_namespace[0].path().to_path_buf()),
+        (0, 0) => Err(ClientError(format!(
             "no pod is running under {} (pass --state-dir DIR)",
             base.display()
         ))),
-        _ => Err(ClientError(format!(
-            "several pods are running; pass --state-dir with one of: {}",
-            live.iter()
-                .map(|d| d.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+        (0, _) => Err(ClientError(format!(
+            "no pod is running and several have ended; name one: {}",
+            listed(&in_namespace)
         ))),
+        _ => Err(ClientError(format!(
+            "several pods are running; name one: {}",
+            listed(&live)
+        ))),
+    }
+}
+
+/// A pod named beside `--state-dir` must be the one the state dir holds.
+fn check_named(
+    dir: PathBuf,
+    wanted: &str,
+    namespace: Option<&str>,
+) -> Result<PathBuf, ClientError> {
+    let pod: crate::status::ApiPod = serde_json::from_str(&pod_text(&dir)?)
+        .map_err(|e| ClientError(format!("{}: not a v1 Pod: {e}", dir.display())))?;
+    let name = pod.metadata.name.unwrap_or_default();
+    let ns = pod.metadata.namespace.unwrap_or_else(|| "default".into());
+    let (want_ns, want_name) = match wanted.split_once('/') {
+        Some((n, w)) => (Some(n), w),
+        None => (namespace, wanted),
+    };
+    if want_name == name && want_ns.is_none_or(|n| n == ns) {
+        return Ok(dir);
+    }
+    Err(ClientError(format!(
+        "pods {wanted:?} not found in {}: it holds {ns}/{name}",
+        dir.display()
+    )))
+}
+
+/// `NAMESPACE/NAME` of a state dir under the default base (`BASE/NAMESPACE/NAME`).
+pub fn pod_label(d: &StateDir) -> String {
+    format!("{}/{}", namespace_of(d), d.name())
+}
+
+fn namespace_of(d: &StateDir) -> String {
+    d.path()
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The pod (a v1 Pod, JSON): from its run, or, once the run has ended, as it last showed it.
+pub fn pod_text(dir: &Path) -> Result<String, ClientError> {
+    last_word(dir, "/status", StateDir::last_pod)
+}
+
+/// The pod's recent events (JSON lines): from its run, or as they were when it ended.
+pub fn events_text(dir: &Path) -> Result<String, ClientError> {
+    last_word(dir, "/events", StateDir::last_events)
+}
+
+fn last_word(
+    dir: &Path,
+    path: &str,
+    file: fn(&StateDir) -> Result<state::StateFile, state::StateError>,
+) -> Result<String, ClientError> {
+    let asked = call(dir, "GET", path);
+    let state = StateDir::new(dir);
+    if asked.is_ok() || state.is_running() {
+        return asked;
+    }
+    match file(&state).and_then(|f| f.read()) {
+        Ok(Some(text)) => Ok(text),
+        Ok(None) => asked,
+        Err(e) => Err(ClientError(e.to_string())),
     }
 }
 
@@ -43,9 +189,27 @@ pub fn answers(dir: &StateDir) -> bool {
     UnixStream::connect(dir.socket()).is_ok()
 }
 
+/// How long a client waits for the socket of a run that has begun (holds its lock) but does
+/// not listen yet.
+const STARTING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn connect(dir: &Path) -> Result<UnixStream, ClientError> {
-    let path = StateDir::new(dir).socket();
-    UnixStream::connect(&path).map_err(|e| {
+    let state = StateDir::new(dir);
+    let path = state.socket();
+    let began = std::time::Instant::now();
+    let mut connected = UnixStream::connect(&path);
+    // `run … &` then a client at once: the run holds the lock before it listens.
+    while let Err(e) = &connected {
+        let starting = matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED))
+            && state.is_running()
+            && began.elapsed() < STARTING_PATIENCE;
+        if !starting {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        connected = UnixStream::connect(&path);
+    }
+    connected.map_err(|e| {
         ClientError(match e.raw_os_error() {
             Some(libc::ENOENT) => format!(
                 "no pod is running in {} (no {})",
@@ -183,4 +347,27 @@ pub fn stream_lines(
             Err(e) => return Err(ClientError(format!("reading the stream: {e}"))),
         }
     }
+}
+
+/// kubectl's default container: the `kubectl.kubernetes.io/default-container` annotation,
+/// else the first container (said on stderr when there are others, as kubectl says it).
+pub fn default_container(pod: &crate::status::ApiPod) -> Result<String, ClientError> {
+    let names: Vec<String> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default();
+    let annotated = (pod.metadata.annotations.as_ref())
+        .and_then(|a| a.get("kubectl.kubernetes.io/default-container"))
+        .filter(|a| names.contains(a));
+    if let Some(name) = annotated {
+        return Ok(name.clone());
+    }
+    let first = names
+        .first()
+        .ok_or_else(|| ClientError("the pod has no containers".into()))?;
+    if names.len() > 1 {
+        eprintln!("Defaulted container {first:?} out of: {}", names.join(", "));
+    }
+    Ok(first.clone())
 }

@@ -238,7 +238,14 @@ fn restart_a_container_and_the_whole_pod() {
     assert_eq!(out.code(), 0, "{out:?}");
     assert_eq!(p.wait().code(), Some(0));
     p.assert_no_leftovers();
-    let gone = client(&r, &["status"]);
+    // The ended pod is still shown, as it was when the run ended; it takes no requests.
+    let ended = client(&r, &["status"]);
+    assert_eq!(ended.code(), 0, "{ended:?}");
+    assert!(
+        ended.stdout.lines().nth(1).unwrap().starts_with("p "),
+        "{ended:?}"
+    );
+    let gone = client(&r, &["restart"]);
     assert_eq!(gone.code(), 1);
     assert!(gone.stderr.contains("no pod is running"), "{gone:?}");
 }

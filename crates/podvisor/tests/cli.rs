@@ -40,8 +40,9 @@ fn mistakes_get_one_error_line_a_suggestion_and_exit_2() {
     let out = podvisor_cmd(&["logs"]);
     assert_eq!(out.code(), 2);
     assert!(
-        out.stderr
-            .starts_with("error: the following required arguments were not provided: <CONTAINER>"),
+        out.stderr.starts_with(
+            "error: the following required arguments were not provided: <POD|CONTAINER>"
+        ),
         "{out:?}"
     );
     // --help and --version go to stdout, exit 0.

@@ -123,7 +123,10 @@ fn exec_runs_as_the_container_and_answers_as_kubectl() {
     assert_eq!(out.code(), 1);
     assert_eq!(
         out.stderr.trim(),
-        "error: pods \"other\" not found; the running pod is ns/ex"
+        format!(
+            "error: pods \"other\" not found in {}: it holds ns/ex",
+            r.dir.file("state").display()
+        )
     );
     let out = exec(&["-c", "side", "--", "/nonexistent/cmd"]);
     assert_eq!(out.code(), 127, "{out:?}");

@@ -22,6 +22,7 @@ mod init_staged;
 mod live_restore;
 mod namespaces;
 mod personas;
+mod pods;
 mod probes;
 mod resources;
 mod restart_rules;

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-use super::{control, exec, explain, logs, run, status, validate, write_err, write_out};
+use super::{control, exec, explain, get, logs, run, status, validate, write_err, write_out};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,18 +49,28 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Print, per container, the lifecycle timing the manifest implies, and warnings.
     Explain(explain::ExplainArgs),
-    /// The running pod, as `kubectl get pod` shows it.
+    /// A pod, as `kubectl get pod` shows it (running, or as it ended).
     Status(status::StatusArgs),
-    /// The running pod, as `kubectl describe pod` shows it.
+    /// A pod, as `kubectl describe pod` shows it (running, or as it ended).
     Describe(status::StatusArgs),
     /// A container's output, as `kubectl logs` prints it.
     Logs(logs::LogsArgs),
-    /// The running pod's events, oldest first.
+    /// A pod's events, oldest first (of an ended pod: those it had when it ended).
     Events(control::EventsArgs),
-    /// Graceful termination of the running pod.
+    /// Delete the running pod: graceful termination, then the next run of its manifest is a
+    /// new pod (restart counts 0), as after `kubectl delete pod`.
+    ///
+    /// Unlike SIGTERM to `run` (a service manager's stop), a kill or a crash, after which the
+    /// next run resumes the pod with its restart counts and stages.
     Stop(control::StopArgs),
     /// Restart one container, or the whole pod.
     Restart(control::RestartArgs),
+    /// List pods, running and ended, as `kubectl get pods` does.
+    Get(get::GetArgs),
+    /// `get pods`.
+    Ps(get::ListArgs),
+    /// Remove ended pods (their logs, status and events).
+    Delete(get::DeleteArgs),
     /// Run a command in a running container, as `kubectl exec` does.
     Exec(exec::ExecArgs),
     /// A live terminal view of every running pod: containers, logs, events, actions.
@@ -105,6 +115,9 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         Command::Stop(a) => control::stop(a),
         Command::Restart(a) => control::restart(a),
         Command::Exec(a) => exec::main(a),
+        Command::Get(a) => get::get(a),
+        Command::Ps(a) => get::ps(a),
+        Command::Delete(a) => get::delete(a),
         Command::Top(a) => crate::top::main(a),
         Command::Completion { shell } => {
             let shell = match shell {

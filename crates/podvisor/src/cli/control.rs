@@ -13,9 +13,15 @@ use crate::status::EventLine;
 /// `podvisor events`' arguments: the last 1,000 events, oldest first.
 #[derive(Debug, clap::Args)]
 pub struct EventsArgs {
-    /// The pod's state dir (default: the only running pod)
+    /// The pod's state dir (default: found by POD under the default base)
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The pod, `NAME` or `NAMESPACE/NAME`, running or ended (default: the only running pod)
+    #[arg(value_name = "POD")]
+    pod: Option<String>,
     /// JSON lines instead of text
     #[arg(short, long, value_name = "FORMAT", value_parser = ["json"])]
     output: Option<String>,
@@ -25,12 +31,18 @@ pub struct EventsArgs {
 }
 
 /// `podvisor stop`'s arguments: graceful termination of the running pod (preStop, SIGTERM,
-/// grace, SIGKILL), as SIGTERM to `podvisor run` would do.
+/// grace, SIGKILL), after which the pod is deleted (its record removed).
 #[derive(Debug, clap::Args)]
 pub struct StopArgs {
-    /// The pod's state dir (default: the only running pod)
+    /// The pod's state dir (default: found by POD under the default base)
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The pod, `NAME` or `NAMESPACE/NAME` (default: the only running pod)
+    #[arg(value_name = "POD")]
+    pod: Option<String>,
     /// Do not wait until the run has ended
     #[arg(long)]
     no_wait: bool,
@@ -41,11 +53,32 @@ pub struct StopArgs {
 /// emptyDir volumes wiped, init containers again; event PodRestarting).
 #[derive(Debug, clap::Args)]
 pub struct RestartArgs {
-    /// The pod's state dir (default: the only running pod)
+    /// The pod's state dir (default: found by POD under the default base)
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// The container to restart (none: the whole pod)
-    container: Option<String>,
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// A container of the only running pod, or a pod (`NAME` or `NAMESPACE/NAME`; none: the
+    /// only running pod, whole)
+    #[arg(value_name = "POD|CONTAINER")]
+    first: Option<String>,
+    /// The container to restart, after POD (none: the whole pod)
+    #[arg(value_name = "CONTAINER")]
+    second: Option<String>,
+}
+
+/// Whether the pod in `dir` has a container (of any kind) named `name`.
+fn has_container(dir: &std::path::Path, name: &str) -> bool {
+    let Ok(text) = client::pod_text(dir) else {
+        return false;
+    };
+    let Ok(pod) = serde_json::from_str::<crate::status::ApiPod>(&text) else {
+        return false;
+    };
+    let spec = pod.spec.unwrap_or_default();
+    let init = spec.init_containers.unwrap_or_default();
+    (spec.containers.iter().chain(&init)).any(|c| c.name == name)
 }
 
 /// `2026-11-23T08:48:09.236Z  Warning  BackOff  crash  Back-off restarting ...`
@@ -59,7 +92,7 @@ fn event_line(e: &EventLine) -> String {
 pub fn events(c: EventsArgs) -> i32 {
     let json = c.output.is_some();
     exit_code((|| {
-        let dir = client::state_dir(c.state_dir)?;
+        let dir = client::find_pod(c.state_dir, c.pod.as_deref(), c.namespace.as_deref())?;
         let print = |line: &str| -> std::io::Result<()> {
             let out = if json {
                 format!("{line}\n")
@@ -75,7 +108,7 @@ pub fn events(c: EventsArgs) -> i32 {
             let r = client::request(&dir, "GET", "/events?watch=1")?;
             return client::stream_lines(r, print);
         }
-        let text = client::call(&dir, "GET", "/events")?;
+        let text = client::events_text(&dir)?;
         for line in text.lines().filter(|l| !l.is_empty()) {
             if print(line).is_err() {
                 break;
@@ -87,7 +120,7 @@ pub fn events(c: EventsArgs) -> i32 {
 
 pub fn stop(c: StopArgs) -> i32 {
     exit_code((|| {
-        let dir = client::state_dir(c.state_dir)?;
+        let dir = client::find_pod(c.state_dir, c.pod.as_deref(), c.namespace.as_deref())?;
         client::call(&dir, "POST", "/stop")?;
         if c.no_wait {
             return Ok(());
@@ -110,8 +143,20 @@ pub fn stop(c: StopArgs) -> i32 {
 
 pub fn restart(c: RestartArgs) -> i32 {
     exit_code((|| {
-        let dir = client::state_dir(c.state_dir)?;
-        client::call(&dir, "POST", &client::restart_path(c.container.as_deref()))?;
+        let ns = c.namespace.as_deref();
+        let (dir, container) = match (c.first, c.second) {
+            (Some(pod), Some(container)) => (
+                client::find_pod(c.state_dir, Some(&pod), ns)?,
+                Some(container),
+            ),
+            (None, _) => (client::find_pod(c.state_dir, None, ns)?, None),
+            // One word: a container of the only pod when it has one of that name, else a pod.
+            (Some(word), None) => match client::find_pod(c.state_dir.clone(), None, ns) {
+                Ok(dir) if c.state_dir.is_some() || has_container(&dir, &word) => (dir, Some(word)),
+                _ => (client::find_pod(c.state_dir, Some(&word), ns)?, None),
+            },
+        };
+        client::call(&dir, "POST", &client::restart_path(container.as_deref()))?;
         Ok(())
     })())
 }

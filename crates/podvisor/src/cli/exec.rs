@@ -8,11 +8,12 @@ use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 use crate::client::{self, ClientError};
+use crate::status::ApiPod;
 
 /// `podvisor exec`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
-    /// The pod's state dir (default: the only running pod)
+    /// The pod's state dir (default: found by POD under the default base)
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// The container (default: the pod's `kubectl.kubernetes.io/default-container`, else its
@@ -25,7 +26,10 @@ pub struct ExecArgs {
     /// Allocate a terminal (not supported: with -i the command reads your terminal as it is)
     #[arg(short, long)]
     tty: bool,
-    /// The pod (`NAME` or `NAMESPACE/NAME`): checked against the running pod's name
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The pod, `NAME` or `NAMESPACE/NAME` (default: the only running pod)
     #[arg(value_name = "POD")]
     pod: Option<String>,
     /// The command and its arguments
@@ -57,13 +61,14 @@ fn exec(a: ExecArgs) -> Result<i32, ClientError> {
             "podvisor exec cannot allocate a terminal (-t) yet; with -i the command reads this one as it is".into(),
         ));
     }
-    let dir = client::state_dir(a.state_dir)?;
-    let pod: serde_json::Value = serde_json::from_str(&client::call(&dir, "GET", "/status")?)
-        .map_err(|e| ClientError(format!("the run's status: {e}")))?;
-    check_pod(&pod, a.pod.as_deref())?;
+    let dir = client::find_pod(a.state_dir, a.pod.as_deref(), a.namespace.as_deref())?;
     let container = match a.container {
         Some(c) => c,
-        None => default_container(&pod)?,
+        None => {
+            let pod: ApiPod = serde_json::from_str(&client::call(&dir, "GET", "/status")?)
+                .map_err(|e| ClientError(format!("the run's status: {e}")))?;
+            client::default_container(&pod)?
+        }
     };
     let mut path = format!("/exec?container={}", client::percent_encode(&container));
     for arg in &a.command {
@@ -87,40 +92,4 @@ fn exec(a: ExecArgs) -> Result<i32, ClientError> {
         eprintln!("command terminated with exit code {}", answer.exit_code);
     }
     Ok(answer.exit_code)
-}
-
-/// A POD named on the command line must be the running one.
-fn check_pod(pod: &serde_json::Value, wanted: Option<&str>) -> Result<(), ClientError> {
-    let Some(wanted) = wanted else { return Ok(()) };
-    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
-    let (want_ns, want_name) = wanted.split_once('/').unwrap_or(("", wanted));
-    if want_name == name && (want_ns.is_empty() || want_ns == namespace) {
-        return Ok(());
-    }
-    Err(ClientError(format!(
-        "pods {wanted:?} not found; the running pod is {namespace}/{name}"
-    )))
-}
-
-/// kubectl's choice: the `kubectl.kubernetes.io/default-container` annotation, else the
-/// first container (saying so when there are others).
-fn default_container(pod: &serde_json::Value) -> Result<String, ClientError> {
-    let names: Vec<&str> = pod["spec"]["containers"]
-        .as_array()
-        .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
-        .unwrap_or_default();
-    let annotated = pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"]
-        .as_str()
-        .filter(|a| names.contains(a));
-    if let Some(name) = annotated {
-        return Ok(name.to_string());
-    }
-    let first = names
-        .first()
-        .ok_or_else(|| ClientError("the pod has no containers".into()))?;
-    if names.len() > 1 {
-        eprintln!("Defaulted container {first:?} out of: {}", names.join(", "));
-    }
-    Ok(first.to_string())
 }

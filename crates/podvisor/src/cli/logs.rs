@@ -1,4 +1,4 @@
-//! `podvisor logs CONTAINER [--previous] [-f] [--tail N] [--timestamps] [--since DUR]`, with
+//! `podvisor logs [POD] CONTAINER | POD [-c CONTAINER] [--previous] [-f] [--tail N] [--timestamps] [--since DUR]`, with
 //! `kubectl logs`' meaning, read straight from the instance log files in the state dir (so it
 //! also works after the run has ended). Which instance is "current" and which "previous" comes
 //! from the running pod's status when there is one, as the kubelet decides it: a container
@@ -23,9 +23,15 @@ use crate::status::ApiPod;
 /// `podvisor logs`' arguments.
 #[derive(Debug, clap::Args)]
 pub struct LogsArgs {
-    /// The pod's state dir (default: the only running pod)
+    /// The pod's state dir (default: found by POD under the default base)
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The container (then the first argument is the pod)
+    #[arg(short, long, value_name = "NAME")]
+    container: Option<String>,
     /// The previous instance (the one that ended before the current one)
     #[arg(short, long)]
     previous: bool,
@@ -41,12 +47,17 @@ pub struct LogsArgs {
     /// Only lines newer than DUR (5s, 2m, 1h)
     #[arg(long, value_name = "DUR", value_parser = duration)]
     since: Option<Duration>,
-    /// The container
-    container: String,
+    /// `CONTAINER` of the only pod, or `POD` (`NAME` or `NAMESPACE/NAME`, running or ended;
+    /// its container: -c, else its default one)
+    #[arg(value_name = "POD|CONTAINER")]
+    first: String,
+    /// The container, after POD
+    #[arg(value_name = "CONTAINER")]
+    second: Option<String>,
 }
 
 struct Args {
-    dir: Option<PathBuf>,
+    dir: PathBuf,
     container: String,
     previous: bool,
     follow: bool,
@@ -56,9 +67,13 @@ struct Args {
 }
 
 pub fn main(a: LogsArgs) -> i32 {
+    let (dir, container) = match target(&a) {
+        Ok(t) => t,
+        Err(e) => return exit_code(Err(e)),
+    };
     exit_code(run(Args {
-        dir: a.state_dir,
-        container: a.container,
+        dir,
+        container,
         previous: a.previous,
         follow: a.follow,
         // kubectl: -1 (the default) means all lines.
@@ -68,14 +83,61 @@ pub fn main(a: LogsArgs) -> i32 {
     }))
 }
 
-fn run(a: Args) -> Result<(), ClientError> {
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None => client::state_dir(None)?,
+/// The state dir and container, as kubectl reads its arguments: `POD CONTAINER`, `POD -c
+/// CONTAINER`; one word alone is a container of the only pod if it has one of that name, else
+/// a pod (with its default container).
+fn target(a: &LogsArgs) -> Result<(PathBuf, String), ClientError> {
+    let ns = a.namespace.as_deref();
+    let named = |pod: &str, container: Option<&String>| {
+        let dir = client::find_pod(a.state_dir.clone(), Some(pod), ns)?;
+        let container = match container {
+            Some(c) => c.clone(),
+            None => default_container(&dir)?,
+        };
+        Ok((dir, container))
     };
+    if a.second.is_some() || a.container.is_some() {
+        return named(&a.first, a.second.as_ref().or(a.container.as_ref()));
+    }
+    let only = client::find_pod(a.state_dir.clone(), None, ns);
+    if let Ok(dir) = &only {
+        if StateDir::new(dir).container_logs(&a.first).is_dir() || a.state_dir.is_some() {
+            return Ok((dir.clone(), a.first.clone()));
+        }
+    }
+    match named(&a.first, None) {
+        Ok(found) => Ok(found),
+        // Neither a pod of that name nor a container of the only pod: say it of the pod.
+        Err(e) => match only {
+            Ok(dir) => Ok((dir, a.first.clone())),
+            Err(_) => Err(e),
+        },
+    }
+}
+
+/// kubectl's default container of the pod in `dir`.
+fn default_container(dir: &Path) -> Result<String, ClientError> {
+    let pod = read_pod(dir).ok_or_else(|| {
+        ClientError(format!(
+            "{}: no pod to read its containers from; name the container with -c",
+            dir.display()
+        ))
+    })?;
+    client::default_container(&pod)
+}
+
+/// The pod: from its run, or as it ended.
+fn read_pod(dir: &Path) -> Option<ApiPod> {
+    client::pod_text(dir)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+fn run(a: Args) -> Result<(), ClientError> {
+    let dir = a.dir.clone();
     let state = StateDir::new(&dir);
-    // The pod's view, when it runs: valid names, and whether the container waits.
-    let status: Option<ApiPod> = client::call(&dir, "GET", "/status")
+    // The pod's view, running or ended: valid names, and whether the container waits.
+    let status: Option<ApiPod> = client::pod_text(&dir)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     let pod_name = status

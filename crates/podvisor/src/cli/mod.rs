@@ -16,6 +16,8 @@ pub mod exec;
 #[cfg(feature = "full")]
 pub mod explain;
 #[cfg(feature = "full")]
+pub mod get;
+#[cfg(feature = "full")]
 pub mod logs;
 #[cfg(feature = "full")]
 mod manifest;

@@ -11,9 +11,15 @@ use crate::status::ApiPod;
 /// `podvisor status`' and `podvisor describe`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The pod's state dir (default: the only running pod)
+    /// The pod's state dir (default: found by POD under the default base)
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The pod, `NAME` or `NAMESPACE/NAME`, running or ended (default: the only running pod)
+    #[arg(value_name = "POD")]
+    pod: Option<String>,
     /// Output format
     #[arg(short, long, value_enum, value_name = "FORMAT")]
     output: Option<Format>,
@@ -38,17 +44,20 @@ pub fn main(a: StatusArgs, describe: bool) -> i32 {
     } else {
         Format::Table
     };
-    exit_code(run(a.state_dir, a.output.unwrap_or(default), a.watch))
+    let format = a.output.unwrap_or(default);
+    exit_code((|| {
+        let dir = client::find_pod(a.state_dir, a.pod.as_deref(), a.namespace.as_deref())?;
+        run(dir, format, a.watch)
+    })())
 }
 
-fn run(dir: Option<PathBuf>, format: Format, watch: bool) -> Result<(), ClientError> {
-    let dir = client::state_dir(dir)?;
+fn run(dir: PathBuf, format: Format, watch: bool) -> Result<(), ClientError> {
     if !watch {
-        let text = client::call(&dir, "GET", "/status")?;
+        let text = client::pod_text(&dir)?;
         let pod = read(&text)?;
         let out = match format {
             Format::Describe => {
-                let events = client::call(&dir, "GET", "/events")?;
+                let events = client::events_text(&dir)?;
                 describe(&pod, &events)
             }
             Format::Json => format!("{}\n", pretty(&pod)),

@@ -13,6 +13,10 @@ const RECORD: &str = "podvisor.state";
 const LOCK: &str = "podvisor.lock";
 /// The status API's socket.
 const SOCKET: &str = "podvisor.sock";
+/// The pod as its run last showed it (a v1 Pod, JSON), written when the run ends.
+const LAST_POD: &str = "pod.json";
+/// The run's recent events (JSON lines), written when the run ends.
+const LAST_EVENTS: &str = "events.jsonl";
 
 /// A pod's state dir.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -67,6 +71,17 @@ impl StateDir {
     /// The saved record (`podvisor.state`).
     pub fn record(&self) -> Result<StateFile, StateError> {
         StateFile::new(&self.root, RECORD)
+    }
+
+    /// The pod as its run showed it when it ended (`pod.json`): what `status`, `describe`
+    /// and `get pods` show of an ended pod.
+    pub fn last_pod(&self) -> Result<StateFile, StateError> {
+        StateFile::new(&self.root, LAST_POD)
+    }
+
+    /// The run's recent events when it ended (`events.jsonl`).
+    pub fn last_events(&self) -> Result<StateFile, StateError> {
+        StateFile::new(&self.root, LAST_EVENTS)
     }
 
     pub fn lock_path(&self) -> PathBuf {
@@ -192,9 +207,13 @@ pub enum LockError {
     Io(#[from] io::Error),
 }
 
-/// Where state dirs live by default: `/var/lib/podvisor` for root, else
-/// `$XDG_STATE_HOME/podvisor` (or `~/.local/state/podvisor`).
+/// Where state dirs live by default: `$PODVISOR_STATE_BASE` when set; else
+/// `/var/lib/podvisor` for root, `$XDG_STATE_HOME/podvisor` (or `~/.local/state/podvisor`)
+/// for others.
 pub fn base() -> PathBuf {
+    if let Some(b) = std::env::var_os("PODVISOR_STATE_BASE").filter(|b| !b.is_empty()) {
+        return PathBuf::from(b);
+    }
     // Root (the owner of /proc/self) gets the system directory (docs/state.md).
     let root = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)

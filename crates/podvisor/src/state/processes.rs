@@ -31,6 +31,46 @@ pub fn stat(pid: i32) -> Option<(i32, u64, bool)> {
     Some((pgrp, start, zombie))
 }
 
+/// Whether a `podvisor run` of this user began less than `within` ago: a client that finds
+/// no pod waits for it (`run … &` then a client at once).
+pub fn run_starting(within: Duration) -> bool {
+    let Ok(me) = std::env::current_exe() else {
+        return false;
+    };
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let ticks = crate::process::sys::clock_ticks() as f64;
+    let uid = crate::process::sys::getuid();
+    let dirs = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    dirs.filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let owner = std::fs::metadata(format!("/proc/{pid}"))
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid);
+            owner && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == me)
+        })
+        .filter(|pid| {
+            // A run with --state-dir, or under another base, makes no pod where we look.
+            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let mut args = argv.split(|&b| b == 0);
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let base_of = |env: &[u8]| -> Option<Vec<u8>> {
+                env.split(|&b| b == 0)
+                    .find_map(|v| v.strip_prefix(b"PODVISOR_STATE_BASE=".as_slice()))
+                    .map(<[u8]>::to_vec)
+            };
+            let ours = std::env::var_os("PODVISOR_STATE_BASE")
+                .map(|b| std::os::unix::ffi::OsStrExt::as_bytes(b.as_os_str()).to_vec());
+            args.nth(1) == Some(b"run".as_slice())
+                && !args.any(|a| a == b"--state-dir" || a.starts_with(b"--state-dir="))
+                && base_of(&env) == ours
+        })
+        .any(|pid| {
+            start_ticks(pid).is_some_and(|t| uptime - t as f64 / ticks < within.as_secs_f64())
+        })
+}
+
 /// The start time of `pid` in clock ticks since boot.
 pub fn start_ticks(pid: i32) -> Option<u64> {
     stat(pid).map(|(_, t, _)| t)

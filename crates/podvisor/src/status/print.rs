@@ -216,20 +216,8 @@ fn last_terminated(
 /// one row per container.
 pub fn table(pod: &Pod, wide: bool, header: bool) -> String {
     let now = now_secs();
-    let created = pod.metadata.creation_timestamp.as_ref().map_or(now, secs);
-    let mut rows = vec![vec![
-        pod.metadata.name.clone().unwrap_or_default(),
-        ready_column(pod),
-        pod_reason(pod),
-        restarts_column(pod, now),
-        age(now - created),
-    ]];
-    let mut head = vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"];
-    if wide {
-        head.extend(["IP", "NODE"]);
-        rows[0].push(status(pod).pod_ip.unwrap_or_default());
-        rows[0].push(crate::process::sys::hostname());
-    }
+    let mut rows = vec![pod_row(pod, wide, now)];
+    let head = pod_head(wide);
     if header {
         rows.insert(0, head.iter().map(|h| h.to_string()).collect());
     }
@@ -239,6 +227,32 @@ pub fn table(pod: &Pod, wide: bool, header: bool) -> String {
     }
     out.push_str(&columns(&container_rows(pod, wide, header, now)));
     out
+}
+
+/// The columns of `pod_row`, as `kubectl get pods` heads them.
+pub fn pod_head(wide: bool) -> Vec<&'static str> {
+    let mut head = vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"];
+    if wide {
+        head.extend(["IP", "NODE"]);
+    }
+    head
+}
+
+/// A pod's `kubectl get pods` row: name, ready, status, restarts, age (wide: IP and node).
+pub fn pod_row(pod: &Pod, wide: bool, now: f64) -> Vec<String> {
+    let created = pod.metadata.creation_timestamp.as_ref().map_or(now, secs);
+    let mut row = vec![
+        pod.metadata.name.clone().unwrap_or_default(),
+        ready_column(pod),
+        pod_reason(pod),
+        restarts_column(pod, now),
+        age(now - created),
+    ];
+    if wide {
+        row.push(status(pod).pod_ip.unwrap_or_default());
+        row.push(crate::process::sys::hostname());
+    }
+    row
 }
 
 /// Per container: kind, ready, state and reason, restarts, last exit, age of the state.

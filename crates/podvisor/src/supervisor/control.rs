@@ -38,6 +38,8 @@ impl Supervisor {
             Request::Stop => {
                 self.api
                     .reply(slot, 202, "{\"stopping\":true}\n", &self.epoll);
+                // As `kubectl delete pod`: the next run of the manifest is a new pod.
+                self.deleted = true;
                 if !self.stopped {
                     self.stopped = true;
                     self.save_if_changed();

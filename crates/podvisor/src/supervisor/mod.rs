@@ -151,6 +151,7 @@ pub fn run(
     dir.create()?;
     let _lock = dir.lock()?;
     let state = dir.record()?;
+    persist::forget_last_word(&dir)?;
     let mut taken = persist::take_up(&dir, &state, &plan, &mut info, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
@@ -233,6 +234,7 @@ pub fn run(
         keeper_exe: settings.live_restore.then(keep::keeper_exe).flatten(),
         pending: Vec::new(),
         stopped: false,
+        deleted: false,
         finished: None,
         scan_due: None,
     };
@@ -339,6 +341,8 @@ struct Supervisor {
     /// Events of this turn, sent out once its record is saved (see `announce`).
     pending: Vec<(SystemTime, podvisor_core::lifecycle::Event)>,
     stopped: bool,
+    /// `podvisor stop` asked for the stop: the pod is deleted (its record goes at the end).
+    deleted: bool,
     finished: Option<Phase>,
     /// When to look through all children for exits that no SIGCHLD of their own announced
     /// (see `reap`).
@@ -487,6 +491,9 @@ impl Supervisor {
                     eprintln!("podvisor: {e}");
                 }
             }
+        }
+        if !self.detached {
+            self.write_last_word();
         }
         self.api.shut_down(&self.epoll);
         if let Some(m) = &mut self.metrics {

@@ -157,7 +157,32 @@ pub(super) fn pod_note(kind: EventType, reason: &str, message: String) -> Event 
     }
 }
 
+/// Removes what an earlier run wrote when it ended (`pod.json`, `events.jsonl`): while this
+/// run lasts its API answers, and if it is killed nothing stale is shown as its end.
+pub fn forget_last_word(dir: &StateDir) -> Result<(), StateError> {
+    dir.last_pod()?.remove()?;
+    dir.last_events()?.remove()
+}
+
 impl Supervisor {
+    /// The run ends: the pod as it was last shown and its recent events are written to the
+    /// state dir, so that `status`, `describe`, `events` and `get pods` still show the pod. A
+    /// pod deleted by `podvisor stop` has its record removed: the next run is a new pod.
+    pub(super) fn write_last_word(&mut self) {
+        let pod = format!("{}\n", self.status_json(false));
+        let events = self.api.recent_events();
+        let written = (self.dir.last_pod().and_then(|f| f.write(&pod)))
+            .and_then(|()| self.dir.last_events().and_then(|f| f.write(&events)));
+        if let Err(e) = written {
+            eprintln!("podvisor: {e}");
+        }
+        if self.deleted {
+            if let Err(e) = self.state.remove() {
+                eprintln!("podvisor: {e}");
+            }
+        }
+    }
+
     /// Writes the record if something in it changed (and no stop was asked for). A failed
     /// write is reported once per failure streak and tried again at the next change.
     pub(super) fn save_if_changed(&mut self) {

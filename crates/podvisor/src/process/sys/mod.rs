@@ -467,6 +467,17 @@ pub fn getgid() -> u32 {
     unsafe { libc::getgid() }
 }
 
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of /proc's start times.
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as u64
+    } else {
+        100
+    }
+}
+
 pub fn getuid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }

@@ -1,0 +1,203 @@
+//! Many pods, the kubectl way, through the binary: pods found by name and namespace under the
+//! state base, `get pods` over running and ended pods, an ended pod's logs, events and status,
+//! a client right after `run … &`, `stop` that deletes the pod (the next run is a new pod)
+//! beside a kill -9 that keeps it, and `delete`.
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+/// A base of state dirs of its own, and the manifests run under it.
+struct Base {
+    dir: TempDir,
+}
+
+impl Base {
+    fn new() -> Base {
+        Base {
+            dir: TempDir::new(),
+        }
+    }
+
+    /// `podvisor ARGS` with this base.
+    fn podvisor(&self, args: &[&str]) -> Run {
+        Run::new(podvisor())
+            .env("PODVISOR_STATE_BASE", self.dir.file("base"))
+            .args(args)
+    }
+
+    /// `podvisor run -q` of a manifest written as `file`.
+    fn run(&self, file: &str, manifest: &str) -> Run {
+        let path = self.dir.file(file);
+        std::fs::write(&path, manifest).unwrap();
+        self.podvisor(&["run", "-q"]).arg(path)
+    }
+
+    fn out(&self, args: &[&str]) -> Output {
+        self.podvisor(args).output()
+    }
+}
+
+fn pod(namespace: &str, name: &str, policy: &str, containers: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n  containers:\n{containers}"
+    )
+}
+
+const JOB: &str = "  - name: work\n    command: [sh, -c, 'echo working; exit 0']\n";
+const WEB: &str = "  - name: app\n    command: [sh, -c, 'echo serving; trap \"exit 0\" TERM; while :; do sleep 0.1; done']\n  - name: side\n    command: [sleep, '600']\n";
+
+#[test]
+fn pods_by_name_listed_and_readable_after_they_end() {
+    if !is_root() {
+        skip("the pods' private roots need root");
+        return;
+    }
+    let b = Base::new();
+    let job = b
+        .run("job.yaml", &pod("batch", "report", "Never", JOB))
+        .output();
+    assert_eq!(job.code(), 0, "{job:?}");
+    // A client at once after `run … &` finds the pod (it waits for its socket).
+    let mut web = b
+        .run("web.yaml", &pod("shop", "web", "Always", WEB))
+        .start();
+    let status = b.out(&["status", "shop/web", "-o", "json"]);
+    assert_eq!(status.code(), 0, "{status:?}");
+    let mut web2 = b
+        .run("web2.yaml", &pod("other", "web", "Always", WEB))
+        .start();
+    wait_until("both webs running", || {
+        let out = b.out(&["get", "pods", "-A"]).stdout;
+        out.lines()
+            .filter(|l| l.contains(" 2/2 ") && l.contains("Running"))
+            .count()
+            == 2
+    });
+
+    // get pods: kubectl's columns, running and ended pods; -o name, -o json.
+    let table = b.out(&["get", "pods", "-A"]);
+    let lines: Vec<Vec<&str>> = table
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    );
+    assert_eq!(lines[1][..5], ["batch", "report", "0/1", "Completed", "0"]);
+    assert_eq!(lines[2][..5], ["other", "web", "2/2", "Running", "0"]);
+    assert_eq!(lines[3][..5], ["shop", "web", "2/2", "Running", "0"]);
+    let names = b.out(&["ps", "-n", "shop", "-o", "name"]);
+    assert_eq!(names.stdout, "pod/web");
+    let list: Value = serde_json::from_str(&b.out(&["get", "pods", "-o", "json"]).stdout).unwrap();
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+
+    // The ended pod, by name: its logs, events and status.
+    assert_eq!(b.out(&["logs", "report"]).stdout, "working");
+    assert_eq!(
+        b.out(&["logs", "batch/report", "-c", "work"]).stdout,
+        "working"
+    );
+    let events = b.out(&["events", "report"]).stdout;
+    assert!(
+        events.contains("Completed") && events.contains("exited with code 0"),
+        "{events}"
+    );
+    let st = b.out(&["status", "report"]);
+    assert!(
+        st.stdout.lines().nth(1).unwrap().contains("Completed"),
+        "{st:?}"
+    );
+    let describe = b.out(&["describe", "-n", "batch", "report"]);
+    assert!(
+        describe.stdout.contains("Status:") && describe.stdout.contains("Succeeded"),
+        "{describe:?}"
+    );
+
+    // The same name in two namespaces, and two running pods: errors that name them.
+    let out = b.out(&["status", "web"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr.contains("several namespaces (other, shop)"),
+        "{out:?}"
+    );
+    let out = b.out(&["status"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr.contains("name one: other/web, shop/web"),
+        "{out:?}"
+    );
+    let out = b.out(&["logs", "nope"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr
+            .contains("pods there: batch/report, other/web, shop/web"),
+        "{out:?}"
+    );
+    // kubectl's forms for a pod's container.
+    assert_eq!(
+        b.out(&["logs", "-n", "shop", "web", "app"]).stdout,
+        "serving"
+    );
+    let out = b.out(&["logs", "shop/web"]);
+    assert_eq!(out.stdout, "serving");
+    assert_eq!(out.stderr, "Defaulted container \"app\" out of: app, side");
+
+    // A kill -9 keeps the pod: the next run resumes it.
+    web2.signal("KILL");
+    web2.wait();
+    let mut again = b
+        .run("web2.yaml", &pod("other", "web", "Always", WEB))
+        .start();
+    wait_until("other/web resumed", || {
+        b.out(&["events", "other/web"]).stdout.contains("Resumed")
+    });
+    let uid = |b: &Base| -> String {
+        let out = b.out(&["status", "other/web", "-o", "json"]).stdout;
+        let pod: Value = serde_json::from_str(&out).unwrap_or_default();
+        pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let resumed = uid(&b);
+    // `stop` deletes it: the next run is a new pod (a new uid, no Resumed).
+    let out = b.out(&["stop", "other/web"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(again.wait().success());
+    let out = b.out(&["delete", "shop/web"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr.contains("is running: `podvisor stop shop/web`"),
+        "{out:?}"
+    );
+    let mut third = b
+        .run("web2.yaml", &pod("other", "web", "Always", WEB))
+        .start();
+    // (Until the new run begins, the ended one's last status and events are shown.)
+    wait_until("other/web running again", || {
+        let new = uid(&b);
+        !new.is_empty()
+            && new != resumed
+            && b.out(&["events", "other/web"])
+                .stdout
+                .contains("Started container side")
+    });
+    assert!(!b.out(&["events", "other/web"]).stdout.contains("Resumed"));
+    assert_eq!(b.out(&["stop", "other/web"]).code(), 0);
+    assert!(third.wait().success());
+    assert_eq!(b.out(&["stop", "shop/web"]).code(), 0);
+    assert!(web.wait().success());
+
+    // delete removes ended pods; get pods no longer lists them.
+    let out = b.out(&["delete", "batch/report", "other/web", "shop/web"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let out = b.out(&["get", "pods", "-A"]);
+    assert_eq!(
+        (out.stdout.as_str(), out.stderr.as_str()),
+        ("", "No resources found")
+    );
+}
