@@ -9,6 +9,7 @@ mod api;
 mod architecture;
 mod cli;
 mod docker;
+mod docs;
 mod escalation;
 mod examples;
 mod exec;
