@@ -28,7 +28,7 @@ fn message(e: &serde_json::Value) -> &str {
 fn a_crashing_ld_preload_agent_is_staged_off_and_blamed() {
     let r = example_run(
         "examples/addons/pod.yaml",
-        &[("verdictAfter: 20s", "verdictAfter: 1s")],
+        &[("verdictAfter: 5s", "verdictAfter: 1s")],
     );
     let mut p = r
         .cmd(&["--backoff-initial", "10ms", "--backoff-max", "20ms"])
