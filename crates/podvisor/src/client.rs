@@ -56,10 +56,7 @@ fn find_pod_now(
     }
     let base = state::base();
     // A run that holds its lock is there, even before its socket answers.
-    let known: Vec<StateDir> = state::under(&base)
-        .into_iter()
-        .filter(|d| d.is_running() || answers(d) || d.last_pod().is_ok_and(|f| f.path().is_file()))
-        .collect();
+    let known: Vec<StateDir> = state::under(&base).into_iter().filter(holds_pod).collect();
     let label = |d: &StateDir| pod_label(d);
     let listed = |dirs: &[StateDir]| {
         let names: Vec<String> = dirs.iter().map(label).collect();
@@ -144,6 +141,17 @@ fn check_named(
     )))
 }
 
+/// Whether a state dir holds a pod: a run there, or what one left (its last status, its
+/// record, its events).
+pub fn holds_pod(d: &StateDir) -> bool {
+    d.is_running()
+        || answers(d)
+        || [d.last_pod(), d.record()]
+            .into_iter()
+            .any(|f| f.is_ok_and(|f| f.path().is_file()))
+        || d.events_path().is_file()
+}
+
 /// `NAMESPACE/NAME` of a state dir under the default base (`BASE/NAMESPACE/NAME`).
 pub fn pod_label(d: &StateDir) -> String {
     format!("{}/{}", namespace_of(d), d.name())
@@ -159,28 +167,38 @@ fn namespace_of(d: &StateDir) -> String {
 
 /// The pod (a v1 Pod, JSON): from its run, or, once the run has ended, as it last showed it.
 pub fn pod_text(dir: &Path) -> Result<String, ClientError> {
-    last_word(dir, "/status", StateDir::last_pod)
-}
-
-/// The pod's recent events (JSON lines): from its run, or as they were when it ended.
-pub fn events_text(dir: &Path) -> Result<String, ClientError> {
-    last_word(dir, "/events", StateDir::last_events)
-}
-
-fn last_word(
-    dir: &Path,
-    path: &str,
-    file: fn(&StateDir) -> Result<state::StateFile, state::StateError>,
-) -> Result<String, ClientError> {
-    let asked = call(dir, "GET", path);
+    let asked = call(dir, "GET", "/status");
     let state = StateDir::new(dir);
     if asked.is_ok() || state.is_running() {
         return asked;
     }
-    match file(&state).and_then(|f| f.read()) {
+    match state.last_pod().and_then(|f| f.read()) {
         Ok(Some(text)) => Ok(text),
+        // A run killed before it could say how the pod ended.
+        Ok(None) if state.record().is_ok_and(|f| f.path().is_file()) => Err(ClientError(format!(
+            "the run of the pod in {} ended without saying how the pod was (killed?): its logs and events remain; run its manifest again to resume it",
+            dir.display()
+        ))),
         Ok(None) => asked,
         Err(e) => Err(ClientError(e.to_string())),
+    }
+}
+
+/// The pod's recent events (JSON lines, the last 1,000): from its run, or, once the run has
+/// ended (however it ended), as the run kept them.
+pub fn events_text(dir: &Path) -> Result<String, ClientError> {
+    let asked = call(dir, "GET", "/events");
+    let state = StateDir::new(dir);
+    if asked.is_ok() || state.is_running() {
+        return asked;
+    }
+    match state.kept_events(1000) {
+        Ok(Some(text)) => Ok(text),
+        Ok(None) => asked,
+        Err(e) => Err(ClientError(format!(
+            "{}: {e}",
+            state.events_path().display()
+        ))),
     }
 }
 

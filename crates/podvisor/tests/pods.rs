@@ -149,6 +149,26 @@ fn pods_by_name_listed_and_readable_after_they_end() {
     // A kill -9 keeps the pod: the next run resumes it.
     web2.signal("KILL");
     web2.wait();
+    // Killed: its events and logs stay readable; its status cannot be told.
+    let events = b.out(&["events", "other/web"]);
+    assert!(
+        events.stdout.contains("Started container side"),
+        "{events:?}"
+    );
+    assert_eq!(b.out(&["logs", "other/web", "app"]).stdout, "serving");
+    let out = b.out(&["status", "other/web"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr
+            .contains("ended without saying how the pod was (killed?)"),
+        "{out:?}"
+    );
+    let listed = b.out(&["get", "pods", "-n", "other"]).stdout;
+    assert!(
+        listed.lines().nth(1).unwrap().contains("Unknown"),
+        "{listed}"
+    );
+    // The processes a killed run left are the next run's to end (as here) or kill.
     let mut again = b
         .run("web2.yaml", &pod("other", "web", "Always", WEB))
         .start();
@@ -191,6 +211,24 @@ fn pods_by_name_listed_and_readable_after_they_end() {
     assert!(third.wait().success());
     assert_eq!(b.out(&["stop", "shop/web"]).code(), 0);
     assert!(web.wait().success());
+
+    // A container that never started: its logs say why.
+    let nf = pod(
+        "batch",
+        "nf",
+        "Never",
+        "  - {name: web, command: [/nonexistent]}\n",
+    );
+    assert_eq!(b.run("nf.yaml", &nf).output().code(), 1);
+    let out = b.out(&["logs", "nf"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr.starts_with(
+            "error: container \"web\" in pod \"nf\" never ran: StartError: exec: \"/nonexistent\""
+        ),
+        "{out:?}"
+    );
+    assert_eq!(b.out(&["delete", "batch/nf"]).code(), 0);
 
     // delete removes ended pods; get pods no longer lists them.
     let out = b.out(&["delete", "batch/report", "other/web", "shop/web"]);

@@ -82,14 +82,8 @@ fn has_container(dir: &std::path::Path, name: &str) -> bool {
 }
 
 /// `2026-11-23T08:48:09.236Z  Warning  BackOff  crash  Back-off restarting ...`
-/// (A message of several lines, a log tail, keeps to its column, as `run` prints it.)
 fn event_line(e: &EventLine) -> String {
-    let head = format!(
-        "{}  {:<7}  {:<10}  {:<12}  ",
-        e.time, e.type_, e.reason, e.object
-    );
-    let pad = format!("\n{}", " ".repeat(head.chars().count()));
-    format!("{head}{}\n", e.message.replace('\n', &pad))
+    e.text()
 }
 
 pub fn events(c: EventsArgs) -> i32 {

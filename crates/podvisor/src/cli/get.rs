@@ -128,7 +128,7 @@ fn watch(a: &ListArgs, wide: bool, mut shown: BTreeMap<String, Vec<String>>) {
 fn list(a: &ListArgs) -> Vec<Listed> {
     let mut found: Vec<Listed> = state::under(&state::base())
         .into_iter()
-        .filter(is_pod)
+        .filter(client::holds_pod)
         .map(|d| {
             let label = client::pod_label(&d);
             let (namespace, name) = label.split_once('/').unwrap_or(("", &label));
@@ -149,14 +149,6 @@ fn list(a: &ListArgs) -> Vec<Listed> {
         });
     }
     found
-}
-
-/// A state dir that holds a pod: a run there, or what one left.
-fn is_pod(d: &StateDir) -> bool {
-    d.is_running()
-        || client::answers(d)
-        || d.last_pod().is_ok_and(|f| f.path().is_file())
-        || d.record().is_ok_and(|f| f.path().is_file())
 }
 
 /// The table's rows by `NAMESPACE/NAME`; a pod that cannot be read (its run was killed) is

@@ -175,6 +175,17 @@ fn run(a: Args) -> Result<(), ClientError> {
     let latest = have.last().copied();
     let instance = match (a.previous, latest) {
         (_, None) => {
+            // One that could not start at all (StartError) left no output.
+            let terminated =
+                (container_status.as_ref()).and_then(|c| c.state.as_ref()?.terminated.as_ref());
+            if let Some(t) = terminated {
+                return Err(ClientError(format!(
+                    "container {:?} in pod {pod_name:?} never ran: {}: {}",
+                    a.container,
+                    t.reason.as_deref().unwrap_or("Terminated"),
+                    t.message.as_deref().unwrap_or_default()
+                )));
+            }
             let reason = waiting_reason.unwrap_or_else(|| "ContainerCreating".into());
             return Err(ClientError(format!(
                 "container {:?} in pod {pod_name:?} is waiting to start: {reason}",

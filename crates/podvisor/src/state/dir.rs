@@ -15,7 +15,7 @@ const LOCK: &str = "podvisor.lock";
 const SOCKET: &str = "podvisor.sock";
 /// The pod as its run last showed it (a v1 Pod, JSON), written when the run ends.
 const LAST_POD: &str = "pod.json";
-/// The run's recent events (JSON lines), written when the run ends.
+/// The run's events (JSON lines), appended as they happen (`events.jsonl.1`: the ones before).
 const LAST_EVENTS: &str = "events.jsonl";
 
 /// A pod's state dir.
@@ -79,9 +79,41 @@ impl StateDir {
         StateFile::new(&self.root, LAST_POD)
     }
 
-    /// The run's recent events when it ended (`events.jsonl`).
+    /// The run's events (`events.jsonl`), appended as they happen.
     pub fn last_events(&self) -> Result<StateFile, StateError> {
         StateFile::new(&self.root, LAST_EVENTS)
+    }
+
+    pub fn events_path(&self) -> PathBuf {
+        self.root.join(LAST_EVENTS)
+    }
+
+    /// Where a full events file is moved aside: `events.jsonl.1`.
+    pub fn rotated_events(events: &Path) -> PathBuf {
+        let mut name = events.as_os_str().to_owned();
+        name.push(".1");
+        PathBuf::from(name)
+    }
+
+    /// The last `n` events kept in the state dir, oldest first (JSON lines); `None` when the
+    /// run kept none.
+    pub fn kept_events(&self, n: usize) -> io::Result<Option<String>> {
+        let path = self.events_path();
+        let read = |p: &Path| match std::fs::read_to_string(p) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        };
+        let (before, now) = (read(&Self::rotated_events(&path))?, read(&path)?);
+        if before.is_none() && now.is_none() {
+            return Ok(None);
+        }
+        let all = format!("{}{}", before.unwrap_or_default(), now.unwrap_or_default());
+        let lines: Vec<&str> = all.lines().filter(|l| !l.is_empty()).collect();
+        let from = lines.len().saturating_sub(n);
+        Ok(Some(
+            lines[from..].iter().map(|l| format!("{l}\n")).collect(),
+        ))
     }
 
     pub fn lock_path(&self) -> PathBuf {

@@ -55,6 +55,19 @@ pub struct EventLine {
     pub exit_code: Option<i32>,
 }
 
+impl EventLine {
+    /// The readable line `run` prints and `events` shows: time, type, reason, object,
+    /// message; a message of several lines (a log tail) keeps to its column.
+    pub fn text(&self) -> String {
+        let head = format!(
+            "{}  {:<7}  {:<10}  {:<12}  ",
+            self.time, self.type_, self.reason, self.object
+        );
+        let pad = format!("\n{}", " ".repeat(head.chars().count()));
+        format!("{head}{}\n", self.message.replace('\n', &pad))
+    }
+}
+
 /// Maps the core's clock to wall-clock time.
 pub type WallClock<'a> = &'a dyn Fn(Instant) -> SystemTime;
 

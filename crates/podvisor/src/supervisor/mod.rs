@@ -144,7 +144,7 @@ pub fn run(
     mut plan: RunPlan,
     mut info: PodInfo,
     dir: StateDir,
-    events: EventSink,
+    mut events: EventSink,
     settings: Settings,
 ) -> Result<Outcome, RunError> {
     let (mask, signals) = take_process(&mut plan)?;
@@ -152,6 +152,7 @@ pub fn run(
     let _lock = dir.lock()?;
     let state = dir.record()?;
     persist::forget_last_word(&dir)?;
+    events.keep_in(&dir.events_path())?;
     let mut taken = persist::take_up(&dir, &state, &plan, &mut info, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;

@@ -157,23 +157,30 @@ pub(super) fn pod_note(kind: EventType, reason: &str, message: String) -> Event 
     }
 }
 
-/// Removes what an earlier run wrote when it ended (`pod.json`, `events.jsonl`): while this
-/// run lasts its API answers, and if it is killed nothing stale is shown as its end.
+/// Removes what an earlier run left to show (`pod.json`, `events.jsonl` and the one before):
+/// while this run lasts its API answers, and if it is killed nothing stale is shown as its end.
 pub fn forget_last_word(dir: &StateDir) -> Result<(), StateError> {
     dir.last_pod()?.remove()?;
-    dir.last_events()?.remove()
+    dir.last_events()?.remove()?;
+    let aside = StateDir::rotated_events(&dir.events_path());
+    match std::fs::remove_file(&aside) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StateError::Io {
+            path: aside.display().to_string(),
+            what: "remove it",
+            error: e,
+        }),
+        _ => Ok(()),
+    }
 }
 
 impl Supervisor {
-    /// The run ends: the pod as it was last shown and its recent events are written to the
-    /// state dir, so that `status`, `describe`, `events` and `get pods` still show the pod. A
-    /// pod deleted by `podvisor stop` has its record removed: the next run is a new pod.
+    /// The run ends: the pod as it was last shown is written to the state dir (`pod.json`),
+    /// so that `status`, `describe` and `get pods` still show the pod (its events are in
+    /// `events.jsonl` already). A pod deleted by `podvisor stop` has its record removed: the
+    /// next run is a new pod.
     pub(super) fn write_last_word(&mut self) {
         let pod = format!("{}\n", self.status_json(false));
-        let events = self.api.recent_events();
-        let written = (self.dir.last_pod().and_then(|f| f.write(&pod)))
-            .and_then(|()| self.dir.last_events().and_then(|f| f.write(&events)));
-        if let Err(e) = written {
+        if let Err(e) = self.dir.last_pod().and_then(|f| f.write(&pod)) {
             eprintln!("podvisor: {e}");
         }
         if self.deleted {
