@@ -41,7 +41,7 @@ pub fn find_pod(
 }
 
 /// A run this young that holds no state dir yet is waited for (see `find_pod`).
-const RUN_STARTING: std::time::Duration = std::time::Duration::from_secs(2);
+const RUN_STARTING: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn find_pod_now(
     flag: Option<PathBuf>,

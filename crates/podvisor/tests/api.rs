@@ -341,7 +341,9 @@ fn the_socket_is_for_its_owner_only_and_a_stale_one_is_replaced() {
     let stale = client(&r, &["status"]);
     assert_eq!(stale.code(), 1);
     assert!(
-        stale.stderr.contains("ended without saying how the pod was (killed?)"),
+        stale
+            .stderr
+            .contains("ended without saying how the pod was (killed?)"),
         "{stale:?}"
     );
     let stale = client(&r, &["restart"]);
