@@ -257,3 +257,37 @@ fn pods_by_name_listed_and_readable_after_they_end() {
         ("", "No resources found")
     );
 }
+
+#[test]
+fn delete_refuses_a_pod_whose_containers_live_on_under_keepers() {
+    if !is_root() {
+        skip("the pods' private roots need root");
+        return;
+    }
+    let b = Base::new();
+    let manifest = pod("kept", "web", "Always", WEB);
+    let mut first = b.run("web.yaml", &manifest).arg("--live-restore").start();
+    wait_until("web running", || {
+        b.out(&["events", "kept/web"])
+            .stdout
+            .contains("Started container side")
+    });
+    first.signal("KILL");
+    first.wait();
+    let out = b.out(&["delete", "kept/web"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr
+            .contains("still run under its keepers (--live-restore)"),
+        "{out:?}"
+    );
+    // Taken over, stopped (deleted), then removed: nothing is left.
+    let mut again = b.run("web.yaml", &manifest).arg("--live-restore").start();
+    wait_until("web adopted", || {
+        b.out(&["events", "kept/web"]).stdout.contains("Adopted")
+    });
+    assert_eq!(b.out(&["stop", "kept/web"]).code(), 0);
+    assert!(again.wait().success());
+    assert_eq!(b.out(&["delete", "kept/web"]).code(), 0);
+    again.assert_no_leftovers();
+}

@@ -209,6 +209,16 @@ pub fn delete(a: DeleteArgs) -> i32 {
                     "pod {wanted:?} is running: `podvisor stop {wanted}` stops and deletes it"
                 )));
             }
+            // Live restore: containers a killed run left to its keepers still run.
+            let kept = state
+                .keeper_sockets()
+                .into_iter()
+                .any(|s| std::os::unix::net::UnixStream::connect(s).is_ok());
+            if kept {
+                return Err(ClientError(format!(
+                    "containers of pod {wanted:?} still run under its keepers (--live-restore): run its manifest again, then `podvisor stop {wanted}`"
+                )));
+            }
             std::fs::remove_dir_all(&dir)
                 .map_err(|e| ClientError(format!("{}: {e}", dir.display())))?;
             println!("pod \"{}\" deleted", state.name());
