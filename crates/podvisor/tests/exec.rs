@@ -117,7 +117,7 @@ fn exec_runs_as_the_container_and_answers_as_kubectl() {
     assert_eq!(out.code(), 1);
     assert_eq!(
         out.stderr.trim(),
-        "error: container \"nope\" not found in pod ex; its containers: app, side"
+        "error: no container \"nope\" in pod ex; its containers: app, side"
     );
     let out = exec(&["other", "--", "true"]);
     assert_eq!(out.code(), 1);

@@ -290,6 +290,18 @@ mod tests {
         }
     }
 
+    /// Container `app`'s credentials under `plan`, its root at `root`, as root on `host()`.
+    fn credentials_in(plan: &SecurityPlan, root: &Path) -> Result<Credentials, Unenforceable> {
+        credentials(
+            "app",
+            plan,
+            root,
+            &ImageUser::root(),
+            &host(),
+            &mut Compiled::default(),
+        )
+    }
+
     #[test]
     fn users_and_groups_as_containerd_resolves_them() {
         let dir = std::env::temp_dir().join(format!("podvisor-creds-{}", std::process::id()));
@@ -309,15 +321,7 @@ mod tests {
             supplemental_groups: vec![2000, 29],
             ..SecurityPlan::default()
         };
-        let c = credentials(
-            "app",
-            &plan,
-            &dir,
-            &ImageUser::root(),
-            &host(),
-            &mut Compiled::default(),
-        )
-        .unwrap();
+        let c = credentials_in(&plan, &dir).unwrap();
         assert_eq!(
             (c.uid, c.gid, c.groups.clone()),
             (1000, 1001, vec![1001, 29, 2000])
@@ -325,28 +329,12 @@ mod tests {
         assert_eq!(c.capabilities, CapSet::runtime_default().0);
         plan.groups_policy = GroupsPolicy::Strict;
         plan.run_as_group = Some(3000);
-        let c = credentials(
-            "app",
-            &plan,
-            &dir,
-            &ImageUser::root(),
-            &host(),
-            &mut Compiled::default(),
-        )
-        .unwrap();
+        let c = credentials_in(&plan, &dir).unwrap();
         assert_eq!((c.gid, c.groups), (3000, vec![3000, 2000, 29]));
         // A uid the root does not know: gid 0.
         plan.run_as_user = Some(4242);
         plan.run_as_group = None;
-        let c = credentials(
-            "app",
-            &plan,
-            &dir,
-            &ImageUser::root(),
-            &host(),
-            &mut Compiled::default(),
-        )
-        .unwrap();
+        let c = credentials_in(&plan, &dir).unwrap();
         assert_eq!((c.uid, c.gid), (4242, 0));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -357,15 +345,7 @@ mod tests {
             seccomp: Seccomp::Localhost("profiles/audit.json".into()),
             ..SecurityPlan::default()
         };
-        let e = credentials(
-            "app",
-            &plan,
-            Path::new("/"),
-            &ImageUser::root(),
-            &host(),
-            &mut Compiled::default(),
-        )
-        .unwrap_err();
+        let e = credentials_in(&plan, Path::new("/")).unwrap_err();
         assert!(
             e.to_string().contains("/nonexistent/profiles/audit.json"),
             "{e}"

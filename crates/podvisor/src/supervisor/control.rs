@@ -65,17 +65,7 @@ impl Supervisor {
                 let found = self.pod.containers().iter().position(|c| c.name == name);
                 match found {
                     None => {
-                        let names: Vec<&str> = self
-                            .pod
-                            .containers()
-                            .iter()
-                            .map(|c| c.name.as_str())
-                            .collect();
-                        let msg = format!(
-                            "no container {name:?} in pod {}; its containers: {}\n",
-                            self.info.name,
-                            names.join(", ")
-                        );
+                        let msg = self.no_such_container(&name);
                         self.api.reply(slot, 404, &msg, &self.epoll);
                     }
                     Some(_) if self.stopped || self.pod.phase().is_terminal() => {
@@ -97,6 +87,18 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// The answer to a request that names a container the pod does not have (restart, exec).
+    pub(super) fn no_such_container(&self, name: &str) -> String {
+        let names: Vec<&str> = (self.pod.containers().iter())
+            .map(|c| c.name.as_str())
+            .collect();
+        format!(
+            "no container {name:?} in pod {}; its containers: {}\n",
+            self.info.name,
+            names.join(", ")
+        )
     }
 
     pub(super) fn metrics_text(&self) -> String {

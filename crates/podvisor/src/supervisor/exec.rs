@@ -19,14 +19,7 @@ impl Supervisor {
         let fds = self.api.take_fds(slot);
         let found = (self.pod.containers().iter()).position(|c| c.name == container);
         let Some(i) = found else {
-            let names: Vec<&str> = (self.pod.containers().iter())
-                .map(|c| c.name.as_str())
-                .collect();
-            let msg = format!(
-                "container {container:?} not found in pod {}; its containers: {}\n",
-                self.info.name,
-                names.join(", ")
-            );
+            let msg = self.no_such_container(container);
             return self.api.reply(slot, 404, &msg, &self.epoll);
         };
         let id = InstanceId {

@@ -366,8 +366,11 @@ impl MountPtrs {
 /// `used` says which hold something until the child has exec'd.
 fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -> io::Result<()> {
     let mut placed = || {
-        used.push(low.stdin);
-        dup_onto(plan.stdin, low.stdin)?;
+        // Between spawns the kept stdin holds /dev/null already: only another one is moved.
+        if dev_null().ok() != Some(plan.stdin) {
+            used.push(low.stdin);
+            dup_onto(plan.stdin, low.stdin)?;
+        }
         used.push(low.stdout);
         dup_onto(plan.stdout, low.stdout)?;
         if plan.stderr != plan.stdout {
