@@ -26,17 +26,24 @@ pub fn find_pod(
     namespace: Option<&str>,
 ) -> Result<PathBuf, ClientError> {
     let began = std::time::Instant::now();
+    let mut second_look = false;
     loop {
-        let found = find_pod_now(flag.clone(), pod, namespace);
-        // `run … &` then a client at once: a run that began just now has no state dir yet.
-        let wait = found.is_err()
-            && flag.is_none()
+        // `run … &` then a client at once: a run that began just now holds no state dir yet
+        // (it may not even be `podvisor` yet, or be re-executing itself); it is waited for
+        // until it does, so that it is among the pods found.
+        let starting = flag.is_none()
             && began.elapsed() < STARTING_PATIENCE
             && state::processes::run_starting(RUN_STARTING);
-        if !wait {
+        if starting {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        }
+        let found = find_pod_now(flag.clone(), pod, namespace);
+        // One look at /proc can miss a run in the middle of an exec: a miss is looked at twice.
+        if found.is_ok() || flag.is_some() || std::mem::replace(&mut second_look, true) {
             return found;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 

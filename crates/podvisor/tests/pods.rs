@@ -58,15 +58,12 @@ fn pods_by_name_listed_and_readable_after_they_end() {
         .run("job.yaml", &pod("batch", "report", "Never", JOB))
         .output();
     assert_eq!(job.code(), 0, "{job:?}");
-    // A client of a run that holds its state dir waits for its socket. (One started before the
-    // run has made its state dir is waited for too, but not reliably on a loaded machine: a CI
-    // run missed it once, so the test waits until the pod is there.)
+    // A client at once after `run … &` finds the pod: it waits for a run that has just begun.
     let mut web = b
         .run("web.yaml", &pod("shop", "web", "Always", WEB))
         .start();
-    wait_until("shop/web known", || {
-        b.out(&["status", "shop/web", "-o", "json"]).code() == 0
-    });
+    let status = b.out(&["status", "shop/web", "-o", "json"]);
+    assert_eq!(status.code(), 0, "{status:?}");
     let mut web2 = b
         .run("web2.yaml", &pod("other", "web", "Always", WEB))
         .start();
@@ -293,4 +290,31 @@ fn delete_refuses_a_pod_whose_containers_live_on_under_keepers() {
     assert!(again.wait().success());
     assert_eq!(b.out(&["delete", "kept/web"]).code(), 0);
     again.assert_no_leftovers();
+}
+
+#[test]
+fn a_client_right_after_run_in_the_background_of_a_shell_finds_the_pod() {
+    if !is_root() {
+        skip("the pods' private roots need root");
+        return;
+    }
+    let b = Base::new();
+    let manifest = b.dir.file("quick.yaml");
+    std::fs::write(&manifest, pod("quick", "web", "Always", WEB)).unwrap();
+    // The shell forks `run` and at once `status`: the run may not even have exec'd yet.
+    let script = "for i in 1 2 3 4 5; do
+        \"$PV\" run -q \"$M\" & run=$!
+        \"$PV\" status quick/web >/dev/null || { kill $run; wait; exit 1; }
+        echo found
+        \"$PV\" stop quick/web >/dev/null || { kill $run; wait; exit 1; }
+        wait $run || exit 1
+    done";
+    let out = Run::new("sh")
+        .env("PODVISOR_STATE_BASE", b.dir.file("base"))
+        .env("PV", podvisor())
+        .env("M", &manifest)
+        .args(["-c", script])
+        .output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.stdout, ["found"; 5].join("\n"), "{out:?}");
 }

@@ -31,8 +31,9 @@ pub fn stat(pid: i32) -> Option<(i32, u64, bool)> {
     Some((pgrp, start, zombie))
 }
 
-/// Whether a `podvisor run` of this user began less than `within` ago: a client that finds
-/// no pod waits for it (`run … &` then a client at once).
+/// Whether a `podvisor run` of this user began less than `within` ago and holds no state dir
+/// yet, or a process the caller's shell forked just now has not yet become the program it
+/// runs: a client waits for them before it looks for pods (`run … &` then a client at once).
 pub fn run_starting(within: Duration) -> bool {
     let Ok(me) = std::env::current_exe() else {
         return false;
@@ -42,33 +43,75 @@ pub fn run_starting(within: Duration) -> bool {
         .and_then(|t| t.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0);
     let ticks = crate::process::sys::clock_ticks() as f64;
+    let age = |pid: i32| start_ticks(pid).map(|t| uptime - t as f64 / ticks);
     let uid = crate::process::sys::getuid();
-    let dirs = std::fs::read_dir("/proc").into_iter().flatten().flatten();
-    dirs.filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let owner = std::fs::metadata(format!("/proc/{pid}"))
-                .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid);
-            owner && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == me)
-        })
-        .filter(|pid| {
-            // A run with --state-dir, or under another base, makes no pod where we look.
-            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let mut args = argv.split(|&b| b == 0);
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let base_of = |env: &[u8]| -> Option<Vec<u8>> {
-                env.split(|&b| b == 0)
-                    .find_map(|v| v.strip_prefix(b"PODVISOR_STATE_BASE=".as_slice()))
-                    .map(<[u8]>::to_vec)
-            };
-            let ours = std::env::var_os("PODVISOR_STATE_BASE")
-                .map(|b| std::os::unix::ffi::OsStrExt::as_bytes(b.as_os_str()).to_vec());
-            args.nth(1) == Some(b"run".as_slice())
-                && !args.any(|a| a == b"--state-dir" || a.starts_with(b"--state-dir="))
-                && base_of(&env) == ours
-        })
-        .any(|pid| {
-            start_ticks(pid).is_some_and(|t| uptime - t as f64 / ticks < within.as_secs_f64())
-        })
+    let mine = |pid: &i32| {
+        std::fs::metadata(format!("/proc/{pid}"))
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid)
+    };
+    let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let me_pid = std::process::id() as i32;
+    let parent = parent_of(me_pid);
+    let parent_exe = parent.and_then(exe);
+    let pids: Vec<i32> = (std::fs::read_dir("/proc").into_iter().flatten().flatten())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me_pid && mine(pid))
+        .collect();
+    pids.into_iter().any(|pid| {
+        let Some(age) = age(pid) else {
+            return false;
+        };
+        let Some(its_exe) = exe(pid) else {
+            return false;
+        };
+        if its_exe == me {
+            return age < within.as_secs_f64() && run_here(pid) && !holds_a_state_dir(pid);
+        }
+        // A sibling still running our shell's program: `cmd &` forks and then execs, and the
+        // shell may start us before its child has exec'd. Such a fork lives a moment only.
+        age < FORK_TO_EXEC
+            && parent.is_some()
+            && parent_of(pid) == parent
+            && Some(its_exe) == parent_exe
+    })
+}
+
+/// How long a shell's fork is taken for one that is about to exec (see `run_starting`).
+const FORK_TO_EXEC: f64 = 1.0;
+
+/// Whether `pid` is a `podvisor run` that makes its pod under the base this process looks in
+/// (not one with `--state-dir`, nor one under another base).
+fn run_here(pid: i32) -> bool {
+    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let mut args = argv.split(|&b| b == 0);
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let base_of = |env: &[u8]| -> Option<Vec<u8>> {
+        env.split(|&b| b == 0)
+            .find_map(|v| v.strip_prefix(b"PODVISOR_STATE_BASE=".as_slice()))
+            .map(<[u8]>::to_vec)
+    };
+    let ours = std::env::var_os("PODVISOR_STATE_BASE")
+        .map(|b| std::os::unix::ffi::OsStrExt::as_bytes(b.as_os_str()).to_vec());
+    args.nth(1) == Some(b"run".as_slice())
+        && !args.any(|a| a == b"--state-dir" || a.starts_with(b"--state-dir="))
+        && base_of(&env) == ours
+}
+
+/// Whether `pid` has a state dir's lock open (a run holds it from then on until it ends).
+fn holds_a_state_dir(pid: i32) -> bool {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    fds.filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| target.file_name() == Some(std::ffi::OsStr::new(super::dir::LOCK)))
+}
+
+/// The parent of `pid`, from /proc/PID/stat.
+fn parent_of(pid: i32) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    rest.split(' ').nth(1)?.parse().ok()
 }
 
 /// The start time of `pid` in clock ticks since boot.
