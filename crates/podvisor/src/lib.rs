@@ -12,6 +12,8 @@ pub mod cgroup;
 pub mod cli;
 #[cfg(feature = "full")]
 pub mod client;
+#[cfg(feature = "full")]
+pub mod image;
 pub mod init;
 #[cfg(feature = "full")]
 pub mod keeper;

@@ -68,6 +68,10 @@ pub struct ContainerPlan {
     pub staged: bool,
     /// `runAsNonRoot`, checked before each start.
     pub non_root: Option<NonRoot>,
+    /// The image it runs from, as the manifest names it, when it was found in the image store:
+    /// each start says so (`Pulled`, "already present on machine"), as the kubelet does.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub image: Option<String>,
 }
 
 impl ContainerPlan {
@@ -85,6 +89,7 @@ impl ContainerPlan {
             pre_stop: false,
             staged: false,
             non_root: None,
+            image: None,
         }
     }
 }

@@ -402,6 +402,14 @@ impl Pod {
             );
             fx.push(self.container_event(i, EventType::Normal, "InstrumentationCleared", message));
         }
+        if let Some(image) = self.plan.containers[i].image.clone() {
+            fx.push(self.container_event(
+                i,
+                EventType::Normal,
+                "Pulled",
+                format!("Container image {image:?} already present on machine"),
+            ));
+        }
         fx.push(self.container_event(
             i,
             EventType::Normal,

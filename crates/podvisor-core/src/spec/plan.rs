@@ -43,6 +43,31 @@ pub struct HostFacts {
 /// The pod annotation that gives containers the host's root read-write (`writable`).
 pub const HOST_ROOT: &str = "podvisor.io/host-root";
 
+/// The pod annotation that says where containers' roots come from: `host` (the host's root
+/// under a private layer, the default) or `image` (each container's image, from podvisor's
+/// image store).
+pub const ROOT_FROM: &str = "podvisor.io/root-from";
+
+/// A container started from an image: what the shell found in the image store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
+pub struct ImageRoot {
+    /// The image as the manifest names it.
+    pub image: String,
+    /// Its normalized name in the store.
+    pub name: String,
+    /// `imageID`: `REPOSITORY@sha256:…`.
+    pub image_id: String,
+    /// The unpacked layers, top first.
+    pub lower_dirs: Vec<String>,
+    /// The top-most layer with an `/etc/passwd` (users are named there), if any.
+    pub etc_layer: Option<String>,
+    /// The image's `User` (`uid`, `name`, `uid:gid`, `name:group`), "" for root.
+    pub user: String,
+    /// The image's `StopSignal`, if it names one.
+    pub stop_signal: Option<String>,
+}
+
 /// The pod's IP, and the host's (docs/pods.md).
 pub const POD_IP: &str = "127.0.0.1";
 
@@ -50,7 +75,18 @@ pub const POD_IP: &str = "127.0.0.1";
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct ContainerExec {
+    /// `command` then `args`, `$(VAR)` expanded.
     pub argv: Vec<String>,
+    /// Whether the manifest set `command`, and `args` (an image's Entrypoint and Cmd fill in
+    /// what it did not).
+    pub command_given: bool,
+    pub args_given: bool,
+    /// `imagePullPolicy`, as written.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub pull_policy: Option<String>,
+    /// The image the container runs from (`podvisor.io/root-from: image`), once found.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub image: Option<ImageRoot>,
     pub env: Vec<(String, String)>,
     pub working_dir: Option<String>,
     pub startup: Option<Handler>,
@@ -125,6 +161,9 @@ pub struct RunPlan {
     pub host_root_writable: bool,
     /// The variables of staged instrumentation (for the containers `pod.staging` applies to).
     pub staged_env: StagedEnv,
+    /// `podvisor.io/root-from: image`: each container's root is its image.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub root_from_image: bool,
 }
 
 /// A probe's timing with the API's defaults (`SetDefaults_Probe`) for what it leaves out or
@@ -243,6 +282,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         namespaces: super::security::namespaces(&w.spec, &name, &namespace),
         pod_resources,
         host_root_writable: annotations.get(HOST_ROOT).is_some_and(|v| v == "writable"),
+        root_from_image: annotations.get(ROOT_FROM).is_some_and(|v| v == "image"),
         namespace: namespace.clone(),
         pod: PodPlan {
             name,
@@ -291,6 +331,7 @@ fn container_plan(
         pre_stop: lifecycle.is_some_and(|l| l.pre_stop.is_some()),
         staged: staged.is_some_and(|s| s.selects(&c.name)),
         non_root: None,
+        image: None,
     }
 }
 
@@ -396,6 +437,10 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
     let lifecycle = c.lifecycle.as_ref();
     ContainerExec {
         argv,
+        command_given: c.command.as_ref().is_some_and(|v| !v.is_empty()),
+        args_given: c.args.as_ref().is_some_and(|v| !v.is_empty()),
+        image: None,
+        pull_policy: c.image_pull_policy.clone(),
         env,
         working_dir: c.working_dir.clone(),
         startup: probe(&c.startup_probe),

@@ -41,6 +41,15 @@ pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
                 format!("Unsupported value: {v:?}: supported values: \"writable\""),
             );
         }
+        let root_from = meta
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(super::plan::ROOT_FROM));
+        if let Some(v) = root_from.filter(|v| !matches!(v.as_str(), "host" | "image")) {
+            top.push(
+                &format!("{at}.annotations.{}", super::plan::ROOT_FROM),
+                format!("Unsupported value: {v:?}: supported values: \"host\", \"image\""),
+            );
+        }
     }
     let mut p = Problems {
         doc,
@@ -174,11 +183,32 @@ fn validate_container(
     } else if let Some(why) = dns_label(&c.name) {
         p.push(&at("name"), format!("Invalid value: {:?}: {why}", c.name));
     }
-    if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
+    let w = &manifest.workload;
+    let annotations = (w.template_metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .or(w.metadata.annotations.as_ref());
+    let from_image = annotations
+        .and_then(|a| a.get(super::plan::ROOT_FROM))
+        .is_some_and(|v| v == "image");
+    if from_image {
+        if c.image.as_ref().is_none_or(|i| i.trim().is_empty()) {
+            p.push(
+                &at("image"),
+                format!(
+                    "Required value: the pod's containers run from their images ({}: image)",
+                    super::plan::ROOT_FROM
+                ),
+            );
+        }
+    } else if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
         p.push(
             &at("command"),
-            "Required value: podvisor runs `command` + `args` on this host and does not pull \
-             images, so it cannot use the image's entrypoint: set command",
+            format!(
+                "Required value: the pod's containers run on this host's root, so there is no \
+                 image entrypoint to fall back on: set command, or run them from their images \
+                 (annotation {}: image)",
+                super::plan::ROOT_FROM
+            ),
         );
     }
     validate_restart(c, path, p);

@@ -10,7 +10,9 @@ use std::ffi::OsString;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-use super::{control, exec, explain, get, logs, run, status, validate, write_err, write_out};
+use super::{
+    control, exec, explain, get, image, logs, run, status, validate, write_err, write_out,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -73,6 +75,8 @@ enum Command {
     Delete(get::DeleteArgs),
     /// Run a command in a running container, as `kubectl exec` does.
     Exec(exec::ExecArgs),
+    /// The image store: load, list, inspect and remove images.
+    Image(image::ImageArgs),
     /// A live terminal view of every running pod: containers, logs, events, actions.
     Top(crate::top::TopArgs),
     /// Print a shell completion script.
@@ -115,6 +119,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         Command::Stop(a) => control::stop(a),
         Command::Restart(a) => control::restart(a),
         Command::Exec(a) => exec::main(a),
+        Command::Image(a) => image::main(a),
         Command::Get(a) => get::get(a),
         Command::Ps(a) => get::ps(a),
         Command::Delete(a) => get::delete(a),

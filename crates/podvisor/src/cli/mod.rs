@@ -18,6 +18,8 @@ pub mod explain;
 #[cfg(feature = "full")]
 pub mod get;
 #[cfg(feature = "full")]
+pub mod image;
+#[cfg(feature = "full")]
 pub mod logs;
 #[cfg(feature = "full")]
 mod manifest;

@@ -150,16 +150,32 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         all_capabilities: crate::security::held_capabilities(),
         seccomp_default: a.seccomp_default,
     };
-    let run_plan = plan(
+    let mut run_plan = plan(
         &manifest,
         &host,
         BackoffPolicy::new(a.backoff_initial, a.backoff_max),
     );
+    let w = &manifest.workload;
+    let images: Vec<String> = (w.spec.init_containers.iter().flatten())
+        .chain(&w.spec.containers)
+        .map(|c| c.image.clone().unwrap_or_default())
+        .collect();
+    if run_plan.root_from_image {
+        let found = crate::image::Store::open()
+            .map_err(|e| e.to_string())
+            .and_then(|store| {
+                crate::image::config::apply(&mut run_plan, &images, &store)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(why) = found {
+            super::write_err(&format!("error: {}: {why}\n", a.file));
+            return Err(2);
+        }
+    }
     if let Err(why) = admit(&run_plan, &a.allowed_unsafe_sysctls) {
         super::write_err(&format!("error: {}: {why}\n", a.file));
         return Err(2);
     }
-    let w = &manifest.workload;
     let meta = w.template_metadata.as_ref();
     let info = PodInfo {
         name: run_plan.pod.name.clone(),
@@ -174,14 +190,17 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
             .or_else(|| w.metadata.annotations.clone())
             .unwrap_or_default(),
         spec: serde_json::to_value(&w.spec).unwrap_or_default(),
-        images: w
-            .spec
-            .init_containers
+        image_ids: run_plan
+            .exec
             .iter()
-            .flatten()
-            .chain(&w.spec.containers)
-            .map(|c| c.image.clone().unwrap_or_default())
+            .map(|x| {
+                x.image
+                    .as_ref()
+                    .map(|r| r.image_id.clone())
+                    .unwrap_or_default()
+            })
             .collect(),
+        images,
         created: std::time::SystemTime::now(),
     };
     Ok((run_plan, info))

@@ -10,7 +10,7 @@ use crate::process::sys;
 /// The saved record's file name.
 const RECORD: &str = "podvisor.state";
 /// The lock a run holds for as long as it lasts, with its pid in it.
-pub(crate) const LOCK: &str = "podvisor.lock";
+use super::LOCK;
 /// The status API's socket.
 const SOCKET: &str = "podvisor.sock";
 /// The pod as its run last showed it (a v1 Pod, JSON), written when the run ends.

@@ -14,6 +14,7 @@
 
 #[cfg(feature = "full")]
 mod dir;
+
 pub mod file;
 #[cfg(feature = "full")]
 pub mod keeper;
@@ -26,3 +27,6 @@ pub use file::{StateError, StateFile, RESET_REMEDY};
 
 #[cfg(feature = "full")]
 pub use dir::{base, under, Lock, LockError, StateDir, StateDirInUse};
+
+/// A state dir's lock file: a run holds it while it runs (`StateDir::lock`).
+pub(crate) const LOCK: &str = "podvisor.lock";

@@ -104,7 +104,7 @@ fn holds_a_state_dir(pid: i32) -> bool {
         .flatten()
         .flatten();
     fds.filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .any(|target| target.file_name() == Some(std::ffi::OsStr::new(super::dir::LOCK)))
+        .any(|target| target.file_name() == Some(std::ffi::OsStr::new(super::LOCK)))
 }
 
 /// The parent of `pid`, from /proc/PID/stat.

@@ -32,6 +32,9 @@ pub struct PodInfo {
     pub spec: serde_json::Value,
     /// Each container's image, in the core's container order.
     pub images: Vec<String>,
+    /// Each container's `imageID` (`REPOSITORY@sha256:…`) when it runs from an image, else "".
+    #[serde(default)]
+    pub image_ids: Vec<String>,
     pub created: SystemTime,
 }
 
@@ -130,7 +133,7 @@ pub fn pod(
             ready: pod.is_ready(i),
             restart_count: c.restart_count as i32,
             image: info.images.get(i).cloned().unwrap_or_default(),
-            image_id: String::new(),
+            image_id: info.image_ids.get(i).cloned().unwrap_or_default(),
             started: Some(c.started),
             container_id: state_id,
             ..Default::default()

@@ -43,6 +43,9 @@ pub(super) struct RootLayer {
     pub(super) carry: Vec<(PathBuf, bool)>,
     /// Without root, in user namespaces: how the root is made.
     pub(super) rootless: Option<Rootless>,
+    /// For containers of images: the pod's `/etc/hosts`, `/etc/hostname` and
+    /// `/etc/resolv.conf`, bound into each.
+    pub(super) image_files: Vec<sys::BindMount>,
 }
 
 /// Private roots as root, and without root where user namespaces work (rootless, as rootless
@@ -52,6 +55,15 @@ pub(super) fn root_layer(
     plan: &RunPlan,
     state_dir: &StateDir,
 ) -> Result<Option<RootLayer>, RunError> {
+    if sys::getuid() != 0 && plan.root_from_image {
+        return Err(Unenforceable {
+            container: plan.pod.containers[0].name.clone(),
+            field: "image (podvisor.io/root-from: image)",
+            needs: "root",
+            why: "a root made of an image's layers is mounted as root in this release; run as root, or give the pod the host's root (podvisor.io/root-from: host)".into(),
+        }
+        .into());
+    }
     if sys::getuid() != 0 && sys::user_namespaces_work() {
         let dir = state_dir.rootfs_dir();
         let upper_dir = state_dir.rootfs_upper_dir();
@@ -66,6 +78,7 @@ pub(super) fn root_layer(
                 entries: volumes::rootless_entries(&mountinfo::read()),
                 upper_dir,
             }),
+            image_files: Vec::new(),
         }));
     }
     if sys::getuid() != 0 {
@@ -101,11 +114,49 @@ pub(super) fn root_layer(
     }
     let dir = state_dir.rootfs_dir();
     std::fs::create_dir_all(&dir)?;
+    let image_files = match plan.root_from_image {
+        true => image_files(plan, state_dir)?,
+        false => Vec::new(),
+    };
     Ok(Some(RootLayer {
         dir,
         carry: volumes::host_submounts(&mountinfo::read()),
         rootless: None,
+        image_files,
     }))
+}
+
+/// The pod's own `/etc/hosts` (the host's, under the kubelet's header for a pod on the host's
+/// network), `/etc/hostname` and `/etc/resolv.conf` (the host's), made in its state dir for its
+/// containers of images to bind, as the kubelet and the runtime give them.
+fn image_files(plan: &RunPlan, state_dir: &StateDir) -> Result<Vec<sys::BindMount>, RunError> {
+    let dir = state_dir.path().join("etc");
+    std::fs::create_dir_all(&dir)?;
+    let host = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let hostname = plan
+        .namespaces
+        .hostname
+        .clone()
+        .unwrap_or_else(sys::hostname);
+    let contents = [
+        format!(
+            "# Kubernetes-managed hosts file (host network).\n{}",
+            host("/etc/hosts")
+        ),
+        format!("{hostname}\n"),
+        host("/etc/resolv.conf"),
+    ];
+    let mut mounts = Vec::new();
+    for (name, text) in crate::image::RUNTIME_FILES.iter().zip(contents) {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        mounts.push(sys::BindMount {
+            source: path,
+            target: std::path::Path::new("/etc").join(name),
+            read_only: false,
+        });
+    }
+    Ok(mounts)
 }
 
 impl Supervisor {

@@ -59,7 +59,14 @@ pub(super) fn isolate(
             "not running as root: containers write to the host's root filesystem (no private writable layer, /tmp shared)".into(),
         ));
     }
+    let mut images: Vec<&str> = (plan.exec.iter())
+        .filter_map(|x| x.image.as_ref().map(|i| i.name.as_str()))
+        .collect();
+    images.sort_unstable();
+    images.dedup();
+    let image_note = format!("images ({}), private layer per start", images.join(", "));
     let root_note = match &root_layer {
+        Some(_) if plan.root_from_image => image_note.as_str(),
         Some(l) if l.rootless.is_some() => "private layer per start, rootless (user namespace)",
         Some(_) if plan.host_root_writable => "host's, writable (podvisor.io/host-root)",
         Some(_) => "private layer per start",
@@ -143,7 +150,6 @@ pub(super) fn credentials(
     settings: &Settings,
 ) -> Result<Vec<sys::Credentials>, RunError> {
     let rootless = root_layer.is_some_and(|l| l.rootless.is_some());
-    let image = ImageUser::root();
     let mut compiled = security::Compiled::default();
     let mut all = Vec::with_capacity(plan.exec.len());
     for (x, c) in plan.exec.iter().zip(&plan.pod.containers) {
@@ -151,11 +157,25 @@ pub(super) fn credentials(
         // (see `spawn`): on the host's root it keeps this user.
         let own_root = !plan.host_root_writable || x.security.read_only_root;
         let host = security::Host::this(rootless && own_root, settings.seccomp_profiles.clone());
-        let root = std::path::Path::new("/");
+        // An image names its users in its own /etc (its top-most layer that has one), and
+        // runs as its `User` when the securityContext sets none.
+        let (root, image) = match &x.image {
+            Some(i) => (
+                std::path::PathBuf::from(i.etc_layer.as_deref().unwrap_or("/nonexistent")),
+                match i.user.split(':').next().unwrap_or("") {
+                    "" => ImageUser::root(),
+                    user => ImageUser {
+                        uid: user.parse().ok(),
+                        name: user.to_string(),
+                    },
+                },
+            ),
+            None => (std::path::PathBuf::from("/"), ImageUser::root()),
+        };
         all.push(security::credentials(
             &c.name,
             &x.security,
-            root,
+            &root,
             &image,
             &host,
             &mut compiled,

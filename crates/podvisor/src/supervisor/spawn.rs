@@ -14,7 +14,7 @@ use podvisor_core::stage::Stage;
 use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
 use crate::probe::{Done, ExecContext, Owner};
-use crate::process::sys::{self, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
+use crate::process::sys::{self, BindMount, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
 use crate::state::logs::{tail_text, LogFile, LogStream};
 
 impl Supervisor {
@@ -98,6 +98,10 @@ impl Supervisor {
     pub(super) fn spawn(&mut self, id: InstanceId, stage: Option<Stage>) -> io::Result<Input> {
         // Probes and hooks of this instance see what it sees.
         self.envs[id.container] = self.instance_env(id.container, stage);
+        let (root, mounts) = match self.root_and_mounts(id.container) {
+            Ok(both) => both,
+            Err(why) => return Ok(Input::StartFailed(id, why)),
+        };
         let exec = &self.plan.exec[id.container];
         let name = &self.plan.pod.containers[id.container].name;
         std::fs::create_dir_all(self.dir.container_logs(name))?;
@@ -110,21 +114,6 @@ impl Supervisor {
         let (stdout, stderr) = pipes.as_ref().map_or((-1, -1), |((_, out), (_, err))| {
             (out.as_raw_fd(), err.as_raw_fd())
         });
-        let root = self.root_layer.as_ref().and_then(|layer| {
-            // readOnlyRootFilesystem always gets a root of its own (read-only); the annotation
-            // `podvisor.io/host-root: writable` gives the others the host's.
-            (!self.plan.host_root_writable || exec.security.read_only_root).then(|| PrivateRoot {
-                layer_dir: layer.dir.clone(),
-                carry: carried(&layer.carry, exec.security.privileged),
-                read_only: exec.security.read_only_root,
-                own_dev: !exec.security.privileged,
-                rootless: layer.rootless.clone(),
-            })
-        });
-        let mounts = match self.volumes.mounts_for(exec, root.is_some()) {
-            Ok(m) => m,
-            Err(why) => return Ok(Input::StartFailed(id, why)),
-        };
         let cgroup = match self.cgroups.pod.as_mut() {
             Some(pod) => match pod.instance(name, id.instance, &exec.resources) {
                 Ok(cg) => Some(cg),
@@ -218,6 +207,45 @@ impl Supervisor {
         }
     }
 
+    /// Container `i`'s private root (if it has one) and what is bound into it.
+    fn root_and_mounts(
+        &mut self,
+        i: usize,
+    ) -> Result<(Option<PrivateRoot>, Vec<BindMount>), String> {
+        let exec = &self.plan.exec[i];
+        let root = self.root_layer.as_ref().and_then(|layer| {
+            let image = exec.image.as_ref();
+            // readOnlyRootFilesystem always gets a root of its own (read-only); the annotation
+            // `podvisor.io/host-root: writable` gives the others the host's. An image is always
+            // a root of its own, which gets only /proc, /sys (and /dev) of the host's mounts.
+            let own =
+                image.is_some() || !self.plan.host_root_writable || exec.security.read_only_root;
+            own.then(|| PrivateRoot {
+                layer_dir: layer.dir.clone(),
+                carry: match image {
+                    Some(_) => carried(&runtime_mounts(&layer.carry), exec.security.privileged),
+                    None => carried(&layer.carry, exec.security.privileged),
+                },
+                read_only: exec.security.read_only_root,
+                lower_dirs: image.map_or_else(Vec::new, |i| {
+                    i.lower_dirs.iter().map(PathBuf::from).collect()
+                }),
+                own_dev: !exec.security.privileged,
+                rootless: layer.rootless.clone(),
+            })
+        });
+        let mut mounts = self.volumes.mounts_for(exec, root.is_some())?;
+        if let (Some(_), Some(layer)) = (&exec.image, &self.root_layer) {
+            // The pod's /etc files first: a volume mounted over them wins, as in the kubelet.
+            let files = layer
+                .image_files
+                .iter()
+                .filter(|f| !mounts.iter().any(|m| f.target.starts_with(&m.target)));
+            mounts.splice(0..0, files.cloned().collect::<Vec<_>>());
+        }
+        Ok((root, mounts))
+    }
+
     /// Container `i`'s environment for an instance in `stage`, `NAME=value`.
     pub(super) fn instance_env(&self, i: usize, stage: Option<Stage>) -> Vec<OsString> {
         let mut vars = self.base_envs[i].clone();
@@ -261,6 +289,17 @@ impl Supervisor {
 
 /// The host's mounts a container's root carries: all of them for a privileged container; for
 /// the others /sys read-only and no /dev (it gets one of its own), as a runtime gives them.
+/// Of the host's mounts, those a container of an image gets: /proc, /sys and /dev (the last
+/// only when privileged, see `carried`), each with what is mounted below it.
+fn runtime_mounts(carry: &[(PathBuf, bool)]) -> Vec<(PathBuf, bool)> {
+    let wanted = ["/proc", "/sys", "/dev"].map(std::path::Path::new);
+    carry
+        .iter()
+        .filter(|(p, _)| wanted.contains(&p.as_path()))
+        .cloned()
+        .collect()
+}
+
 fn carried(carry: &[(PathBuf, bool)], privileged: bool) -> Vec<(PathBuf, bool)> {
     let dev = std::path::Path::new("/dev");
     let sys = std::path::Path::new("/sys");

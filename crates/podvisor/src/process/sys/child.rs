@@ -412,7 +412,7 @@ pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
         if libc::mount(overlay, r.merged, overlay, 0, r.overlay_options.cast()) == -1 {
             return -1;
         }
-        if !r.read_only {
+        if !r.read_only && !r.tmp.is_null() {
             let flags = libc::MS_NOSUID | libc::MS_NODEV;
             let tmpfs = c"tmpfs".as_ptr();
             if libc::mount(tmpfs, r.tmp, tmpfs, flags, c"mode=1777".as_ptr().cast()) == -1 {

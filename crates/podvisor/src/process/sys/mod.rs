@@ -17,6 +17,8 @@ mod alloc_count;
 mod child;
 mod creds;
 mod fd;
+#[cfg(feature = "full")]
+mod files;
 mod fork;
 mod namespaces;
 mod passing;
@@ -27,6 +29,8 @@ mod spawn;
 pub use alloc_count::allocations;
 pub use creds::{BpfInstruction, Credentials};
 pub use fd::*;
+#[cfg(feature = "full")]
+pub use files::{lchown, make_node, set_mtime, set_xattr};
 pub use fork::*;
 pub use namespaces::{make_pod_namespaces, open_namespace, open_namespace_path, PodNamespaceFds};
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};

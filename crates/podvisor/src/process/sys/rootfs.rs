@@ -23,6 +23,9 @@ pub struct PrivateRoot {
     pub carry: Vec<(std::path::PathBuf, bool)>,
     /// `readOnlyRootFilesystem`: the layer is read-only too, and /tmp is not made.
     pub read_only: bool,
+    /// An image's unpacked layers, top first, beneath the writable layer; none: the host's `/`.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub lower_dirs: Vec<std::path::PathBuf>,
     /// A /dev of its own, as a runtime gives a container that is not privileged: a tmpfs
     /// with null, zero, full, random, urandom and tty, the /proc/self/fd links, a devpts of
     /// its own, /dev/shm and /dev/mqueue. Otherwise (`privileged`) the host's /dev is carried.
@@ -83,6 +86,8 @@ pub(super) struct MountStrings {
     pub(super) mounts: Vec<(CString, CString, bool, Vec<CString>, bool, bool)>,
     pub(super) root: Option<[CString; 6]>,
     pub(super) root_read_only: bool,
+    /// An image's root: its upper layer is fresh at each start already, so no /tmp is made.
+    pub(super) root_from_image: bool,
     /// Rootless: uid map, gid map, upper dir; and per step (kind, source, target, upper,
     /// work, flag).
     pub(super) rootless: Option<[CString; 3]>,
@@ -234,7 +239,8 @@ impl MountStrings {
             c(&merged)?,
             c_string(
                 format!(
-                    "lowerdir=/,upperdir={},workdir={}",
+                    "lowerdir={},upperdir={},workdir={}",
+                    lower_option(&root.lower_dirs),
                     root.layer_dir.join("upper").display(),
                     root.layer_dir.join("work").display()
                 )
@@ -243,6 +249,7 @@ impl MountStrings {
             c(&merged.join("tmp"))?,
         ]);
         out.root_read_only = root.read_only;
+        out.root_from_image = !root.lower_dirs.is_empty();
         if let Some(r) = &root.rootless {
             out.rootless = Some([
                 c_string(format!("0 {} 1", r.uid).as_bytes())?,
@@ -277,6 +284,15 @@ impl MountStrings {
         }
         Ok(out)
     }
+}
+
+/// An overlay's `lowerdir`: the image's layers, top first, or the host's `/`.
+fn lower_option(lower_dirs: &[std::path::PathBuf]) -> String {
+    if lower_dirs.is_empty() {
+        return "/".into();
+    }
+    let dirs: Vec<String> = lower_dirs.iter().map(|d| d.display().to_string()).collect();
+    dirs.join(":")
 }
 
 /// A volume mount inside a private root (`inside` maps a path into it): its source and

@@ -351,7 +351,11 @@ impl MountPtrs {
             work: r[2].as_ptr(),
             merged: r[3].as_ptr(),
             overlay_options: r[4].as_ptr(),
-            tmp: r[5].as_ptr(),
+            // An image's own /tmp (fresh with the layer at each start) stays as it is.
+            tmp: match strings.root_from_image {
+                true => std::ptr::null(),
+                false => r[5].as_ptr(),
+            },
             read_only: strings.root_read_only,
             uid_map: rootless.map_or(std::ptr::null(), |x| x[0].as_ptr()),
             gid_map: rootless.map_or(std::ptr::null(), |x| x[1].as_ptr()),

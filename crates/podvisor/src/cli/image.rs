@@ -1,0 +1,212 @@
+//! `podvisor image`: the image store of this user (docs/images.md), as `crictl images` and
+//! `docker load` show it.
+
+use std::path::PathBuf;
+
+use crate::image::{self, ImageRecord, Store};
+
+use super::{write_err, write_out};
+
+/// `podvisor image`'s subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ImageCommand {
+    /// Add images from a `docker save` archive or an OCI image layout (a directory, or an
+    /// archive of one; gzip-compressed archives too)
+    Load {
+        /// The archive or layout directory
+        #[arg(short, long, value_name = "FILE")]
+        input: Option<PathBuf>,
+        #[arg(value_name = "FILE", conflicts_with = "input")]
+        file: Option<PathBuf>,
+    },
+    /// List the images, as `crictl images` does
+    #[command(visible_alias = "list")]
+    Ls {
+        /// Only the image IDs
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// An image's record and config, as JSON
+    Inspect {
+        #[arg(value_name = "IMAGE", required = true)]
+        images: Vec<String>,
+    },
+    /// Remove images by name or ID; what no other image uses is deleted
+    #[command(visible_alias = "remove")]
+    Rm {
+        #[arg(value_name = "IMAGE", required = true)]
+        images: Vec<String>,
+    },
+}
+
+/// `podvisor image`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ImageArgs {
+    #[command(subcommand)]
+    command: ImageCommand,
+}
+
+pub fn main(a: ImageArgs) -> i32 {
+    let store = match Store::open() {
+        Ok(s) => s,
+        Err(e) => {
+            write_err(&format!("error: {e}\n"));
+            return 1;
+        }
+    };
+    let done = match a.command {
+        ImageCommand::Load { input, file } => match input.or(file) {
+            Some(path) => load(&store, &path),
+            None => Err("image load: name the archive or layout (FILE or -i FILE)".to_string()),
+        },
+        ImageCommand::Ls { quiet } => list(&store, quiet),
+        ImageCommand::Inspect { images } => inspect(&store, &images),
+        ImageCommand::Rm { images } => remove(&store, &images),
+    };
+    match done {
+        Ok(()) => 0,
+        Err(message) => {
+            write_err(&format!("error: {message}\n"));
+            1
+        }
+    }
+}
+
+fn load(store: &Store, path: &std::path::Path) -> Result<(), String> {
+    let loaded = image::load::load(store, path).map_err(|e| e.to_string())?;
+    for i in loaded {
+        if i.name == i.id {
+            write_out(&format!("Loaded image ID: {}\n", i.id));
+        } else {
+            write_out(&format!("Loaded image: {}\n", i.name));
+        }
+    }
+    Ok(())
+}
+
+fn list(store: &Store, quiet: bool) -> Result<(), String> {
+    let images = store.list().map_err(|e| e.to_string())?;
+    if quiet {
+        let mut ids: Vec<String> = images.iter().map(|i| i.id.clone()).collect();
+        ids.dedup();
+        write_out(&ids.iter().map(|i| format!("{i}\n")).collect::<String>());
+        return Ok(());
+    }
+    let rows: Vec<[String; 4]> = images
+        .iter()
+        .map(|i| {
+            let (repo, tag) = repo_and_tag(i);
+            [repo, tag, short_id(i), human_size(i.size)]
+        })
+        .collect();
+    let header = ["IMAGE", "TAG", "IMAGE ID", "SIZE"].map(String::from);
+    let mut widths = [0usize; 4];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("   ").trim_end());
+        out.push('\n');
+    }
+    write_out(&out);
+    Ok(())
+}
+
+fn repo_and_tag(i: &ImageRecord) -> (String, String) {
+    if i.name == i.id {
+        return ("<none>".into(), "<none>".into());
+    }
+    let repo = image::reference::repository(&i.name).to_string();
+    let rest = &i.name[repo.len()..];
+    let tag = rest.strip_prefix(':').unwrap_or("<none>");
+    (repo, tag.split('@').next().unwrap_or(tag).to_string())
+}
+
+fn short_id(i: &ImageRecord) -> String {
+    i.id.trim_start_matches("sha256:")
+        .chars()
+        .take(13)
+        .collect()
+}
+
+/// Sizes as crictl and docker print them: decimal units, 3–4 significant digits.
+fn human_size(bytes: u64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u < units.len() - 1 {
+        v /= 1000.0;
+        u += 1;
+    }
+    let text = format!("{v:.4}");
+    let digits: String = text.chars().take(if v >= 1000.0 { 4 } else { 5 }).collect();
+    format!(
+        "{}{}",
+        digits.trim_end_matches('0').trim_end_matches('.'),
+        units[u]
+    )
+}
+
+fn inspect(store: &Store, names: &[String]) -> Result<(), String> {
+    let mut all = Vec::new();
+    for name in names {
+        let found = store
+            .find(name)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| image::ImageError::NotFound(name.clone()).to_string())?;
+        let config: serde_json::Value =
+            serde_json::from_slice(&store.read_blob(&found.id).map_err(|e| e.to_string())?)
+                .map_err(|e| format!("config {}: {e}", found.id))?;
+        all.push(serde_json::json!({
+            "name": found.name,
+            "id": found.id,
+            "imageID": found.image_id(),
+            "manifest": found.manifest,
+            "size": found.size,
+            "layers": found.layers,
+            "config": config,
+        }));
+    }
+    let text = serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?;
+    write_out(&format!("{text}\n"));
+    Ok(())
+}
+
+fn remove(store: &Store, names: &[String]) -> Result<(), String> {
+    let _lock = store.lock().map_err(|e| e.to_string())?;
+    let mut missing = Vec::new();
+    for name in names {
+        match store.remove(name).map_err(|e| e.to_string())? {
+            Some(i) => write_out(&format!("Deleted: {}\n", i.name)),
+            None => missing.push(name.clone()),
+        }
+    }
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "no such image: {} (`podvisor image ls` lists them)",
+            missing.join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_size;
+
+    #[test]
+    fn sizes_read_as_crictl_prints_them() {
+        assert_eq!(human_size(999), "999B");
+        assert_eq!(human_size(1_234_567), "1.235MB");
+        assert_eq!(human_size(4_200_000), "4.2MB");
+        assert_eq!(human_size(12_345), "12.35kB");
+    }
+}

@@ -1,0 +1,242 @@
+//! A container started from an image, with Kubernetes' rules over the image's config
+//! (`kuberuntime_container.go`, containerd's `WithImageConfig`): `command` replaces the
+//! Entrypoint and drops Cmd, `args` replaces Cmd; the image's Env comes first and the
+//! container's wins; the container's `workingDir`, else the image's WorkingDir, else `/`; the
+//! image's User unless `runAsUser` is set (its group unless `runAsGroup` is).
+
+use oci_spec::image::ImageConfiguration;
+use podvisor_core::security::ImageUser;
+use podvisor_core::spec::plan::{ImageRoot, RunPlan};
+
+use super::{ImageError, ImageRecord, Store};
+
+/// containerd's PATH for an image that sets none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What stops a container from starting from its image, as the kubelet names it.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageProblem {
+    #[error("container {container:?}: InvalidImageName: {error}")]
+    InvalidName {
+        container: String,
+        error: ImageError,
+    },
+    #[error("container {container:?}: ErrImageNeverPull: Container image {image:?} is not present with pull policy of Never (`podvisor image load` adds it)")]
+    NeverPull { container: String, image: String },
+    #[error("container {container:?}: ErrImagePull: image {image:?} is not in podvisor's image store, and podvisor does not pull from registries yet: add it with `podvisor image load` (a `docker save` archive or an OCI image layout)")]
+    NotPresent { container: String, image: String },
+    #[error("container {container:?}: image {image:?}: {error}")]
+    Store {
+        container: String,
+        image: String,
+        error: ImageError,
+    },
+    #[error("container {container:?}: no command: neither its command nor its image {image:?} (Entrypoint, Cmd) names one")]
+    NoCommand { container: String, image: String },
+}
+
+/// Finds each container's image (`images`, in the plan's order, as the manifest names them)
+/// in the store and applies its config to the plan.
+pub fn apply(plan: &mut RunPlan, images: &[String], store: &Store) -> Result<(), ImageProblem> {
+    for (i, spec_image) in images.iter().enumerate() {
+        let container = plan.pod.containers[i].name.clone();
+        let name = super::normalize(spec_image).map_err(|error| ImageProblem::InvalidName {
+            container: container.clone(),
+            error,
+        })?;
+        let store_err = |error| ImageProblem::Store {
+            container: container.clone(),
+            image: spec_image.clone(),
+            error,
+        };
+        let Some(found) = store.find(&name).map_err(store_err)? else {
+            return Err(match plan.exec[i].pull_policy.as_deref() {
+                Some("Never") => ImageProblem::NeverPull {
+                    container,
+                    image: spec_image.clone(),
+                },
+                _ => ImageProblem::NotPresent {
+                    container,
+                    image: spec_image.clone(),
+                },
+            });
+        };
+        let config =
+            ImageConfiguration::from_reader(&store.read_blob(&found.id).map_err(store_err)?[..])
+                .map_err(|e| store_err(ImageError::Invalid(format!("config {}: {e}", found.id))))?;
+        let root = image_root(spec_image, &found, &config, store).map_err(store_err)?;
+        apply_config(plan, i, &config, root).ok_or(ImageProblem::NoCommand {
+            container,
+            image: spec_image.clone(),
+        })?;
+    }
+    Ok(())
+}
+
+fn image_root(
+    spec_image: &str,
+    found: &ImageRecord,
+    config: &ImageConfiguration,
+    store: &Store,
+) -> Result<ImageRoot, ImageError> {
+    let lower_dirs = store.lower_dirs(found)?;
+    let etc_layer = lower_dirs
+        .iter()
+        .find(|d| d.join("etc/passwd").symlink_metadata().is_ok())
+        .map(|d| d.display().to_string());
+    let c = config.config().as_ref();
+    Ok(ImageRoot {
+        image: spec_image.to_string(),
+        name: found.name.clone(),
+        image_id: found.image_id(),
+        lower_dirs: lower_dirs.iter().map(|d| d.display().to_string()).collect(),
+        etc_layer,
+        user: c.and_then(|c| c.user().clone()).unwrap_or_default(),
+        stop_signal: c.and_then(|c| c.stop_signal().clone()),
+    })
+}
+
+/// Applies the image's config to container `i`; `None` when no command results.
+fn apply_config(
+    plan: &mut RunPlan,
+    i: usize,
+    config: &ImageConfiguration,
+    root: ImageRoot,
+) -> Option<()> {
+    let c = config.config().clone().unwrap_or_default();
+    let x = &mut plan.exec[i];
+    if !x.command_given {
+        let mut argv = c.entrypoint().clone().unwrap_or_default();
+        if x.args_given {
+            argv.append(&mut x.argv);
+        } else {
+            argv.extend(c.cmd().clone().unwrap_or_default());
+        }
+        x.argv = argv;
+    }
+    if x.argv.is_empty() {
+        return None;
+    }
+    let mut env: Vec<(String, String)> = c
+        .env()
+        .iter()
+        .flatten()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (kv.clone(), String::new()),
+        })
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.insert(0, ("PATH".into(), DEFAULT_PATH.into()));
+    }
+    for (k, v) in std::mem::take(&mut x.env) {
+        match env.iter_mut().find(|(ek, _)| *ek == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
+    }
+    x.env = env;
+    if x.working_dir.is_none() {
+        let wd = c.working_dir().clone().filter(|w| !w.is_empty());
+        x.working_dir = Some(wd.unwrap_or_else(|| "/".into()));
+    }
+    // The image's user (and group) where the securityContext sets none.
+    let (user, group) = match root.user.split_once(':') {
+        Some((u, g)) => (u.to_string(), Some(g.to_string())),
+        None => (root.user.clone(), None),
+    };
+    let etc = root.etc_layer.as_deref().map(std::path::Path::new);
+    if x.security.run_as_group.is_none() && x.security.run_as_user.is_none() {
+        if let Some(g) = group.filter(|g| !g.is_empty()) {
+            x.security.run_as_group = g.parse().ok().or_else(|| {
+                let groups = etc.map(crate::security::users::groups).unwrap_or_default();
+                groups.iter().find(|e| e.name == g).map(|e| e.gid)
+            });
+        }
+    }
+    let image_user = if user.is_empty() {
+        ImageUser::root()
+    } else {
+        ImageUser {
+            uid: user.parse().ok(),
+            name: user.clone(),
+        }
+    };
+    plan.pod.containers[i].non_root = x.security.non_root(image_user);
+    plan.pod.containers[i].image = Some(root.image.clone());
+    x.image = Some(root);
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: &str) -> ImageConfiguration {
+        ImageConfiguration::from_reader(json.as_bytes()).unwrap()
+    }
+
+    fn root() -> ImageRoot {
+        ImageRoot {
+            image: "app".into(),
+            name: "docker.io/library/app:latest".into(),
+            image_id: String::new(),
+            lower_dirs: Vec::new(),
+            etc_layer: None,
+            user: "1000:2000".into(),
+            stop_signal: None,
+        }
+    }
+
+    fn plan_of(containers: &str) -> RunPlan {
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, annotations: {{podvisor.io/root-from: image}}}}\nspec:\n  containers:\n{containers}"
+        );
+        let manifest = podvisor_core::spec::load("pod.yaml", &text).unwrap();
+        let host = podvisor_core::spec::plan::HostFacts {
+            all_capabilities: podvisor_core::security::CapSet::all(40),
+            seccomp_default: false,
+            hostname: "node1".into(),
+            uid: "uid-1".into(),
+            cpus: 2,
+            memory: 1 << 30,
+        };
+        podvisor_core::spec::plan::plan(
+            &manifest,
+            &host,
+            podvisor_core::backoff::BackoffPolicy::default(),
+        )
+    }
+
+    const IMAGE: &str = r#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},
+        "config":{"Entrypoint":["/bin/app"],"Cmd":["--serve"],"Env":["PATH=/bin","A=image","B=image"],"WorkingDir":"/srv","User":"1000:2000"}}"#;
+
+    #[test]
+    fn kubernetes_rules_over_the_image_config() {
+        let mut p = plan_of("  - {name: a, image: app, env: [{name: B, value: mine}, {name: C, value: c}]}\n  - {name: b, image: app, args: [--check]}\n  - {name: c, image: app, command: [sh], workingDir: /w}\n");
+        for i in 0..3 {
+            apply_config(&mut p, i, &config(IMAGE), root()).unwrap();
+        }
+        assert_eq!(p.exec[0].argv, ["/bin/app", "--serve"]);
+        assert_eq!(p.exec[1].argv, ["/bin/app", "--check"]);
+        assert_eq!(p.exec[2].argv, ["sh"]);
+        let env: Vec<String> = p.exec[0]
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(env, ["PATH=/bin", "A=image", "B=mine", "C=c"]);
+        assert_eq!(p.exec[0].working_dir.as_deref(), Some("/srv"));
+        assert_eq!(p.exec[2].working_dir.as_deref(), Some("/w"));
+        assert_eq!(p.exec[0].security.run_as_group, Some(2000));
+        assert_eq!(p.pod.containers[0].image.as_deref(), Some("app"));
+    }
+
+    #[test]
+    fn an_image_without_a_command_and_a_container_without_one_cannot_start() {
+        let mut p = plan_of("  - {name: a, image: app}\n");
+        let bare =
+            r#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
+        assert!(apply_config(&mut p, 0, &config(bare), root()).is_none());
+    }
+}
