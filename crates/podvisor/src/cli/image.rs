@@ -146,13 +146,19 @@ fn human_size(bytes: u64) -> String {
         v /= 1000.0;
         u += 1;
     }
-    let text = format!("{v:.4}");
-    let digits: String = text.chars().take(if v >= 1000.0 { 4 } else { 5 }).collect();
-    format!(
-        "{}{}",
-        digits.trim_end_matches('0').trim_end_matches('.'),
-        units[u]
-    )
+    // Four significant digits (Go's `%.4g`), trailing zeros dropped.
+    let decimals = match v {
+        v if v < 10.0 => 3,
+        v if v < 100.0 => 2,
+        v if v < 1000.0 => 1,
+        _ => 0,
+    };
+    let text = format!("{v:.decimals$}");
+    let text = match text.contains('.') {
+        true => text.trim_end_matches('0').trim_end_matches('.'),
+        false => &text,
+    };
+    format!("{text}{}", units[u])
 }
 
 fn inspect(store: &Store, names: &[String]) -> Result<(), String> {
