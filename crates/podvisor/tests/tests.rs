@@ -18,6 +18,7 @@ mod grpc;
 mod guest_v2;
 mod harness;
 mod hooks;
+mod images;
 mod init;
 mod init_staged;
 mod live_restore;
