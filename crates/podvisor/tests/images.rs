@@ -609,3 +609,174 @@ fn a_docker_save_archive_of_the_engine_here_runs() {
         "hello-from-docker\n1000\n/app"
     );
 }
+
+/// Debian's docker-registry (the CNCF distribution registry) on a loopback port of its own,
+/// stopped when dropped.
+struct Registry {
+    child: std::process::Child,
+    addr: String,
+    _dir: TempDir,
+}
+
+impl Registry {
+    fn start() -> Result<Registry, String> {
+        if !have("docker-registry", "the image pull tests") {
+            return Err("docker-registry not installed (apt-get install docker-registry)".into());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let dir = TempDir::new();
+        let config = dir.file("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {addr}}}\n",
+                dir.file("data").display()
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("docker-registry: {e}"))?;
+        let registry = Registry {
+            child,
+            addr,
+            _dir: dir,
+        };
+        wait_until("the registry listens", || {
+            std::net::TcpStream::connect(&registry.addr).is_ok()
+        });
+        Ok(registry)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Builds a FROM-scratch busybox image that prints `word`, pushes it as `reference` and
+/// removes it from the engine.
+fn push(t: &Images, reference: &str, word: &str) {
+    let ctx = t.dir.file(&format!("ctx-{word}"));
+    std::fs::create_dir_all(ctx.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", ctx.join("bin/busybox")).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        format!("FROM scratch\nCOPY bin /bin\nCMD [\"/bin/busybox\", \"echo\", \"{word}\"]\n"),
+    )
+    .unwrap();
+    let built = Run::new("docker")
+        .args(["build", "-q", "-t", reference])
+        .arg(&ctx)
+        .output();
+    let pushed = Run::new("docker").args(["push", "-q", reference]).output();
+    let removed = Run::new("docker").args(["rmi", "-f", reference]).output();
+    assert_eq!(built.code(), 0, "{built:?}");
+    assert_eq!(pushed.code(), 0, "{pushed:?}");
+    assert_eq!(removed.code(), 0, "{removed:?}");
+}
+
+#[test]
+fn images_are_pulled_from_a_registry_once_and_as_the_pull_policy_says() {
+    let bb = require!();
+    drop(bb);
+    if let Err(why) = crate::docker::engine() {
+        skip(&why);
+        return;
+    }
+    let registry = match Registry::start() {
+        Ok(r) => r,
+        Err(why) => {
+            skip(&why);
+            return;
+        }
+    };
+    let t = Images::new();
+    let repo = format!("{}/{}", registry.addr, crate::docker::unique("pulled"));
+    let latest = format!("{repo}:latest");
+    push(&t, &latest, "first");
+    // Two pulls at once: one downloads the layers, the other finds them there.
+    let (a, b) = (
+        t.podvisor(&["image", "pull", &latest]),
+        t.podvisor(&["image", "pull", &latest]),
+    );
+    let a = std::thread::spawn(move || a.output());
+    let b = std::thread::spawn(move || b.output());
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!((a.code(), b.code()), (0, 0), "{a:?} {b:?}");
+    let fetched = |o: &Output| -> f64 {
+        let size = o
+            .stdout
+            .split(", ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
+        let unit = size.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        let n: f64 = size[..size.len() - unit.len()].parse().unwrap();
+        n * match unit {
+            "B" => 1.0,
+            "kB" => 1e3,
+            "MB" => 1e6,
+            _ => panic!("{size}"),
+        }
+    };
+    let (fa, fb) = (fetched(&a), fetched(&b));
+    assert!(
+        fa.max(fb) > 500_000.0 && fa.min(fb) < 10_000.0,
+        "{a:?} {b:?}"
+    );
+    // The tag moves: IfNotPresent keeps what is here, Always (the default for :latest) pulls.
+    push(&t, &latest, "second");
+    let spec = |policy: &str| {
+        format!(
+            "  restartPolicy: Never\n  containers:\n  - name: app\n    image: {latest}\n{policy}"
+        )
+    };
+    let kept = t.run("kept", &spec("    imagePullPolicy: IfNotPresent\n"));
+    assert_eq!(kept.code(), 0, "{kept:?}");
+    assert_eq!(t.out(&["logs", "kept", "app"]).stdout, "first");
+    let events = t.out(&["events", "kept"]).stdout;
+    assert!(events.contains("already present on machine"), "{events}");
+    let pulled = t.run("pulled", &spec(""));
+    assert_eq!(pulled.code(), 0, "{pulled:?}");
+    assert_eq!(t.out(&["logs", "pulled", "app"]).stdout, "second");
+    let events = t.out(&["events", "pulled"]).stdout;
+    assert!(
+        events.contains(&format!(
+            "Pulling     app           Pulling image \"{latest}\""
+        )),
+        "{events}"
+    );
+    assert!(
+        events.contains(&format!(
+            "Pulled      app           Successfully pulled image \"{latest}\" in "
+        )),
+        "{events}"
+    );
+    assert!(
+        events.contains("including waiting). Image size: "),
+        "{events}"
+    );
+    // A registry that does not answer: ErrImagePull, as the kubelet names it.
+    drop(registry);
+    let failed = t.run("failed", &spec("    imagePullPolicy: Always\n"));
+    assert_eq!(failed.code(), 2, "{failed:?}");
+    assert!(
+        failed.stderr.contains(&format!(
+            "container \"app\": ErrImagePull: failed to pull image \"{latest}\": "
+        )),
+        "{failed:?}"
+    );
+}

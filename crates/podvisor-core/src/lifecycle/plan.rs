@@ -72,6 +72,10 @@ pub struct ContainerPlan {
     /// each start says so (`Pulled`, "already present on machine"), as the kubelet does.
     #[cfg_attr(feature = "spec", serde(default))]
     pub image: Option<String>,
+    /// When `podvisor run` pulled it: the kubelet's `Pulled` message, said at the first start
+    /// (after `Pulling`) instead of "already present".
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub image_pulled: Option<String>,
 }
 
 impl ContainerPlan {
@@ -90,6 +94,7 @@ impl ContainerPlan {
             staged: false,
             non_root: None,
             image: None,
+            image_pulled: None,
         }
     }
 }

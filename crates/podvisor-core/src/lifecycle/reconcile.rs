@@ -403,12 +403,19 @@ impl Pod {
             fx.push(self.container_event(i, EventType::Normal, "InstrumentationCleared", message));
         }
         if let Some(image) = self.plan.containers[i].image.clone() {
-            fx.push(self.container_event(
-                i,
-                EventType::Normal,
-                "Pulled",
-                format!("Container image {image:?} already present on machine"),
-            ));
+            // Pulled by this run: said once, at the first start; then it is on the machine.
+            let pulled = self.plan.containers[i].image_pulled.take();
+            if pulled.is_some() {
+                fx.push(self.container_event(
+                    i,
+                    EventType::Normal,
+                    "Pulling",
+                    format!("Pulling image {image:?}"),
+                ));
+            }
+            let message = pulled
+                .unwrap_or_else(|| format!("Container image {image:?} already present on machine"));
+            fx.push(self.container_event(i, EventType::Normal, "Pulled", message));
         }
         fx.push(self.container_event(
             i,

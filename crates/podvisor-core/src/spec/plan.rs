@@ -332,6 +332,7 @@ fn container_plan(
         staged: staged.is_some_and(|s| s.selects(&c.name)),
         non_root: None,
         image: None,
+        image_pulled: None,
     }
 }
 

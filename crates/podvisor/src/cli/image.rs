@@ -10,6 +10,12 @@ use super::{write_err, write_out};
 /// `podvisor image`'s subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum ImageCommand {
+    /// Pull images from their registries (plain HTTP only on the loopback; credentials from
+    /// docker's config.json)
+    Pull {
+        #[arg(value_name = "IMAGE", required = true)]
+        images: Vec<String>,
+    },
     /// Add images from a `docker save` archive or an OCI image layout (a directory, or an
     /// archive of one; gzip-compressed archives too)
     Load {
@@ -59,6 +65,7 @@ pub fn main(a: ImageArgs) -> i32 {
             Some(path) => load(&store, &path),
             None => Err("image load: name the archive or layout (FILE or -i FILE)".to_string()),
         },
+        ImageCommand::Pull { images } => pull(&store, &images),
         ImageCommand::Ls { quiet } => list(&store, quiet),
         ImageCommand::Inspect { images } => inspect(&store, &images),
         ImageCommand::Rm { images } => remove(&store, &images),
@@ -80,6 +87,20 @@ fn load(store: &Store, path: &std::path::Path) -> Result<(), String> {
         } else {
             write_out(&format!("Loaded image: {}\n", i.name));
         }
+    }
+    Ok(())
+}
+
+fn pull(store: &Store, names: &[String]) -> Result<(), String> {
+    for name in names {
+        let pulled = image::pull::pull(store, name).map_err(|e| e.to_string())?;
+        write_out(&format!(
+            "Pulled {} ({}, {} fetched in {:.1?})\n",
+            pulled.image.name,
+            pulled.image.image_id(),
+            human_size(pulled.fetched),
+            pulled.took
+        ));
     }
     Ok(())
 }

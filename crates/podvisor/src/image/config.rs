@@ -23,8 +23,12 @@ pub enum ImageProblem {
     },
     #[error("container {container:?}: ErrImageNeverPull: Container image {image:?} is not present with pull policy of Never (`podvisor image load` adds it)")]
     NeverPull { container: String, image: String },
-    #[error("container {container:?}: ErrImagePull: image {image:?} is not in podvisor's image store, and podvisor does not pull from registries yet: add it with `podvisor image load` (a `docker save` archive or an OCI image layout)")]
-    NotPresent { container: String, image: String },
+    #[error("container {container:?}: ErrImagePull: {error}")]
+    Pull {
+        container: String,
+        image: String,
+        error: ImageError,
+    },
     #[error("container {container:?}: image {image:?}: {error}")]
     Store {
         container: String,
@@ -33,6 +37,25 @@ pub enum ImageProblem {
     },
     #[error("container {container:?}: no command: neither its command nor its image {image:?} (Entrypoint, Cmd) names one")]
     NoCommand { container: String, image: String },
+}
+
+/// `imagePullPolicy`, defaulted as the API server does: `Always` for `:latest` or no tag
+/// (`name` is normalized: no tag became `:latest`), `IfNotPresent` otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+fn pull_policy(written: Option<&str>, name: &str) -> Policy {
+    match written {
+        Some("Always") => Policy::Always,
+        Some("Never") => Policy::Never,
+        Some("IfNotPresent") => Policy::IfNotPresent,
+        _ if !super::reference::has_digest(name) && name.ends_with(":latest") => Policy::Always,
+        _ => Policy::IfNotPresent,
+    }
 }
 
 /// Finds each container's image (`images`, in the plan's order, as the manifest names them)
@@ -49,17 +72,29 @@ pub fn apply(plan: &mut RunPlan, images: &[String], store: &Store) -> Result<(),
             image: spec_image.clone(),
             error,
         };
-        let Some(found) = store.find(&name).map_err(store_err)? else {
-            return Err(match plan.exec[i].pull_policy.as_deref() {
-                Some("Never") => ImageProblem::NeverPull {
+        let present = store.find(&name).map_err(store_err)?;
+        let policy = pull_policy(plan.exec[i].pull_policy.as_deref(), &name);
+        let found = match (policy, present) {
+            (Policy::Never, None) => {
+                return Err(ImageProblem::NeverPull {
                     container,
                     image: spec_image.clone(),
-                },
-                _ => ImageProblem::NotPresent {
-                    container,
-                    image: spec_image.clone(),
-                },
-            });
+                })
+            }
+            (Policy::IfNotPresent | Policy::Never, Some(found)) => found,
+            (Policy::Always, _) | (Policy::IfNotPresent, None) => {
+                let pulled =
+                    super::pull::pull(store, spec_image).map_err(|error| ImageProblem::Pull {
+                        container: container.clone(),
+                        image: spec_image.clone(),
+                        error,
+                    })?;
+                plan.pod.containers[i].image_pulled = Some(format!(
+                    "Successfully pulled image {spec_image:?} in {:.3?} ({:.3?} including waiting). Image size: {} bytes.",
+                    pulled.took, pulled.waited, pulled.image.size
+                ));
+                pulled.image
+            }
         };
         let config =
             ImageConfiguration::from_reader(&store.read_blob(&found.id).map_err(store_err)?[..])

@@ -145,11 +145,26 @@ fn from_manifest(
     manifest_digest: &str,
     name: Option<String>,
 ) -> Result<ImageRecord, ImageError> {
-    let mut size = take_blob(store, dir, manifest_digest)?;
+    take_blob(store, dir, manifest_digest)?;
+    let manifest = ImageManifest::from_reader(&store.read_blob(manifest_digest)?[..])
+        .map_err(|e| ImageError::Invalid(format!("manifest {manifest_digest}: {e}")))?;
+    take_blob(store, dir, manifest.config().digest().as_ref())?;
+    for l in manifest.layers() {
+        take_blob(store, dir, l.digest().as_ref())?;
+    }
+    record(store, manifest_digest, name)
+}
+
+/// The record of an image whose manifest, config and layers are all in the store: named
+/// `name` (normalized), or by its ID.
+pub fn record(
+    store: &Store,
+    manifest_digest: &str,
+    name: Option<String>,
+) -> Result<ImageRecord, ImageError> {
     let manifest = ImageManifest::from_reader(&store.read_blob(manifest_digest)?[..])
         .map_err(|e| ImageError::Invalid(format!("manifest {manifest_digest}: {e}")))?;
     let config_digest = manifest.config().digest().to_string();
-    size += take_blob(store, dir, &config_digest)?;
     let config = ImageConfiguration::from_reader(&store.read_blob(&config_digest)?[..])
         .map_err(|e| ImageError::Invalid(format!("config {config_digest}: {e}")))?;
     let diff_ids = config.rootfs().diff_ids();
@@ -160,10 +175,17 @@ fn from_manifest(
             diff_ids.len()
         )));
     }
+    let size_of = |digest: &str| -> Result<u64, ImageError> {
+        let path = store.blob_path(digest)?;
+        std::fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|e| ImageError::io(&path, e))
+    };
+    let mut size = size_of(manifest_digest)? + size_of(&config_digest)?;
     let mut layers = Vec::new();
     for (l, diff_id) in manifest.layers().iter().zip(diff_ids) {
         let digest = l.digest().to_string();
-        let n = take_blob(store, dir, &digest)?;
+        let n = size_of(&digest)?;
         size += n;
         layers.push(LayerRecord {
             digest,

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod load;
+pub mod pull;
 pub mod reference;
 pub mod store;
 pub mod unpack;
