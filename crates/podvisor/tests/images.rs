@@ -219,15 +219,31 @@ impl Images {
         self.podvisor(&["image", "load"]).arg(path).output()
     }
 
-    /// Runs a pod (its containers from their images) to its end.
-    fn run(&self, name: &str, spec: &str) -> Output {
+    /// `podvisor run` of a pod whose containers run from their images.
+    fn pod(&self, name: &str, spec: &str) -> Run {
         let manifest = self.dir.file(&format!("{name}.yaml"));
         std::fs::write(
             &manifest,
             format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, annotations: {{podvisor.io/root-from: image}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n{spec}"),
         )
         .unwrap();
-        self.podvisor(&["run", "-q"]).arg(manifest).output()
+        self.podvisor(&["run", "-q"]).arg(manifest)
+    }
+
+    /// Runs such a pod to its end.
+    fn run(&self, name: &str, spec: &str) -> Output {
+        self.pod(name, spec).output()
+    }
+
+    /// The first container's waiting state (reason, message), or empty strings.
+    fn waiting(&self, pod: &str) -> (String, String) {
+        let out = self.out(&["status", pod, "-o", "json"]);
+        let Ok(v) = serde_json::from_str::<Value>(&out.stdout) else {
+            return Default::default();
+        };
+        let w = &v["status"]["containerStatuses"][0]["state"]["waiting"];
+        let text = |f: &str| w[f].as_str().unwrap_or_default().to_string();
+        (text("reason"), text("message"))
     }
 
     fn out(&self, args: &[&str]) -> Output {
@@ -415,32 +431,60 @@ fn command_and_args_replace_entrypoint_and_cmd_and_probes_and_exec_run_inside_th
 }
 
 #[test]
-fn an_image_that_is_not_there_is_refused_as_the_kubelet_names_it() {
+fn an_image_that_cannot_be_had_leaves_the_container_waiting_as_the_kubelet_says() {
     if !is_root() {
         skip("an image's root is mounted as root");
         return;
     }
     let t = Images::new();
-    let never = t.run(
-        "never",
-        "  containers:\n  - name: app\n    image: nowhere/app:v1\n    imagePullPolicy: Never\n",
+    let mut never = t
+        .pod(
+            "never",
+            "  containers:\n  - name: app\n    image: nowhere/app:v1\n    imagePullPolicy: Never\n",
+        )
+        .start();
+    wait_until("ErrImageNeverPull", || {
+        t.waiting("never").0 == "ErrImageNeverPull"
+    });
+    assert_eq!(
+        t.waiting("never").1,
+        "Container image \"nowhere/app:v1\" is not present with pull policy of Never"
     );
-    assert_eq!(never.code(), 2, "{never:?}");
+    // A registry that refuses the connection: ErrImagePull, then ImagePullBackOff.
+    let mut refused = t
+        .pod(
+            "refused",
+            "  containers:\n  - name: app\n    image: 127.0.0.1:9/app:v1\n",
+        )
+        .start();
+    wait_until("ErrImagePull", || t.waiting("refused").0 == "ErrImagePull");
+    wait_until("ImagePullBackOff", || {
+        t.waiting("refused").0 == "ImagePullBackOff"
+    });
+    let (_, message) = t.waiting("refused");
     assert!(
-        never.stderr.contains("container \"app\": ErrImageNeverPull: Container image \"nowhere/app:v1\" is not present with pull policy of Never"),
-        "{never:?}"
+        message.starts_with("Back-off pulling image \"127.0.0.1:9/app:v1\": ErrImagePull: failed to pull image \"127.0.0.1:9/app:v1\": "),
+        "{message}"
     );
-    let absent = t.run(
-        "absent",
-        "  containers:\n  - name: app\n    image: nowhere/app:v1\n",
-    );
-    assert_eq!(absent.code(), 2, "{absent:?}");
-    assert!(
-        absent
-            .stderr
-            .contains("ErrImagePull: image \"nowhere/app:v1\" is not in podvisor's image store"),
-        "{absent:?}"
-    );
+    let events = t.out(&["events", "refused"]).stdout;
+    for said in [
+        "Pulling     app           Pulling image \"127.0.0.1:9/app:v1\"",
+        "Failed      app           Failed to pull image \"127.0.0.1:9/app:v1\": ",
+        "Failed      app           Error: ErrImagePull",
+        "BackOff     app           Back-off pulling image \"127.0.0.1:9/app:v1\"",
+        "Failed      app           Error: ImagePullBackOff",
+    ] {
+        assert!(events.contains(said), "{said} not in {events}");
+    }
+    let pod: Value =
+        serde_json::from_str(&t.out(&["status", "refused", "-o", "json"]).stdout).unwrap();
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    for (name, run) in [("never", &mut never), ("refused", &mut refused)] {
+        assert_eq!(t.out(&["stop", name]).code(), 0);
+        assert!(run.wait().success());
+        run.assert_no_leftovers();
+    }
     let bad = t.run(
         "bad",
         "  containers:\n  - name: app\n    image: 'Not An Image'\n",
@@ -769,14 +813,19 @@ fn images_are_pulled_from_a_registry_once_and_as_the_pull_policy_says() {
         events.contains("including waiting). Image size: "),
         "{events}"
     );
-    // A registry that does not answer: ErrImagePull, as the kubelet names it.
+    // The registry gone: the next start of an Always pod cannot pull.
     drop(registry);
-    let failed = t.run("failed", &spec("    imagePullPolicy: Always\n"));
-    assert_eq!(failed.code(), 2, "{failed:?}");
+    let mut failed = t
+        .pod("failed", &spec("    imagePullPolicy: Always\n"))
+        .start();
+    wait_until("ErrImagePull", || t.waiting("failed").0 == "ErrImagePull");
     assert!(
-        failed.stderr.contains(&format!(
-            "container \"app\": ErrImagePull: failed to pull image \"{latest}\": "
-        )),
-        "{failed:?}"
+        t.waiting("failed")
+            .1
+            .starts_with(&format!("failed to pull image \"{latest}\": ")),
+        "{:?}",
+        t.waiting("failed")
     );
+    assert_eq!(t.out(&["stop", "failed"]).code(), 0);
+    assert!(failed.wait().success());
 }

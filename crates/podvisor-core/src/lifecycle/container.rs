@@ -43,6 +43,8 @@ pub struct ContainerStatus {
     /// Its configuration could not be made (`CreateContainerConfigError`): not tried again
     /// before then.
     pub(super) config_retry: Option<Instant>,
+    /// Its image before the next start (`image`).
+    pub(super) image: super::image::ImagePull,
 }
 
 /// Where the current instance's process is.
@@ -98,6 +100,7 @@ impl ContainerStatus {
             probes: Vec::new(),
             kill: None,
             config_retry: None,
+            image: super::image::ImagePull::default(),
         }
     }
 

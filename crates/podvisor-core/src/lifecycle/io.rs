@@ -5,6 +5,7 @@ use crate::probe::{Outcome, ProbeKind};
 use crate::stage::Stage;
 
 use super::{Hook, Phase};
+use crate::security::NonRoot;
 
 /// Identifies one run of one container: inputs about an older instance are stale and ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,6 +80,39 @@ pub enum Input {
     /// `podvisor restart`: stop every container gracefully, then start the pod again from its
     /// init containers (a whole-pod restart, event `PodRestarting`).
     RestartPod,
+    /// How `Effect::EnsureImage` for this container went.
+    Image(usize, ImageReport),
+}
+
+/// What the shell says of a container's image before a start (the kubelet's
+/// `EnsureImageExists`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageReport {
+    /// It is being pulled (`Pulling`); `Ready` or `Failed` follows.
+    Pulling,
+    /// It is there: `pulled` is the `Pulled` message of a pull just made (`None`: it was
+    /// present already); `non_root` the `runAsNonRoot` check with the image's user.
+    Ready {
+        pulled: Option<String>,
+        non_root: Option<NonRoot>,
+    },
+    /// It cannot be had now: why, and the message.
+    Failed {
+        reason: ImageFailure,
+        message: String,
+    },
+}
+
+/// Why a container's image cannot be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFailure {
+    /// The pull failed (`ErrImagePull`, then `ImagePullBackOff` while the back-off lasts).
+    Pull,
+    /// Not present and the policy is `Never` (`ErrImageNeverPull`).
+    NeverPull,
+    /// The image is there but the container cannot be made from it (its user is not in its
+    /// `/etc/passwd`): `CreateContainerError`.
+    Create,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,4 +165,7 @@ pub enum Effect {
     /// The instance ran in the Debug stage and exited: record the end of its log as an event
     /// (`DebugLogTail`), to help diagnose the crash.
     LogTail(InstanceId),
+    /// Make sure container `i`'s image is there for its next start, pulling it as its policy
+    /// says, and report `Input::Image`.
+    EnsureImage(usize),
 }

@@ -23,6 +23,7 @@
 mod adopt;
 mod container;
 mod hooks;
+mod image;
 mod io;
 mod phase;
 mod plan;
@@ -48,7 +49,8 @@ pub use adopt::Survivor;
 pub use container::ContainerStatus;
 use container::{Next, Process};
 pub use io::{
-    Effect, Event, EventType, Exit, ExitStatus, Input, InstanceId, Signal, LOG_TAIL_LINES,
+    Effect, Event, EventType, Exit, ExitStatus, ImageFailure, ImageReport, Input, InstanceId,
+    Signal, LOG_TAIL_LINES,
 };
 pub use phase::Condition;
 pub use plan::{ContainerPlan, Hook, Kind, PodPlan, ProbePlan, Probes, Staging};
@@ -205,6 +207,9 @@ impl Pod {
             if let Some(t) = c.config_retry {
                 consider(t);
             }
+            if let Some(t) = c.image.deadline() {
+                consider(t);
+            }
         }
         if let Some(t) = self.next_blame() {
             consider(t);
@@ -261,6 +266,7 @@ impl Pod {
             },
             Input::RestartContainer(i) => self.restart_container(now, i, &mut fx),
             Input::RestartPod => self.restart_pod(now, &mut fx),
+            Input::Image(i, report) => self.image_report(now, i, report, &mut fx),
         }
         self.slow_deadline = None;
         self.settle(now, &mut fx);

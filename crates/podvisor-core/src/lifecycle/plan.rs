@@ -68,14 +68,10 @@ pub struct ContainerPlan {
     pub staged: bool,
     /// `runAsNonRoot`, checked before each start.
     pub non_root: Option<NonRoot>,
-    /// The image it runs from, as the manifest names it, when it was found in the image store:
-    /// each start says so (`Pulled`, "already present on machine"), as the kubelet does.
+    /// The image it runs from, as the manifest names it: before each start the shell makes
+    /// sure it is there (`Effect::EnsureImage`). `None`: it runs on the host's root.
     #[cfg_attr(feature = "spec", serde(default))]
     pub image: Option<String>,
-    /// When `podvisor run` pulled it: the kubelet's `Pulled` message, said at the first start
-    /// (after `Pulling`) instead of "already present".
-    #[cfg_attr(feature = "spec", serde(default))]
-    pub image_pulled: Option<String>,
 }
 
 impl ContainerPlan {
@@ -94,7 +90,6 @@ impl ContainerPlan {
             staged: false,
             non_root: None,
             image: None,
-            image_pulled: None,
         }
     }
 }

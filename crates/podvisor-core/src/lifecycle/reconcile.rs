@@ -203,7 +203,7 @@ impl Pod {
             NextStart::Restart { wait, .. } => wait.is_none_or(|(_, until)| now >= until),
             _ => false,
         };
-        if starts && self.config_blocks(i, now, fx) {
+        if starts && (self.config_blocks(i, now, fx) || self.image_blocks(i, now, fx)) {
             return true;
         }
         match decision {
@@ -402,21 +402,8 @@ impl Pod {
             );
             fx.push(self.container_event(i, EventType::Normal, "InstrumentationCleared", message));
         }
-        if let Some(image) = self.plan.containers[i].image.clone() {
-            // Pulled by this run: said once, at the first start; then it is on the machine.
-            let pulled = self.plan.containers[i].image_pulled.take();
-            if pulled.is_some() {
-                fx.push(self.container_event(
-                    i,
-                    EventType::Normal,
-                    "Pulling",
-                    format!("Pulling image {image:?}"),
-                ));
-            }
-            let message = pulled
-                .unwrap_or_else(|| format!("Container image {image:?} already present on machine"));
-            fx.push(self.container_event(i, EventType::Normal, "Pulled", message));
-        }
+        // The next start makes sure of its image again (the kubelet does at each start).
+        self.containers[i].image.ready = false;
         fx.push(self.container_event(
             i,
             EventType::Normal,

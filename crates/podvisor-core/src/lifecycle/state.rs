@@ -13,6 +13,11 @@ pub enum WaitingReason {
     /// not created, and tried again after the kubelet's sync backoff.
     CreateContainerConfigError,
     PostStartHookError,
+    /// The image could not be pulled; then, while the image back-off lasts, `ImagePullBackOff`.
+    ErrImagePull,
+    ImagePullBackOff,
+    /// Not present, and the pull policy is `Never`.
+    ErrImageNeverPull,
 }
 
 impl WaitingReason {
@@ -24,6 +29,9 @@ impl WaitingReason {
             WaitingReason::CreateContainerError => "CreateContainerError",
             WaitingReason::CreateContainerConfigError => "CreateContainerConfigError",
             WaitingReason::PostStartHookError => "PostStartHookError",
+            WaitingReason::ErrImagePull => "ErrImagePull",
+            WaitingReason::ImagePullBackOff => "ImagePullBackOff",
+            WaitingReason::ErrImageNeverPull => "ErrImageNeverPull",
         }
     }
 }

@@ -214,6 +214,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .and_then(|m| m.annotations.clone())
         .or_else(|| w.metadata.annotations.clone())
         .unwrap_or_default();
+    let root_from_image = annotations.get(ROOT_FROM).is_some_and(|v| v == "image");
     let facts = PodFacts {
         name: &name,
         namespace: &namespace,
@@ -253,8 +254,12 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
     for (c, kind) in init.chain(main) {
         let x = container_exec(c, manifest, &facts);
         let mut p = container_plan(c, kind, staged);
-        // Containers run on the host's root (no image): its default user is root.
+        // On the host's root the default user is root; from an image, the image's user (the
+        // shell sets the check once it has the image).
         p.non_root = x.security.non_root(ImageUser::root());
+        if root_from_image {
+            p.image = Some(c.image.clone().unwrap_or_default());
+        }
         containers.push(p);
         exec.push(x);
     }
@@ -282,7 +287,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         namespaces: super::security::namespaces(&w.spec, &name, &namespace),
         pod_resources,
         host_root_writable: annotations.get(HOST_ROOT).is_some_and(|v| v == "writable"),
-        root_from_image: annotations.get(ROOT_FROM).is_some_and(|v| v == "image"),
+        root_from_image,
         namespace: namespace.clone(),
         pod: PodPlan {
             name,
@@ -332,7 +337,6 @@ fn container_plan(
         staged: staged.is_some_and(|s| s.selects(&c.name)),
         non_root: None,
         image: None,
-        image_pulled: None,
     }
 }
 

@@ -150,7 +150,7 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         all_capabilities: crate::security::held_capabilities(),
         seccomp_default: a.seccomp_default,
     };
-    let mut run_plan = plan(
+    let run_plan = plan(
         &manifest,
         &host,
         BackoffPolicy::new(a.backoff_initial, a.backoff_max),
@@ -160,19 +160,11 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         .chain(&w.spec.containers)
         .map(|c| c.image.clone().unwrap_or_default())
         .collect();
-    if run_plan.root_from_image {
-        let found = crate::image::Store::open()
-            .map_err(|e| e.to_string())
-            .and_then(|store| {
-                crate::image::config::apply(&mut run_plan, &images, &store)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(why) = found {
-            super::write_err(&format!("error: {}: {why}\n", a.file));
-            return Err(2);
-        }
-    }
     if let Err(why) = admit(&run_plan, &a.allowed_unsafe_sysctls) {
+        super::write_err(&format!("error: {}: {why}\n", a.file));
+        return Err(2);
+    }
+    if let Err(why) = crate::image::config::check_names(&run_plan) {
         super::write_err(&format!("error: {}: {why}\n", a.file));
         return Err(2);
     }

@@ -2,53 +2,50 @@
 //! (`kuberuntime_container.go`, containerd's `WithImageConfig`): `command` replaces the
 //! Entrypoint and drops Cmd, `args` replaces Cmd; the image's Env comes first and the
 //! container's wins; the container's `workingDir`, else the image's WorkingDir, else `/`; the
-//! image's User unless `runAsUser` is set (its group unless `runAsGroup` is).
+//! image's User unless `runAsUser` is set (its group unless `runAsGroup` is). And the pull
+//! policy: what a start needs done for its image.
 
 use oci_spec::image::ImageConfiguration;
 use podvisor_core::security::ImageUser;
-use podvisor_core::spec::plan::{ImageRoot, RunPlan};
+use podvisor_core::spec::plan::{ContainerExec, ImageRoot, RunPlan};
 
 use super::{ImageError, ImageRecord, Store};
 
 /// containerd's PATH for an image that sets none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// What stops a container from starting from its image, as the kubelet names it.
+/// What stops a pod from starting: an image name that does not parse (the kubelet's
+/// `InvalidImageName`).
 #[derive(Debug, thiserror::Error)]
-pub enum ImageProblem {
-    #[error("container {container:?}: InvalidImageName: {error}")]
-    InvalidName {
-        container: String,
-        error: ImageError,
-    },
-    #[error("container {container:?}: ErrImageNeverPull: Container image {image:?} is not present with pull policy of Never (`podvisor image load` adds it)")]
-    NeverPull { container: String, image: String },
-    #[error("container {container:?}: ErrImagePull: {error}")]
-    Pull {
-        container: String,
-        image: String,
-        error: ImageError,
-    },
-    #[error("container {container:?}: image {image:?}: {error}")]
-    Store {
-        container: String,
-        image: String,
-        error: ImageError,
-    },
-    #[error("container {container:?}: no command: neither its command nor its image {image:?} (Entrypoint, Cmd) names one")]
-    NoCommand { container: String, image: String },
+#[error("container {container:?}: InvalidImageName: {error}")]
+pub struct InvalidName {
+    pub container: String,
+    pub error: ImageError,
+}
+
+/// Checks the image names of the containers that run from their images.
+pub fn check_names(plan: &RunPlan) -> Result<(), InvalidName> {
+    for c in &plan.pod.containers {
+        if let Some(image) = &c.image {
+            super::normalize(image).map_err(|error| InvalidName {
+                container: c.name.clone(),
+                error,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// `imagePullPolicy`, defaulted as the API server does: `Always` for `:latest` or no tag
 /// (`name` is normalized: no tag became `:latest`), `IfNotPresent` otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Policy {
+pub enum Policy {
     Always,
     IfNotPresent,
     Never,
 }
 
-fn pull_policy(written: Option<&str>, name: &str) -> Policy {
+pub fn pull_policy(written: Option<&str>, name: &str) -> Policy {
     match written {
         Some("Always") => Policy::Always,
         Some("Never") => Policy::Never,
@@ -58,54 +55,54 @@ fn pull_policy(written: Option<&str>, name: &str) -> Policy {
     }
 }
 
-/// Finds each container's image (`images`, in the plan's order, as the manifest names them)
-/// in the store and applies its config to the plan.
-pub fn apply(plan: &mut RunPlan, images: &[String], store: &Store) -> Result<(), ImageProblem> {
-    for (i, spec_image) in images.iter().enumerate() {
-        let container = plan.pod.containers[i].name.clone();
-        let name = super::normalize(spec_image).map_err(|error| ImageProblem::InvalidName {
-            container: container.clone(),
-            error,
-        })?;
-        let store_err = |error| ImageProblem::Store {
-            container: container.clone(),
-            image: spec_image.clone(),
-            error,
-        };
-        let present = store.find(&name).map_err(store_err)?;
-        let policy = pull_policy(plan.exec[i].pull_policy.as_deref(), &name);
-        let found = match (policy, present) {
-            (Policy::Never, None) => {
-                return Err(ImageProblem::NeverPull {
-                    container,
-                    image: spec_image.clone(),
-                })
-            }
-            (Policy::IfNotPresent | Policy::Never, Some(found)) => found,
-            (Policy::Always, _) | (Policy::IfNotPresent, None) => {
-                let pulled =
-                    super::pull::pull(store, spec_image).map_err(|error| ImageProblem::Pull {
-                        container: container.clone(),
-                        image: spec_image.clone(),
-                        error,
-                    })?;
-                plan.pod.containers[i].image_pulled = Some(format!(
-                    "Successfully pulled image {spec_image:?} in {:.3?} ({:.3?} including waiting). Image size: {} bytes.",
-                    pulled.took, pulled.waited, pulled.image.size
-                ));
-                pulled.image
-            }
-        };
-        let config =
-            ImageConfiguration::from_reader(&store.read_blob(&found.id).map_err(store_err)?[..])
-                .map_err(|e| store_err(ImageError::Invalid(format!("config {}: {e}", found.id))))?;
-        let root = image_root(spec_image, &found, &config, store).map_err(store_err)?;
-        apply_config(plan, i, &config, root).ok_or(ImageProblem::NoCommand {
-            container,
-            image: spec_image.clone(),
-        })?;
-    }
-    Ok(())
+/// What a start needs done for its image (the kubelet's `shouldPullImage`).
+#[derive(Debug)]
+pub enum Decision {
+    Present(ImageRecord),
+    Pull,
+    /// Not present, and the policy says never to pull.
+    NeverPull,
+}
+
+pub fn decide(store: &Store, image: &str, written: Option<&str>) -> Result<Decision, ImageError> {
+    let name = super::normalize(image)?;
+    let present = store.find(&name)?;
+    Ok(match (pull_policy(written, &name), present) {
+        (Policy::Never, None) => Decision::NeverPull,
+        (Policy::IfNotPresent | Policy::Never, Some(found)) => Decision::Present(found),
+        (Policy::Always, _) | (Policy::IfNotPresent, None) => Decision::Pull,
+    })
+}
+
+/// The kubelet's message for an image not there under `Never`.
+pub fn never_pull_message(image: &str) -> String {
+    format!("Container image {image:?} is not present with pull policy of Never")
+}
+
+/// The kubelet's `Pulled` message after a pull.
+pub fn pulled_message(image: &str, pulled: &super::pull::Pulled) -> String {
+    format!(
+        "Successfully pulled image {image:?} in {:.3?} ({:.3?} including waiting). Image size: {} bytes.",
+        pulled.took, pulled.waited, pulled.image.size
+    )
+}
+
+/// Makes container exec `x` (as the manifest gave it) one of image `found`: its config under
+/// Kubernetes' rules, its root. Returns the image's user, for `runAsNonRoot`.
+pub fn apply(
+    x: &mut ContainerExec,
+    image: &str,
+    found: &ImageRecord,
+    store: &Store,
+) -> Result<ImageUser, ImageError> {
+    let config = ImageConfiguration::from_reader(&store.read_blob(&found.id)?[..])
+        .map_err(|e| ImageError::Invalid(format!("config {}: {e}", found.id)))?;
+    let root = image_root(image, found, &config, store)?;
+    apply_config(x, &config, root).ok_or_else(|| {
+        ImageError::Invalid(format!(
+            "no command specified: neither the container nor its image {image:?} (Entrypoint, Cmd) names one"
+        ))
+    })
 }
 
 fn image_root(
@@ -131,15 +128,13 @@ fn image_root(
     })
 }
 
-/// Applies the image's config to container `i`; `None` when no command results.
+/// Applies the image's config to `x`; `None` when no command results.
 fn apply_config(
-    plan: &mut RunPlan,
-    i: usize,
+    x: &mut ContainerExec,
     config: &ImageConfiguration,
     root: ImageRoot,
-) -> Option<()> {
+) -> Option<ImageUser> {
     let c = config.config().clone().unwrap_or_default();
-    let x = &mut plan.exec[i];
     if !x.command_given {
         let mut argv = c.entrypoint().clone().unwrap_or_default();
         if x.args_given {
@@ -189,18 +184,14 @@ fn apply_config(
             });
         }
     }
-    let image_user = if user.is_empty() {
-        ImageUser::root()
-    } else {
-        ImageUser {
-            uid: user.parse().ok(),
-            name: user.clone(),
-        }
-    };
-    plan.pod.containers[i].non_root = x.security.non_root(image_user);
-    plan.pod.containers[i].image = Some(root.image.clone());
     x.image = Some(root);
-    Some(())
+    Some(match user.is_empty() {
+        true => ImageUser::root(),
+        false => ImageUser {
+            uid: user.parse().ok(),
+            name: user,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -247,10 +238,27 @@ mod tests {
         "config":{"Entrypoint":["/bin/app"],"Cmd":["--serve"],"Env":["PATH=/bin","A=image","B=image"],"WorkingDir":"/srv","User":"1000:2000"}}"#;
 
     #[test]
+    fn the_default_pull_policy_is_always_for_latest_only() {
+        assert_eq!(
+            pull_policy(None, "docker.io/library/a:latest"),
+            Policy::Always
+        );
+        assert_eq!(
+            pull_policy(None, "docker.io/library/a:1"),
+            Policy::IfNotPresent
+        );
+        assert_eq!(
+            pull_policy(None, "docker.io/library/a@sha256:00"),
+            Policy::IfNotPresent
+        );
+        assert_eq!(pull_policy(Some("Never"), "x:latest"), Policy::Never);
+    }
+
+    #[test]
     fn kubernetes_rules_over_the_image_config() {
         let mut p = plan_of("  - {name: a, image: app, env: [{name: B, value: mine}, {name: C, value: c}]}\n  - {name: b, image: app, args: [--check]}\n  - {name: c, image: app, command: [sh], workingDir: /w}\n");
         for i in 0..3 {
-            apply_config(&mut p, i, &config(IMAGE), root()).unwrap();
+            apply_config(&mut p.exec[i], &config(IMAGE), root()).unwrap();
         }
         assert_eq!(p.exec[0].argv, ["/bin/app", "--serve"]);
         assert_eq!(p.exec[1].argv, ["/bin/app", "--check"]);
@@ -265,6 +273,7 @@ mod tests {
         assert_eq!(p.exec[2].working_dir.as_deref(), Some("/w"));
         assert_eq!(p.exec[0].security.run_as_group, Some(2000));
         assert_eq!(p.pod.containers[0].image.as_deref(), Some("app"));
+        assert!(p.exec[0].image.is_some());
     }
 
     #[test]
@@ -272,6 +281,6 @@ mod tests {
         let mut p = plan_of("  - {name: a, image: app}\n");
         let bare =
             r#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
-        assert!(apply_config(&mut p, 0, &config(bare), root()).is_none());
+        assert!(apply_config(&mut p.exec[0], &config(bare), root()).is_none());
     }
 }

@@ -13,6 +13,7 @@
 mod control;
 pub mod events;
 mod exec;
+mod images;
 mod instance;
 pub mod keep;
 pub mod persist;
@@ -160,6 +161,7 @@ pub fn run(
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
     let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
     let credentials = setup::credentials(&plan, root_layer.as_ref(), &settings)?;
+    let images = images::Images::new(&plan, &epoll, settings.seccomp_profiles.clone())?;
     let sandbox = setup::sandbox(&plan, root_layer.as_ref(), &taken, settings.live_restore)?;
     info.annotations
         .insert("podvisor.io/namespaces".into(), sandbox.note());
@@ -205,6 +207,7 @@ pub fn run(
         condition_times: BTreeMap::new(),
         instances: Instances::default(),
         credentials,
+        images,
         sandbox,
         log_limits: settings.logs,
         volumes,
@@ -262,6 +265,7 @@ const TOKEN_API: u64 = 4 << 32;
 const TOKEN_METRICS_LISTEN: u64 = 5 << 32;
 const TOKEN_METRICS: u64 = 6 << 32;
 const TOKEN_KEEPER: u64 = 7 << 32;
+const TOKEN_IMAGE: u64 = 8 << 32;
 const SLOT_MASK: u64 = (1 << 32) - 1;
 
 /// Who a child process is.
@@ -295,8 +299,11 @@ struct Supervisor {
     condition_times: BTreeMap<&'static str, (bool, SystemTime)>,
     /// The running container instances.
     instances: Instances,
-    /// What each container's processes run as and may do (made once, when the run began).
+    /// What each container's processes run as and may do (made when the run began; for a
+    /// container of an image, again once its image is there).
     credentials: Vec<sys::Credentials>,
+    /// A pod of images: their pulls.
+    images: Option<images::Images>,
     /// The pod's namespaces.
     sandbox: sandbox::Sandbox,
     log_limits: LogLimits,
@@ -402,6 +409,11 @@ impl Supervisor {
         }
         for slot in slots(TOKEN_KEEPER) {
             self.keeper_readable(slot)?;
+        }
+        if ready.contains(&TOKEN_IMAGE) {
+            for input in self.pulls_done() {
+                self.feed(input)?;
+            }
         }
         if ready.contains(&TOKEN_API_LISTEN) {
             self.api.accept(&self.epoll);
@@ -654,6 +666,7 @@ impl Supervisor {
                         self.counters.container_start(began.elapsed());
                         queue.push_back(input);
                     }
+                    Effect::EnsureImage(i) => queue.extend(self.ensure_image(i)),
                     Effect::LogTail(id) => {
                         let event = self.log_tail(id)?;
                         self.pending.push((SystemTime::now(), event));

@@ -143,43 +143,56 @@ pub(super) fn sandbox(
 }
 
 /// What each container runs as and may do, on the host's root (its `/etc` names the users):
-/// a profile or a user that cannot be had refuses the run.
+/// a profile or a user that cannot be had refuses the run. A container of an image gets its
+/// credentials again once its image is known (`images`).
 pub(super) fn credentials(
     plan: &RunPlan,
     root_layer: Option<&RootLayer>,
     settings: &Settings,
 ) -> Result<Vec<sys::Credentials>, RunError> {
-    let rootless = root_layer.is_some_and(|l| l.rootless.is_some());
     let mut compiled = security::Compiled::default();
     let mut all = Vec::with_capacity(plan.exec.len());
-    for (x, c) in plan.exec.iter().zip(&plan.pod.containers) {
-        // Rootless, a container is born in a user namespace only with a root of its own
-        // (see `spawn`): on the host's root it keeps this user.
-        let own_root = !plan.host_root_writable || x.security.read_only_root;
-        let host = security::Host::this(rootless && own_root, settings.seccomp_profiles.clone());
-        // An image names its users in its own /etc (its top-most layer that has one), and
-        // runs as its `User` when the securityContext sets none.
-        let (root, image) = match &x.image {
-            Some(i) => (
-                std::path::PathBuf::from(i.etc_layer.as_deref().unwrap_or("/nonexistent")),
-                match i.user.split(':').next().unwrap_or("") {
-                    "" => ImageUser::root(),
-                    user => ImageUser {
-                        uid: user.parse().ok(),
-                        name: user.to_string(),
-                    },
-                },
-            ),
-            None => (std::path::PathBuf::from("/"), ImageUser::root()),
-        };
-        all.push(security::credentials(
-            &c.name,
-            &x.security,
-            &root,
-            &image,
-            &host,
+    for i in 0..plan.exec.len() {
+        let profiles = settings.seccomp_profiles.clone();
+        all.push(credentials_of(
+            plan,
+            i,
+            root_layer,
+            profiles,
             &mut compiled,
         )?);
     }
     Ok(all)
+}
+
+/// Container `i`'s credentials.
+pub(super) fn credentials_of(
+    plan: &RunPlan,
+    i: usize,
+    root_layer: Option<&RootLayer>,
+    seccomp_profiles: std::path::PathBuf,
+    compiled: &mut security::Compiled,
+) -> Result<sys::Credentials, crate::cgroup::Unenforceable> {
+    let (x, c) = (&plan.exec[i], &plan.pod.containers[i]);
+    let rootless = root_layer.is_some_and(|l| l.rootless.is_some());
+    // Rootless, a container is born in a user namespace only with a root of its own (see
+    // `spawn`): on the host's root it keeps this user.
+    let own_root = !plan.host_root_writable || x.security.read_only_root;
+    let host = security::Host::this(rootless && own_root, seccomp_profiles);
+    // An image names its users in its own /etc (its top-most layer that has one), and runs
+    // as its `User` when the securityContext sets none.
+    let (root, image) = match &x.image {
+        Some(i) => (
+            std::path::PathBuf::from(i.etc_layer.as_deref().unwrap_or("/nonexistent")),
+            match i.user.split(':').next().unwrap_or("") {
+                "" => ImageUser::root(),
+                user => ImageUser {
+                    uid: user.parse().ok(),
+                    name: user.to_string(),
+                },
+            },
+        ),
+        None => (std::path::PathBuf::from("/"), ImageUser::root()),
+    };
+    security::credentials(&c.name, &x.security, &root, &image, &host, compiled)
 }

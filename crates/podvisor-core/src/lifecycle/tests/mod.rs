@@ -14,6 +14,7 @@ use crate::stage::Stage;
 mod adopt;
 mod config;
 mod escalation;
+mod images;
 mod probes;
 mod random;
 mod restart_all;
@@ -58,6 +59,9 @@ fn forever() -> Script {
     runs(&[(None, 0)])
 }
 
+/// How the n-th (1-based) image check of container i goes (see `Sim::image`).
+type ImageScript = Rc<dyn Fn(usize, u32) -> (u64, Result<bool, ImageFailure>)>;
+
 struct Sim {
     pod: Pod,
     now: Instant,
@@ -76,6 +80,10 @@ struct Sim {
     events: Vec<String>,
     /// The stage each instance was spawned in.
     stages: Vec<(String, Option<Stage>)>,
+    /// How the n-th (1-based) image check of container i goes: how long it takes and
+    /// whether it pulls (`Ok(true)`), finds it there (`Ok(false)`) or fails.
+    image: ImageScript,
+    image_checks: Vec<u32>,
 }
 
 impl Sim {
@@ -94,6 +102,8 @@ impl Sim {
             started: BTreeMap::new(),
             events: vec![],
             stages: vec![],
+            image: Rc::new(|_, _| (0, Ok(false))),
+            image_checks: vec![0; n],
         }
     }
 
@@ -207,6 +217,29 @@ impl Sim {
             Effect::LogTail(id) => self
                 .events
                 .push(format!("t={t} log tail {}", self.name(id))),
+            Effect::EnsureImage(i) => {
+                let name = self.pod.plan().containers[i].name.clone();
+                self.log.push(format!("t={t} ensure image {name}"));
+                self.image_checks[i] += 1;
+                let (takes, how) = (self.image)(i, self.image_checks[i]);
+                let report = match how {
+                    Ok(pulls) => {
+                        if pulls {
+                            self.feed(Input::Image(i, ImageReport::Pulling));
+                        }
+                        ImageReport::Ready {
+                            pulled: pulls.then(|| "pulled".to_string()),
+                            non_root: None,
+                        }
+                    }
+                    Err(reason) => ImageReport::Failed {
+                        reason,
+                        message: "no such host".into(),
+                    },
+                };
+                self.pending
+                    .push((self.now + ms(takes), Input::Image(i, report)));
+            }
         }
     }
 

@@ -1,0 +1,191 @@
+//! A container's image before each of its starts, as the kubelet's `EnsureImageExists`
+//! (pkg/kubelet/images/image_manager.go): the shell is asked (`Effect::EnsureImage`) and says
+//! how it went (`Input::Image`); a failed pull leaves the container waiting in `ErrImagePull`,
+//! then `ImagePullBackOff` until the image back-off (10 s doubling to 300 s, per container)
+//! lets it try again; `Never` with no image leaves it in `ErrImageNeverPull`, looked at again
+//! at each sync. Nothing is counted as a restart.
+
+use std::time::Duration;
+
+use super::io::{Effect, EventType, ImageFailure, ImageReport};
+use super::reconcile::CONFIG_RETRY;
+use super::state::{ContainerState, WaitingReason};
+use super::Pod;
+use crate::clock::Instant;
+
+/// The kubelet's image pull back-off (`flowcontrol.NewBackOff(backOffPeriod,
+/// MaxContainerBackOff)` of its image manager).
+pub(super) const IMAGE_BACKOFF_FIRST: Duration = Duration::from_secs(10);
+pub(super) const IMAGE_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// How long a failed pull shows `ErrImagePull` before `ImagePullBackOff` (the kubelet's pod
+/// worker says it at its next sync, a moment later).
+pub(super) const BACKOFF_SAID_AFTER: Duration = Duration::from_secs(1);
+
+/// Where a container's image stands before its next start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct ImagePull {
+    /// The shell said it is there, since the last start.
+    pub(super) ready: bool,
+    /// `Effect::EnsureImage` is out.
+    pub(super) asked: bool,
+    /// No new try before then.
+    pub(super) retry_at: Option<Instant>,
+    /// The current back-off of failed pulls.
+    pub(super) backoff: Option<Duration>,
+    /// The last pull's failure and when it came, while its back-off lasts.
+    pub(super) failed: Option<String>,
+    pub(super) failed_at: Option<Instant>,
+    /// `ImagePullBackOff` has been said for this wait.
+    pub(super) told: bool,
+}
+
+impl ImagePull {
+    /// When something is due: a try, or saying `ImagePullBackOff`.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        if self.asked {
+            return None;
+        }
+        let say = (self.failed_at)
+            .filter(|_| !self.told)
+            .map(|t| t + BACKOFF_SAID_AFTER);
+        [self.retry_at, say].into_iter().flatten().min()
+    }
+}
+
+impl Pod {
+    /// `true` while container `i`'s image holds its start back: asked for, or in its back-off.
+    pub(super) fn image_blocks(&mut self, i: usize, now: Instant, fx: &mut Vec<Effect>) -> bool {
+        let Some(image) = self.plan.containers[i].image.clone() else {
+            return false;
+        };
+        let pull = &self.containers[i].image;
+        if pull.ready {
+            return false;
+        }
+        if pull.asked {
+            return true;
+        }
+        if pull.retry_at.is_some_and(|at| now < at) {
+            let settled = pull
+                .failed_at
+                .is_some_and(|t| now >= t + BACKOFF_SAID_AFTER);
+            if let (Some(error), false, true) = (pull.failed.clone(), pull.told, settled) {
+                self.changed = true;
+                let c = &mut self.containers[i];
+                c.image.told = true;
+                c.state = ContainerState::Waiting {
+                    reason: WaitingReason::ImagePullBackOff,
+                    message: Some(format!(
+                        "Back-off pulling image {image:?}: ErrImagePull: {error}"
+                    )),
+                };
+                let message = format!("Back-off pulling image {image:?}");
+                fx.push(self.container_event(i, EventType::Normal, "BackOff", message));
+                let error = "Error: ImagePullBackOff".to_string();
+                fx.push(self.container_event(i, EventType::Warning, "Failed", error));
+            }
+            return true;
+        }
+        self.containers[i].image.asked = true;
+        fx.push(Effect::EnsureImage(i));
+        true
+    }
+
+    /// What the shell said of container `i`'s image.
+    pub(super) fn image_report(
+        &mut self,
+        now: Instant,
+        i: usize,
+        report: ImageReport,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(image) = self.plan.containers[i].image.clone() else {
+            return;
+        };
+        if !self.containers[i].image.asked {
+            return;
+        }
+        match report {
+            ImageReport::Pulling => {
+                let message = format!("Pulling image {image:?}");
+                fx.push(self.container_event(i, EventType::Normal, "Pulling", message));
+            }
+            ImageReport::Ready { pulled, non_root } => {
+                self.plan.containers[i].non_root = non_root;
+                self.containers[i].image = ImagePull {
+                    ready: true,
+                    ..ImagePull::default()
+                };
+                let message = pulled.unwrap_or_else(|| {
+                    format!("Container image {image:?} already present on machine")
+                });
+                fx.push(self.container_event(i, EventType::Normal, "Pulled", message));
+            }
+            ImageReport::Failed { reason, message } => {
+                self.failed_image(now, i, &image, reason, message, fx);
+            }
+        }
+    }
+
+    fn failed_image(
+        &mut self,
+        now: Instant,
+        i: usize,
+        image: &str,
+        reason: ImageFailure,
+        message: String,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.changed = true;
+        let c = &mut self.containers[i];
+        c.image.asked = false;
+        c.image.told = false;
+        let (waiting, events) = match reason {
+            ImageFailure::Pull => {
+                let backoff = c
+                    .image
+                    .backoff
+                    .map_or(IMAGE_BACKOFF_FIRST, |b| (b * 2).min(IMAGE_BACKOFF_MAX));
+                c.image.backoff = Some(backoff);
+                c.image.retry_at = Some(now + backoff);
+                c.image.failed = Some(message.clone());
+                c.image.failed_at = Some(now);
+                (
+                    WaitingReason::ErrImagePull,
+                    vec![
+                        (
+                            "Failed",
+                            format!("Failed to pull image {image:?}: {message}"),
+                        ),
+                        ("Failed", "Error: ErrImagePull".to_string()),
+                    ],
+                )
+            }
+            ImageFailure::NeverPull => {
+                c.image.retry_at = Some(now + CONFIG_RETRY);
+                (
+                    WaitingReason::ErrImageNeverPull,
+                    vec![
+                        ("ErrImageNeverPull", message.clone()),
+                        ("Failed", "Error: ErrImageNeverPull".to_string()),
+                    ],
+                )
+            }
+            ImageFailure::Create => {
+                c.image.retry_at = Some(now + CONFIG_RETRY);
+                (
+                    WaitingReason::CreateContainerError,
+                    vec![("Failed", format!("Error: {message}"))],
+                )
+            }
+        };
+        c.state = ContainerState::Waiting {
+            reason: waiting,
+            message: Some(message),
+        };
+        for (reason, text) in events {
+            fx.push(self.container_event(i, EventType::Warning, reason, text));
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Containers of images before each start (`Effect::EnsureImage`): what their pull policy
+//! asks, decided at once from the store; a pull on a thread of its own, so that the pod's loop
+//! never waits for a registry, its end told through a pipe in the epoll. Once the image is
+//! there the container's exec is made again from the manifest's and the image's config, with
+//! its credentials, environment and `imageID`.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::mpsc::{channel, Receiver, Sender};
+
+use podvisor_core::lifecycle::{ImageFailure, ImageReport, Input};
+use podvisor_core::spec::plan::ContainerExec;
+
+use super::{setup, spawn::container_env, Supervisor, TOKEN_IMAGE};
+use crate::image::config::{self, Decision};
+use crate::image::pull::{self, Pulled};
+use crate::image::{ImageError, Store};
+use crate::process::sys::{self, EV_READ};
+
+/// The pulls of a pod of images.
+#[derive(Debug)]
+pub(super) struct Images {
+    store: Store,
+    /// Each container's exec as the manifest gave it, before any image.
+    manifest: Vec<ContainerExec>,
+    done_tx: Sender<(usize, Result<Pulled, ImageError>)>,
+    done_rx: Receiver<(usize, Result<Pulled, ImageError>)>,
+    /// Written by a pull's thread when it ends; in the epoll.
+    wake_read: std::fs::File,
+    wake_write: OwnedFd,
+    seccomp_profiles: std::path::PathBuf,
+}
+
+impl Images {
+    /// For a pod whose containers run from their images; `None` otherwise.
+    pub(super) fn new(
+        plan: &podvisor_core::spec::plan::RunPlan,
+        epoll: &sys::Epoll,
+        seccomp_profiles: std::path::PathBuf,
+    ) -> io::Result<Option<Images>> {
+        if !plan.root_from_image {
+            return Ok(None);
+        }
+        let store = Store::open().map_err(|e| io::Error::other(e.to_string()))?;
+        let (wake_read, wake_write) = sys::pipe()?;
+        epoll.add(wake_read.as_raw_fd(), TOKEN_IMAGE, EV_READ)?;
+        let (done_tx, done_rx) = channel();
+        Ok(Some(Images {
+            store,
+            manifest: plan.exec.clone(),
+            done_tx,
+            done_rx,
+            wake_read,
+            wake_write,
+            seccomp_profiles,
+        }))
+    }
+}
+
+impl Supervisor {
+    /// `Effect::EnsureImage(i)`: the inputs it leads to now.
+    pub(super) fn ensure_image(&mut self, i: usize) -> Vec<Input> {
+        let Some(images) = self.images.as_ref() else {
+            return Vec::new();
+        };
+        let image = self.info.images[i].clone();
+        let policy = self.plan.exec[i].pull_policy.clone();
+        let failed =
+            |reason, message| vec![Input::Image(i, ImageReport::Failed { reason, message })];
+        match config::decide(&images.store, &image, policy.as_deref()) {
+            Err(e) => failed(ImageFailure::Pull, e.to_string()),
+            Ok(Decision::NeverPull) => {
+                failed(ImageFailure::NeverPull, config::never_pull_message(&image))
+            }
+            Ok(Decision::Present(found)) => vec![self.image_ready(i, &found, None)],
+            Ok(Decision::Pull) => {
+                let store = Store::at(images.store.root().to_path_buf());
+                let done = images.done_tx.clone();
+                let wake = images.wake_write.try_clone().map(std::fs::File::from);
+                let spawned = wake.and_then(|wake| {
+                    std::thread::Builder::new()
+                        .name(format!("pull-{i}"))
+                        .spawn(move || {
+                            let result = store.and_then(|s| pull::pull(&s, &image));
+                            let _ = done.send((i, result));
+                            let _ = (&wake).write_all(b"x");
+                        })
+                });
+                match spawned {
+                    Ok(_) => vec![Input::Image(i, ImageReport::Pulling)],
+                    Err(e) => failed(ImageFailure::Pull, format!("cannot start the pull: {e}")),
+                }
+            }
+        }
+    }
+
+    /// The pulls that ended (the wake pipe was readable): their inputs.
+    pub(super) fn pulls_done(&mut self) -> Vec<Input> {
+        let Some(images) = self.images.as_mut() else {
+            return Vec::new();
+        };
+        let mut buf = [0u8; 64];
+        let _ = images.wake_read.read(&mut buf);
+        let done: Vec<_> = images.done_rx.try_iter().collect();
+        let mut inputs = Vec::new();
+        for (i, result) in done {
+            let image = self.info.images[i].clone();
+            inputs.push(match result {
+                Ok(pulled) => {
+                    let message = config::pulled_message(&image, &pulled);
+                    self.image_ready(i, &pulled.image, Some(message))
+                }
+                Err(e) => Input::Image(
+                    i,
+                    ImageReport::Failed {
+                        reason: ImageFailure::Pull,
+                        message: e.to_string(),
+                    },
+                ),
+            });
+        }
+        inputs
+    }
+
+    /// Container `i` of image `found`: its exec, credentials and environment made from it.
+    fn image_ready(
+        &mut self,
+        i: usize,
+        found: &crate::image::ImageRecord,
+        pulled: Option<String>,
+    ) -> Input {
+        let Some(images) = self.images.as_ref() else {
+            return Input::Tick;
+        };
+        let create_error = |message: String| {
+            Input::Image(
+                i,
+                ImageReport::Failed {
+                    reason: ImageFailure::Create,
+                    message,
+                },
+            )
+        };
+        let mut x = images.manifest[i].clone();
+        let image = self.info.images[i].clone();
+        let user = match config::apply(&mut x, &image, found, &images.store) {
+            Ok(user) => user,
+            Err(e) => return create_error(e.to_string()),
+        };
+        let non_root = x.security.non_root(user);
+        let previous = std::mem::replace(&mut self.plan.exec[i], x);
+        let mut compiled = crate::security::Compiled::default();
+        let profiles = images.seccomp_profiles.clone();
+        let creds = setup::credentials_of(
+            &self.plan,
+            i,
+            self.root_layer.as_ref(),
+            profiles,
+            &mut compiled,
+        );
+        match creds {
+            Ok(c) => self.credentials[i] = c,
+            Err(e) => {
+                self.plan.exec[i] = previous;
+                return create_error(e.to_string());
+            }
+        }
+        if let Some(id) = self.info.image_ids.get_mut(i) {
+            *id = found.image_id();
+        }
+        let hostname = (self.plan.namespaces.hostname.clone()).unwrap_or_else(sys::hostname);
+        self.base_envs[i] = container_env(&hostname, &self.plan.exec[i].env);
+        Input::Image(i, ImageReport::Ready { pulled, non_root })
+    }
+}
