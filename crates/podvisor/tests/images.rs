@@ -664,6 +664,12 @@ struct Registry {
 
 impl Registry {
     fn start() -> Result<Registry, String> {
+        Registry::serve(None, "")
+    }
+
+    /// A registry on its own loopback port: storing in `data` (shared with another) when
+    /// given, with `extra` settings (TLS, auth) at the end of its config.
+    fn serve(data: Option<&Path>, extra: &str) -> Result<Registry, String> {
         if !have("docker-registry", "the image pull tests") {
             return Err("docker-registry not installed (apt-get install docker-registry)".into());
         }
@@ -673,12 +679,13 @@ impl Registry {
             .port();
         let addr = format!("127.0.0.1:{port}");
         let dir = TempDir::new();
+        let data = data.map_or_else(|| dir.file("data"), Path::to_path_buf);
         let config = dir.file("config.yml");
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {addr}}}\n",
-                dir.file("data").display()
+                "version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp:\n  addr: {addr}\n{extra}",
+                data.display()
             ),
         )
         .unwrap();
@@ -698,6 +705,14 @@ impl Registry {
             std::net::TcpStream::connect(&registry.addr).is_ok()
         });
         Ok(registry)
+    }
+
+    fn data(&self) -> PathBuf {
+        self._dir.file("data")
+    }
+
+    fn port(&self) -> &str {
+        self.addr.rsplit(':').next().unwrap()
     }
 }
 
@@ -828,4 +843,124 @@ fn images_are_pulled_from_a_registry_once_and_as_the_pull_policy_says() {
     );
     assert_eq!(t.out(&["stop", "failed"]).code(), 0);
     assert!(failed.wait().success());
+}
+
+/// A CA and a certificate for `localhost` signed by it: `ca.crt`, `tls.crt`, `tls.key` in `dir`.
+fn certificates(dir: &Path) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+}
+
+#[test]
+fn a_private_registry_over_tls_a_pull_secret_and_a_mirror_for_docker_hub() {
+    let bb = require!();
+    drop(bb);
+    if let Err(why) = crate::docker::engine() {
+        skip(&why);
+        return;
+    }
+    let plain = match Registry::start() {
+        Ok(r) => r,
+        Err(why) => {
+            skip(&why);
+            return;
+        }
+    };
+    let t = Images::new();
+    let name = crate::docker::unique("private");
+    // Pushed to the plain registry, also under `library/` as Docker Hub keeps official images.
+    push(&t, &format!("{}/{name}:v1", plain.addr), "private");
+    push(&t, &format!("{}/library/{name}:v1", plain.addr), "mirrored");
+    // The same storage behind TLS (a CA of the test's own) and htpasswd.
+    let certs = t.dir.file("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    certificates(&certs);
+    let hash = bcrypt::hash_with_result("s3cret", 4)
+        .unwrap()
+        .format_for_version(bcrypt::Version::TwoY);
+    std::fs::write(certs.join("htpasswd"), format!("puller:{hash}\n")).unwrap();
+    let tls = Registry::serve(
+        Some(&plain.data()),
+        &format!(
+            "  tls: {{certificate: {c}/tls.crt, key: {c}/tls.key}}\nauth:\n  htpasswd: {{realm: podvisor-test, path: {c}/htpasswd}}\n",
+            c = certs.display()
+        ),
+    )
+    .unwrap();
+    let private = format!("localhost:{}/{name}:v1", tls.port());
+    // Settings as containerd reads them: HTTPS with the CA for the private registry (on the
+    // loopback, it would be plain HTTP otherwise); Docker Hub from the plain one.
+    let hosts = t.dir.file("certs.d");
+    let host_dir = hosts.join(format!("localhost:{}", tls.port()));
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::copy(certs.join("ca.crt"), host_dir.join("ca.crt")).unwrap();
+    std::fs::write(
+        host_dir.join("hosts.toml"),
+        format!(
+            "server = \"https://localhost:{}\"\nca = \"ca.crt\"\n",
+            tls.port()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(hosts.join("docker.io")).unwrap();
+    std::fs::write(
+        hosts.join("docker.io/hosts.toml"),
+        format!(
+            "server = \"https://registry-1.docker.io\"\n\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            plain.addr
+        ),
+    )
+    .unwrap();
+    let run_with = |pod: &str, spec: &str| {
+        t.pod(pod, spec)
+            .arg("--registry-config")
+            .arg(&hosts)
+            .start()
+    };
+    // No credentials: the registry says no.
+    let mut denied = run_with(
+        "denied",
+        &format!("  containers:\n  - name: app\n    image: {private}\n"),
+    );
+    wait_until("ErrImagePull", || t.waiting("denied").0 == "ErrImagePull");
+    assert!(
+        t.waiting("denied").1.contains("failed to pull image"),
+        "{:?}",
+        t.waiting("denied")
+    );
+    assert_eq!(t.out(&["stop", "denied"]).code(), 0);
+    assert!(denied.wait().success());
+    // The pod's pull secret, a Secret of the same file.
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let config = format!(
+        "{{\"auths\": {{\"localhost:{}\": {{\"auth\": \"{}\"}}}}}}",
+        tls.port(),
+        b64("puller:s3cret")
+    );
+    let spec = format!(
+        "  restartPolicy: Never\n  imagePullSecrets: [{{name: regcred}}]\n  containers:\n  - name: app\n    image: {private}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: regcred}}\ntype: kubernetes.io/dockerconfigjson\ndata: {{.dockerconfigjson: {}}}\n",
+        b64(&config)
+    );
+    let mut allowed = run_with("allowed", &spec);
+    assert!(allowed.wait().success());
+    assert_eq!(t.out(&["logs", "allowed", "app"]).stdout, "private");
+    // Docker Hub's name, served by its mirror.
+    let mut mirrored = run_with(
+        "mirrored",
+        &format!("  restartPolicy: Never\n  containers:\n  - name: app\n    image: {name}:v1\n"),
+    );
+    assert!(mirrored.wait().success());
+    assert_eq!(t.out(&["logs", "mirrored", "app"]).stdout, "mirrored");
+    let ls = t.out(&["image", "ls"]).stdout;
+    assert!(ls.contains(&format!("docker.io/library/{name}")), "{ls}");
 }

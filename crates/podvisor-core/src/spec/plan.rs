@@ -164,6 +164,10 @@ pub struct RunPlan {
     /// `podvisor.io/root-from: image`: each container's root is its image.
     #[cfg_attr(feature = "spec", serde(default))]
     pub root_from_image: bool,
+    /// `imagePullSecrets`: the `.dockerconfigjson` of each such Secret of the file, in order
+    /// (a name the file has no such Secret for is left out, as the kubelet goes on without it).
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub pull_secrets: Vec<String>,
 }
 
 /// A probe's timing with the API's defaults (`SetDefaults_Probe`) for what it leaves out or
@@ -288,6 +292,9 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         pod_resources,
         host_root_writable: annotations.get(HOST_ROOT).is_some_and(|v| v == "writable"),
         root_from_image,
+        pull_secrets: (w.spec.image_pull_secrets.iter().flatten())
+            .filter_map(|r| manifest.secret_data(&r.name)?.remove(".dockerconfigjson"))
+            .collect(),
         namespace: namespace.clone(),
         pod: PodPlan {
             name,

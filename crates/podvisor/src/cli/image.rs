@@ -15,6 +15,10 @@ pub enum ImageCommand {
     Pull {
         #[arg(value_name = "IMAGE", required = true)]
         images: Vec<String>,
+        /// Registry settings: DIR/HOST/hosts.toml, as containerd's config_path (default
+        /// /etc/podvisor/certs.d, for others than root $XDG_CONFIG_HOME/podvisor/certs.d)
+        #[arg(long, value_name = "DIR")]
+        registry_config: Option<PathBuf>,
     },
     /// Add images from a `docker save` archive or an OCI image layout (a directory, or an
     /// archive of one; gzip-compressed archives too)
@@ -65,7 +69,16 @@ pub fn main(a: ImageArgs) -> i32 {
             Some(path) => load(&store, &path),
             None => Err("image load: name the archive or layout (FILE or -i FILE)".to_string()),
         },
-        ImageCommand::Pull { images } => pull(&store, &images),
+        ImageCommand::Pull {
+            images,
+            registry_config,
+        } => {
+            let options = image::pull::PullOptions {
+                hosts_dir: registry_config.unwrap_or_else(image::hosts::default_dir),
+                secrets: Vec::new(),
+            };
+            pull(&store, &images, &options)
+        }
         ImageCommand::Ls { quiet } => list(&store, quiet),
         ImageCommand::Inspect { images } => inspect(&store, &images),
         ImageCommand::Rm { images } => remove(&store, &images),
@@ -91,9 +104,9 @@ fn load(store: &Store, path: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-fn pull(store: &Store, names: &[String]) -> Result<(), String> {
+fn pull(store: &Store, names: &[String], options: &image::pull::PullOptions) -> Result<(), String> {
     for name in names {
-        let pulled = image::pull::pull(store, name).map_err(|e| e.to_string())?;
+        let pulled = image::pull::pull(store, name, options).map_err(|e| e.to_string())?;
         write_out(&format!(
             "Pulled {} ({}, {} fetched in {:.1?})\n",
             pulled.image.name,

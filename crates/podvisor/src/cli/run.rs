@@ -66,6 +66,11 @@ pub struct RunArgs {
     /// /etc/podvisor/seccomp, for others than root $XDG_CONFIG_HOME/podvisor/seccomp)
     #[arg(long, value_name = "DIR")]
     seccomp_profile_root: Option<PathBuf>,
+    /// Registry settings for pulls: DIR/HOST/hosts.toml (mirrors, CAs), as containerd's
+    /// config_path (default /etc/podvisor/certs.d, for others than root
+    /// $XDG_CONFIG_HOME/podvisor/certs.d)
+    #[arg(long, value_name = "DIR")]
+    registry_config: Option<PathBuf>,
     /// Namespaced sysctls a pod may set besides the safe ones: names, or prefixes ending in
     /// `*`, comma-separated (the kubelet's --allowed-unsafe-sysctls)
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
@@ -273,6 +278,10 @@ fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: Pod
             .seccomp_profile_root
             .clone()
             .unwrap_or_else(crate::security::default_seccomp_profiles),
+        registry_config: a
+            .registry_config
+            .clone()
+            .unwrap_or_else(crate::image::hosts::default_dir),
     };
     match supervisor::run(
         run_plan,

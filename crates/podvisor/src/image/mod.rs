@@ -8,6 +8,7 @@
 //! working dir and user over the image's).
 
 pub mod config;
+pub mod hosts;
 pub mod load;
 pub mod pull;
 pub mod reference;

@@ -2,20 +2,32 @@
 //! auth): the manifest (an index resolved to this host's platform), the config and each layer
 //! not yet in the store, every blob verified, then unpacked and named. The store's writers'
 //! lock is held throughout, so that two pulls of one image download it once: the second finds
-//! the blobs there. Plain HTTP only for a registry on the loopback, as Docker and containerd
-//! allow; credentials from docker's `config.json` (`$REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG`,
+//! the blobs there. Where from: the registry's mirrors and then itself (`hosts`); plain HTTP
+//! only for a registry on the loopback or an `http://` host of the settings, as Docker and
+//! containerd allow. Credentials: the pod's `imagePullSecrets` first, as the kubelet tries
+//! them, then docker's `config.json` (`$REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG`,
 //! `~/.docker/config.json`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
+use super::hosts::{self, Endpoint};
 use super::store::{digest_of, ImageRecord, Store};
 use super::ImageError;
+
+/// Where and as whom to pull.
+#[derive(Debug, Clone, Default)]
+pub struct PullOptions {
+    /// The registry settings directory (`hosts.toml` files).
+    pub hosts_dir: PathBuf,
+    /// `.dockerconfigjson` texts of the pod's `imagePullSecrets`, tried first.
+    pub secrets: Vec<String>,
+}
 
 /// The manifests a pull accepts: OCI's and Docker's, images and indexes.
 const MEDIA_TYPES: [&str; 4] = [
@@ -39,52 +51,80 @@ fn failed(name: &str, e: impl std::fmt::Display) -> ImageError {
     ImageError::Invalid(format!("failed to pull image {name:?}: {e}"))
 }
 
-/// Pulls `name` (as the manifest writes it) into the store.
-pub fn pull(store: &Store, name: &str) -> Result<Pulled, ImageError> {
+/// Pulls `name` (as the manifest writes it) into the store: from each of its registry's
+/// endpoints in turn until one has it.
+pub fn pull(store: &Store, name: &str, options: &PullOptions) -> Result<Pulled, ImageError> {
     let began = Instant::now();
     let normalized = super::normalize(name)?;
     let reference: Reference = normalized.parse().map_err(|e| failed(name, e))?;
+    let endpoints = hosts::endpoints(&options.hosts_dir, reference.registry())?;
     let _lock = store.lock()?;
     let locked = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| failed(name, e))?;
-    let auth = credentials(reference.resolve_registry());
-    let client = Client::new(ClientConfig {
-        protocol: protocol_for(reference.registry()),
-        platform_resolver: Some(Box::new(this_platform)),
-        ..ClientConfig::default()
-    });
-    let (manifest_digest, fetched) = runtime
-        .block_on(fetch(store, &client, &reference, &auth))
-        .map_err(|e| failed(name, e))?;
-    let image = super::load::record(store, &manifest_digest, Some(normalized))?;
-    store.unpack(&image)?;
-    store.put(image.clone())?;
-    Ok(Pulled {
-        image,
-        waited: began.elapsed(),
-        took: locked.elapsed(),
-        fetched,
-    })
+    let mut errors = Vec::new();
+    for endpoint in &endpoints {
+        let at = at_endpoint(&reference, endpoint);
+        let auth = credentials(&options.secrets, &[&endpoint.host, reference.registry()]);
+        let client = match client_for(endpoint) {
+            Ok(c) => c,
+            Err(e) => {
+                errors.push(format!("{}: {e}", endpoint.host));
+                continue;
+            }
+        };
+        match runtime.block_on(fetch(store, &client, &at, &auth)) {
+            Ok((manifest_digest, fetched)) => {
+                let image = super::load::record(store, &manifest_digest, Some(normalized))?;
+                store.unpack(&image)?;
+                store.put(image.clone())?;
+                return Ok(Pulled {
+                    image,
+                    waited: began.elapsed(),
+                    took: locked.elapsed(),
+                    fetched,
+                });
+            }
+            Err(e) if endpoints.len() > 1 => errors.push(format!("{}: {e}", endpoint.host)),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(failed(name, errors.join("; ")))
 }
 
-/// HTTPS, except for a registry on the loopback (`localhost`, `127.0.0.0/8`, `::1`).
-fn protocol_for(registry: &str) -> ClientProtocol {
-    let host = match registry.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => registry,
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    match loopback {
-        true => ClientProtocol::HttpsExcept(vec![registry.to_string()]),
-        false => ClientProtocol::Https,
+/// The reference as `endpoint` serves it (a mirror keeps the repository and the tag).
+fn at_endpoint(reference: &Reference, endpoint: &Endpoint) -> Reference {
+    if endpoint.host == reference.registry() {
+        return reference.clone();
     }
+    let (host, repo) = (endpoint.host.clone(), reference.repository().to_string());
+    match (reference.digest(), reference.tag()) {
+        (Some(d), _) => Reference::with_digest(host, repo, d.to_string()),
+        (None, tag) => Reference::with_tag(host, repo, tag.unwrap_or("latest").to_string()),
+    }
+}
+
+fn client_for(endpoint: &Endpoint) -> Result<Client, String> {
+    let mut certificates = Vec::new();
+    for path in &endpoint.ca {
+        let data = std::fs::read(path).map_err(|e| format!("ca {}: {e}", path.display()))?;
+        certificates.push(Certificate {
+            encoding: CertificateEncoding::Pem,
+            data,
+        });
+    }
+    Ok(Client::new(ClientConfig {
+        protocol: match endpoint.http {
+            true => ClientProtocol::HttpsExcept(vec![endpoint.host.clone()]),
+            false => ClientProtocol::Https,
+        },
+        extra_root_certificates: certificates,
+        accept_invalid_certificates: endpoint.skip_verify,
+        platform_resolver: Some(Box::new(this_platform)),
+        ..ClientConfig::default()
+    }))
 }
 
 /// The manifest of an index that fits this host (linux, this architecture).
@@ -177,10 +217,11 @@ fn commit_file(store: &Store, tmp: &PathBuf, digest: &str) -> Result<u64, ImageE
     n
 }
 
-/// Docker's credentials for `registry` (`auths.REGISTRY.auth`, base64 of `user:password`),
-/// from the first of `$REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG/config.json`,
-/// `~/.docker/config.json` that has them; anonymous otherwise.
-pub fn credentials(registry: &str) -> RegistryAuth {
+/// Credentials for the first of `hosts` that has some: in the pull secrets' `auths`, then in
+/// docker's files (`$REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG/config.json`,
+/// `~/.docker/config.json`); anonymous otherwise.
+pub fn credentials(secrets: &[String], hosts: &[&str]) -> RegistryAuth {
+    let mut configs: Vec<String> = secrets.to_vec();
     let mut files: Vec<PathBuf> = Vec::new();
     if let Some(f) = std::env::var_os("REGISTRY_AUTH_FILE") {
         files.push(f.into());
@@ -191,25 +232,28 @@ pub fn credentials(registry: &str) -> RegistryAuth {
     if let Some(h) = std::env::var_os("HOME") {
         files.push(PathBuf::from(h).join(".docker/config.json"));
     }
-    let keys: Vec<String> = match registry {
-        "index.docker.io" | "docker.io" | "registry-1.docker.io" => vec![
-            "https://index.docker.io/v1/".into(),
-            "index.docker.io".into(),
-            "docker.io".into(),
-        ],
-        r => vec![r.to_string(), format!("https://{r}"), format!("http://{r}")],
-    };
-    for f in files {
-        let Ok(text) = std::fs::read_to_string(&f) else {
-            continue;
+    configs.extend(files.iter().filter_map(|f| std::fs::read_to_string(f).ok()));
+    for host in hosts {
+        let keys: Vec<String> = match *host {
+            "index.docker.io" | "docker.io" | "registry-1.docker.io" => vec![
+                "https://index.docker.io/v1/".into(),
+                "index.docker.io".into(),
+                "docker.io".into(),
+            ],
+            r => vec![r.to_string(), format!("https://{r}"), format!("http://{r}")],
         };
-        let Ok(config) = serde_json::from_str::<serde_json::Value>(&text) else {
-            continue;
-        };
-        for k in &keys {
-            if let Some(auth) = config["auths"][k]["auth"].as_str() {
-                if let Some(basic) = decode_basic(auth) {
-                    return basic;
+        for text in &configs {
+            let Ok(config) = serde_json::from_str::<serde_json::Value>(text) else {
+                continue;
+            };
+            for k in &keys {
+                let entry = &config["auths"][k];
+                if let Some(auth) = entry["auth"].as_str().and_then(decode_basic) {
+                    return auth;
+                }
+                if let (Some(u), Some(p)) = (entry["username"].as_str(), entry["password"].as_str())
+                {
+                    return RegistryAuth::Basic(u.to_string(), p.to_string());
                 }
             }
         }
@@ -232,12 +276,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_http_only_on_the_loopback() {
-        let http = |r: &str| matches!(protocol_for(r), ClientProtocol::HttpsExcept(_));
-        assert!(http("127.0.0.1:5000"));
-        assert!(http("localhost:5000"));
-        assert!(http("[::1]:5000"));
-        assert!(!http("registry.example:5000"));
-        assert!(!http("docker.io"));
+    fn pull_secrets_come_before_docker_config() {
+        // "user:secret", then "other" with "pw".
+        let secret = r#"{"auths": {"registry.test:5000": {"auth": "dXNlcjpzZWNyZXQ="}}}"#;
+        let plain =
+            r#"{"auths": {"https://mirror.test": {"username": "other", "password": "pw"}}}"#;
+        let secrets = [secret.to_string(), plain.to_string()];
+        let basic = |u: &str, p: &str| RegistryAuth::Basic(u.into(), p.into());
+        assert!(credentials(&secrets, &["registry.test:5000"]) == basic("user", "secret"));
+        assert!(
+            credentials(&secrets, &["mirror.test", "registry.test:5000"]) == basic("other", "pw")
+        );
+        assert!(credentials(&secrets, &["nowhere.test"]) == RegistryAuth::Anonymous);
     }
 }

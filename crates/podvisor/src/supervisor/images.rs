@@ -13,7 +13,7 @@ use podvisor_core::spec::plan::ContainerExec;
 
 use super::{setup, spawn::container_env, Supervisor, TOKEN_IMAGE};
 use crate::image::config::{self, Decision};
-use crate::image::pull::{self, Pulled};
+use crate::image::pull::{self, PullOptions, Pulled};
 use crate::image::{ImageError, Store};
 use crate::process::sys::{self, EV_READ};
 
@@ -29,6 +29,7 @@ pub(super) struct Images {
     wake_read: std::fs::File,
     wake_write: OwnedFd,
     seccomp_profiles: std::path::PathBuf,
+    pull: PullOptions,
 }
 
 impl Images {
@@ -37,6 +38,7 @@ impl Images {
         plan: &podvisor_core::spec::plan::RunPlan,
         epoll: &sys::Epoll,
         seccomp_profiles: std::path::PathBuf,
+        hosts_dir: std::path::PathBuf,
     ) -> io::Result<Option<Images>> {
         if !plan.root_from_image {
             return Ok(None);
@@ -53,6 +55,10 @@ impl Images {
             wake_read,
             wake_write,
             seccomp_profiles,
+            pull: PullOptions {
+                hosts_dir,
+                secrets: plan.pull_secrets.clone(),
+            },
         }))
     }
 }
@@ -76,12 +82,13 @@ impl Supervisor {
             Ok(Decision::Pull) => {
                 let store = Store::at(images.store.root().to_path_buf());
                 let done = images.done_tx.clone();
+                let options = images.pull.clone();
                 let wake = images.wake_write.try_clone().map(std::fs::File::from);
                 let spawned = wake.and_then(|wake| {
                     std::thread::Builder::new()
                         .name(format!("pull-{i}"))
                         .spawn(move || {
-                            let result = store.and_then(|s| pull::pull(&s, &image));
+                            let result = store.and_then(|s| pull::pull(&s, &image, &options));
                             let _ = done.send((i, result));
                             let _ = (&wake).write_all(b"x");
                         })

@@ -109,6 +109,8 @@ pub struct Settings {
     pub live_restore: bool,
     /// `--seccomp-profile-root`: where `Localhost` seccomp profiles are.
     pub seccomp_profiles: PathBuf,
+    /// `--registry-config`: the registries' `hosts.toml` files.
+    pub registry_config: PathBuf,
 }
 
 /// Why a run did not start or ended early.
@@ -161,7 +163,12 @@ pub fn run(
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
     let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
     let credentials = setup::credentials(&plan, root_layer.as_ref(), &settings)?;
-    let images = images::Images::new(&plan, &epoll, settings.seccomp_profiles.clone())?;
+    let images = images::Images::new(
+        &plan,
+        &epoll,
+        settings.seccomp_profiles.clone(),
+        settings.registry_config.clone(),
+    )?;
     let sandbox = setup::sandbox(&plan, root_layer.as_ref(), &taken, settings.live_restore)?;
     info.annotations
         .insert("podvisor.io/namespaces".into(), sandbox.note());
