@@ -964,3 +964,75 @@ fn a_private_registry_over_tls_a_pull_secret_and_a_mirror_for_docker_hub() {
     let ls = t.out(&["image", "ls"]).stdout;
     assert!(ls.contains(&format!("docker.io/library/{name}")), "{ls}");
 }
+
+#[test]
+fn a_pull_killed_in_the_middle_leaves_nothing_half_done_and_the_next_pull_completes() {
+    let bb = require!();
+    drop(bb);
+    if let Err(why) = crate::docker::engine() {
+        skip(&why);
+        return;
+    }
+    let registry = match Registry::start() {
+        Ok(r) => r,
+        Err(why) => {
+            skip(&why);
+            return;
+        }
+    };
+    let t = Images::new();
+    // A layer of 64 MiB of random bytes: long enough on the loopback to be caught mid-way.
+    let ctx = t.dir.file("ctx-big");
+    std::fs::create_dir_all(ctx.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", ctx.join("bin/busybox")).unwrap();
+    let mut random = std::fs::File::open("/dev/urandom").unwrap();
+    let mut big = std::fs::File::create(ctx.join("big")).unwrap();
+    std::io::copy(&mut std::io::Read::take(&mut random, 64 << 20), &mut big).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        "FROM scratch\nCOPY bin /bin\nCOPY big /big\nCMD [\"/bin/busybox\", \"echo\", \"whole\"]\n",
+    )
+    .unwrap();
+    let reference = format!("{}/{}:v1", registry.addr, crate::docker::unique("big"));
+    let built = Run::new("docker")
+        .args(["build", "-q", "-t", &reference])
+        .arg(&ctx)
+        .output();
+    let pushed = Run::new("docker").args(["push", "-q", &reference]).output();
+    let removed = Run::new("docker").args(["rmi", "-f", &reference]).output();
+    assert_eq!(
+        (built.code(), pushed.code(), removed.code()),
+        (0, 0, 0),
+        "{built:?} {pushed:?}"
+    );
+    let tmp = t.store().join("tmp");
+    let mut pull = t.podvisor(&["image", "pull", &reference]).start();
+    // Killed once a blob is on its way into tmp/.
+    wait_until("a blob being fetched", || {
+        std::fs::read_dir(&tmp).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.metadata().is_ok_and(|m| m.len() > (1 << 20)))
+        })
+    });
+    pull.signal("KILL");
+    assert!(!pull.wait().success());
+    // Nothing named, no layer of that image unpacked.
+    assert_eq!(t.out(&["image", "ls", "-q"]).stdout, "");
+    let layers = || {
+        std::fs::read_dir(t.store().join("layers/sha256"))
+            .unwrap()
+            .count()
+    };
+    assert!(layers() < 2, "{} layers", layers());
+    // The next pull takes the lock, clears tmp/, and completes; the image runs.
+    let again = t.out(&["image", "pull", &reference]);
+    assert_eq!(again.code(), 0, "{again:?}");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+    assert_eq!(layers(), 2);
+    let run = t.run(
+        "whole",
+        &format!("  restartPolicy: Never\n  containers:\n  - name: app\n    image: {reference}\n"),
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert_eq!(t.out(&["logs", "whole", "app"]).stdout, "whole");
+}
