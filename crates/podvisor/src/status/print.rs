@@ -430,6 +430,10 @@ fn describe_container(o: &mut String, pod: &Pod, c: &ContainerStatus) {
         let _ = writeln!(o, "    Container ID:   {id}");
     }
     let _ = writeln!(o, "    Image:          {}", c.image);
+    // As kubectl: where the container runs from its image, the image it ran.
+    if !c.image_id.is_empty() {
+        let _ = writeln!(o, "    Image ID:       {}", c.image_id);
+    }
     let cmd: Vec<String> = (spec.command.iter().flatten())
         .chain(spec.args.iter().flatten())
         .cloned()
