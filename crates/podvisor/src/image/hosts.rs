@@ -23,15 +23,7 @@ pub struct Endpoint {
 
 /// The default settings directory.
 pub fn default_dir() -> PathBuf {
-    if crate::process::sys::getuid() == 0 {
-        return PathBuf::from("/etc/podvisor/certs.d");
-    }
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".config")
-        });
-    config.join("podvisor/certs.d")
+    crate::state::config_dir("certs.d")
 }
 
 #[derive(Debug, serde::Deserialize)]

@@ -81,15 +81,7 @@ fn kernel_version() -> (u32, u32) {
 /// Where `Localhost` seccomp profiles are by default: `/etc/podvisor/seccomp` for root,
 /// `$XDG_CONFIG_HOME/podvisor/seccomp` (`~/.config/podvisor/seccomp`) for others.
 pub fn default_seccomp_profiles() -> PathBuf {
-    if sys::getuid() == 0 {
-        return PathBuf::from("/etc/podvisor/seccomp");
-    }
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".config")
-        });
-    config.join("podvisor/seccomp")
+    crate::state::config_dir("seccomp")
 }
 
 /// Container `name`'s credentials on the root `root` (whose `/etc` names its users), for a

@@ -260,6 +260,20 @@ pub fn base() -> PathBuf {
     }
 }
 
+/// A settings directory of podvisor's: `/etc/podvisor/LEAF` for root,
+/// `$XDG_CONFIG_HOME/podvisor/LEAF` (`~/.config/podvisor/LEAF`) for others.
+pub fn config_dir(leaf: &str) -> PathBuf {
+    if crate::process::sys::getuid() == 0 {
+        return PathBuf::from("/etc/podvisor").join(leaf);
+    }
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".config")
+        });
+    config.join("podvisor").join(leaf)
+}
+
 /// The state dirs under a base (`BASE/NAMESPACE/POD`), whether a run is there or not.
 pub fn under(base: &Path) -> Vec<StateDir> {
     let mut found = Vec::new();
