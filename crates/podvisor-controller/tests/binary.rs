@@ -206,7 +206,7 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
             .env_remove("POD_NAME")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(dir.0.join("controller.out")).unwrap())
             .stderr(std::fs::File::create(dir.0.join("controller.log")).unwrap())
             .spawn()
             .unwrap(),
@@ -226,7 +226,8 @@ fn the_binary_leads_watches_and_restarts_a_crash_looping_pod() {
         );
         assert!(
             controller.0.try_wait().unwrap().is_none(),
-            "the controller exited: {}",
+            "the controller exited: {}{}",
+            std::fs::read_to_string(dir.0.join("controller.out")).unwrap_or_default(),
             std::fs::read_to_string(dir.0.join("controller.log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
