@@ -1,5 +1,7 @@
 //! One container's status as the API shows it, and the bookkeeping behind it.
 
+use std::time::Duration;
+
 use crate::backoff::Backoff;
 use crate::clock::Instant;
 use crate::escalation::RestartWindow;
@@ -44,7 +46,7 @@ pub struct ContainerStatus {
     /// before then.
     pub(super) config_retry: Option<Instant>,
     /// Its image before the next start (`image`).
-    pub(super) image: super::image::ImagePull,
+    pub(super) image: ImagePull,
 }
 
 /// Where the current instance's process is.
@@ -100,7 +102,7 @@ impl ContainerStatus {
             probes: Vec::new(),
             kill: None,
             config_retry: None,
-            image: super::image::ImagePull::default(),
+            image: ImagePull::default(),
         }
     }
 
@@ -172,4 +174,22 @@ impl ContainerStatus {
             }
         )
     }
+}
+
+/// Where a container's image stands before its next start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct ImagePull {
+    /// The shell said it is there, since the last start.
+    pub(super) ready: bool,
+    /// `Effect::EnsureImage` is out.
+    pub(super) asked: bool,
+    /// No new try before then.
+    pub(super) retry_at: Option<Instant>,
+    /// The current back-off of failed pulls.
+    pub(super) backoff: Option<Duration>,
+    /// The last pull's failure and when it came, while its back-off lasts.
+    pub(super) failed: Option<String>,
+    pub(super) failed_at: Option<Instant>,
+    /// `ImagePullBackOff` has been said for this wait.
+    pub(super) told: bool,
 }

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::container::ImagePull;
 use super::io::{Effect, EventType, ImageFailure, ImageReport};
 use super::reconcile::CONFIG_RETRY;
 use super::state::{ContainerState, WaitingReason};
@@ -21,24 +22,6 @@ pub(super) const IMAGE_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How long a failed pull shows `ErrImagePull` before `ImagePullBackOff` (the kubelet's pod
 /// worker says it at its next sync, a moment later).
 pub(super) const BACKOFF_SAID_AFTER: Duration = Duration::from_secs(1);
-
-/// Where a container's image stands before its next start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct ImagePull {
-    /// The shell said it is there, since the last start.
-    pub(super) ready: bool,
-    /// `Effect::EnsureImage` is out.
-    pub(super) asked: bool,
-    /// No new try before then.
-    pub(super) retry_at: Option<Instant>,
-    /// The current back-off of failed pulls.
-    pub(super) backoff: Option<Duration>,
-    /// The last pull's failure and when it came, while its back-off lasts.
-    pub(super) failed: Option<String>,
-    pub(super) failed_at: Option<Instant>,
-    /// `ImagePullBackOff` has been said for this wait.
-    pub(super) told: bool,
-}
 
 impl ImagePull {
     /// When something is due: a try, or saying `ImagePullBackOff`.
