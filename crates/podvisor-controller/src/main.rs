@@ -102,6 +102,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,kube=warn".into()),
         )
         .init();
+    // The kube client's TLS uses ring, named here rather than left to rustls to pick from its
+    // crate features: in a build of the whole workspace another crate's client (oci-client's
+    // reqwest) turns on aws-lc-rs too, and rustls then cannot pick on its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -586,3 +586,46 @@ fn the_compose_example_escalates_across_restart_on_failure() {
         ]
     );
 }
+
+#[test]
+fn podvisors_own_images_run_under_podvisor_run_as_any_image() {
+    require_docker!();
+    if !is_root() {
+        skip("an image's root is mounted as root");
+        return;
+    }
+    let images = Images::build();
+    let app = images.app();
+    let dir = TempDir::new();
+    let archive = dir.file("app.tar");
+    let saved = Run::new("docker")
+        .args(["save", "-o"])
+        .arg(&archive)
+        .arg(&app)
+        .output();
+    assert_eq!(saved.code(), 0, "{saved:?}");
+    let pv = |args: &[&str]| {
+        Run::new(podvisor())
+            .env("PODVISOR_STATE_BASE", dir.file("base"))
+            .args(args)
+    };
+    let loaded = pv(&["image", "load"]).arg(&archive).output();
+    assert_eq!(loaded.code(), 0, "{loaded:?}");
+    // The image's ENTRYPOINT is `/podvisor init --`: the args run under podvisor as PID 1 of
+    // the container, inside podvisor's pod.
+    let manifest = dir.file("pod.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: pid1, annotations: {{podvisor.io/root-from: image}}}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    image: {app}\n    imagePullPolicy: Never\n    args: [sh, -c, 'echo parent $PPID; exit 3']\n"
+        ),
+    )
+    .unwrap();
+    let run = pv(&["run", "-q"]).arg(&manifest).output();
+    assert_eq!(run.code(), 1, "{run:?}");
+    assert_eq!(pv(&["logs", "pid1", "app"]).output().stdout, "parent 1");
+    let pod: serde_json::Value =
+        serde_json::from_str(&pv(&["status", "pid1", "-o", "json"]).output().stdout).unwrap();
+    let state = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(state["exitCode"], 3, "{pod}");
+}
