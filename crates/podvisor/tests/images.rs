@@ -640,9 +640,23 @@ fn a_docker_save_archive_of_the_engine_here_runs() {
     assert_eq!(built.code(), 0, "{built:?}");
     assert_eq!(saved.code(), 0, "{saved:?}");
     assert_eq!(removed.code(), 0, "{removed:?}");
-    let out = t.load(&archive);
+    // As `docker save IMAGE | podvisor image load`: the archive on stdin.
+    let out = Run::new("sh")
+        .env("PODVISOR_STATE_BASE", t.dir.file("base"))
+        .env("PV", podvisor())
+        .env("ARCHIVE", &archive)
+        .args(["-c", "\"$PV\" image load < \"$ARCHIVE\""])
+        .output();
     assert_eq!(out.code(), 0, "{out:?}");
     assert_eq!(out.stdout, format!("Loaded image: docker.io/library/{tag}"));
+    assert_eq!(
+        std::fs::read_dir(t.store())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("stdin-"))
+            .count(),
+        0
+    );
     let run = t.run(
         "saved",
         &format!("  restartPolicy: Never\n  containers:\n  - name: app\n    image: {tag}\n    imagePullPolicy: Never\n"),

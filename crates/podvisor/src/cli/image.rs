@@ -23,7 +23,8 @@ pub enum ImageCommand {
     /// Add images from a `docker save` archive or an OCI image layout (a directory, or an
     /// archive of one; gzip-compressed archives too)
     Load {
-        /// The archive or layout directory
+        /// The archive or layout directory (none, or -: an archive on stdin, as `docker save
+        /// IMAGE | podvisor image load`)
         #[arg(short, long, value_name = "FILE")]
         input: Option<PathBuf>,
         #[arg(value_name = "FILE", conflicts_with = "input")]
@@ -66,8 +67,8 @@ pub fn main(a: ImageArgs) -> i32 {
     };
     let done = match a.command {
         ImageCommand::Load { input, file } => match input.or(file) {
-            Some(path) => load(&store, &path),
-            None => Err("image load: name the archive or layout (FILE or -i FILE)".to_string()),
+            Some(path) if path.as_os_str() != "-" => load(&store, &path),
+            _ => load_stdin(&store),
         },
         ImageCommand::Pull {
             images,
@@ -116,6 +117,29 @@ fn pull(store: &Store, names: &[String], options: &image::pull::PullOptions) -> 
         ));
     }
     Ok(())
+}
+
+/// An archive on stdin, kept in the store's directory while it is loaded.
+fn load_stdin(store: &Store) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(
+            "image load: name the archive or layout (FILE or -i FILE), or pipe one in".into(),
+        );
+    }
+    let path = store
+        .root()
+        .join(format!("stdin-{}.tar", std::process::id()));
+    let copied =
+        std::fs::File::create(&path).and_then(|mut f| std::io::copy(&mut stdin.lock(), &mut f));
+    let loaded = match copied {
+        Ok(0) => Err("image load: stdin is empty".to_string()),
+        Ok(_) => load(store, &path),
+        Err(e) => Err(format!("image load: {}: {e}", path.display())),
+    };
+    let _ = std::fs::remove_file(&path);
+    loaded
 }
 
 fn list(store: &Store, quiet: bool) -> Result<(), String> {
