@@ -425,6 +425,17 @@ fn command_and_args_replace_entrypoint_and_cmd_and_probes_and_exec_run_inside_th
     assert_eq!(exec.code(), 0, "{exec:?}");
     assert!(exec.stdout.starts_with("ready\n0\n"), "{exec:?}");
     assert!(exec.stdout.contains("No such file"), "{exec:?}");
+    // Prune keeps what a running pod uses.
+    let other = Layout::new(t.dir.file("other"))
+        .layer(Compression::None, &[Entry::File("x", b"x", 0o644)])
+        .finish("registry.test/other:v1", json!({"config": {"Cmd": ["/x"]}}));
+    assert_eq!(t.load(&other).code(), 0);
+    let pruned = t.out(&["image", "prune"]);
+    assert_eq!(
+        pruned.stdout, "Deleted: registry.test/other:v1",
+        "{pruned:?}"
+    );
+    assert_eq!(t.out(&["image", "ls", "-q"]).stdout.lines().count(), 1);
     assert_eq!(t.out(&["stop", "inside"]).code(), 0);
     assert!(run.wait().success());
     run.assert_no_leftovers();

@@ -42,6 +42,8 @@ pub enum ImageCommand {
         #[arg(value_name = "IMAGE", required = true)]
         images: Vec<String>,
     },
+    /// Remove every image that no running pod uses (as `crictl rmi --prune`)
+    Prune,
     /// Remove images by name or ID; what no other image uses is deleted
     #[command(visible_alias = "remove")]
     Rm {
@@ -83,6 +85,7 @@ pub fn main(a: ImageArgs) -> i32 {
         ImageCommand::Ls { quiet } => list(&store, quiet),
         ImageCommand::Inspect { images } => inspect(&store, &images),
         ImageCommand::Rm { images } => remove(&store, &images),
+        ImageCommand::Prune => prune(&store),
     };
     match done {
         Ok(()) => 0,
@@ -241,6 +244,41 @@ fn inspect(store: &Store, names: &[String]) -> Result<(), String> {
     }
     let text = serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?;
     write_out(&format!("{text}\n"));
+    Ok(())
+}
+
+/// The images the running pods under the state base run from (normalized names).
+fn in_use() -> Result<std::collections::BTreeSet<String>, String> {
+    let mut used = std::collections::BTreeSet::new();
+    for dir in crate::state::under(&crate::state::base()) {
+        if !dir.is_running() {
+            continue;
+        }
+        let text = crate::client::pod_text(dir.path()).map_err(|e| {
+            format!(
+                "{}: {}: not pruning while it cannot be asked",
+                dir.path().display(),
+                e.0
+            )
+        })?;
+        let pod: crate::status::ApiPod = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a v1 Pod: {e}", dir.path().display()))?;
+        let status = pod.status.unwrap_or_default();
+        let statuses = (status.init_container_statuses.iter().flatten())
+            .chain(status.container_statuses.iter().flatten());
+        used.extend(statuses.filter_map(|c| image::normalize(&c.image).ok()));
+    }
+    Ok(used)
+}
+
+fn prune(store: &Store) -> Result<(), String> {
+    let _lock = store.lock().map_err(|e| e.to_string())?;
+    let used = in_use()?;
+    let images = store.list().map_err(|e| e.to_string())?;
+    for i in images.iter().filter(|i| !used.contains(&i.name)) {
+        store.remove(&i.name).map_err(|e| e.to_string())?;
+        write_out(&format!("Deleted: {}\n", i.name));
+    }
     Ok(())
 }
 
