@@ -853,6 +853,25 @@ fn images_are_pulled_from_a_registry_once_and_as_the_pull_policy_says() {
         events.contains("including waiting). Image size: "),
         "{events}"
     );
+    // On a terminal, `image pull` shows a bar per blob it fetches.
+    assert_eq!(t.out(&["image", "rm", &latest]).code(), 0);
+    let shown = Run::new("script")
+        .env("PODVISOR_STATE_BASE", t.dir.file("base"))
+        .args([
+            "-qec",
+            &format!("{} image pull {latest}", podvisor().display()),
+            "/dev/null",
+        ])
+        .output();
+    assert_eq!(shown.code(), 0, "{shown:?}");
+    assert!(
+        shown.stdout.contains("] ") && shown.stdout.contains("/s"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.stdout.contains(&format!("Pulled {latest} (")),
+        "{shown:?}"
+    );
     // The registry gone: the next start of an Always pod cannot pull.
     drop(registry);
     let mut failed = t

@@ -79,6 +79,7 @@ pub fn main(a: ImageArgs) -> i32 {
             let options = image::pull::PullOptions {
                 hosts_dir: registry_config.unwrap_or_else(image::hosts::default_dir),
                 secrets: Vec::new(),
+                progress: true,
             };
             pull(&store, &images, &options)
         }

@@ -27,6 +27,68 @@ pub struct PullOptions {
     pub hosts_dir: PathBuf,
     /// `.dockerconfigjson` texts of the pod's `imagePullSecrets`, tried first.
     pub secrets: Vec<String>,
+    /// A bar per blob on stderr when it is a terminal (`podvisor image pull`).
+    pub progress: bool,
+}
+
+/// A file being fetched that moves its progress bar as bytes arrive.
+struct Counted {
+    file: tokio::fs::File,
+    bar: indicatif::ProgressBar,
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.file).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &polled {
+            self.bar.inc(*n as u64);
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.file).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.file).poll_shutdown(cx)
+    }
+}
+
+/// The bars of one pull: hidden unless asked for and stderr is a terminal.
+fn bars(progress: bool) -> indicatif::MultiProgress {
+    let target = match progress {
+        true => indicatif::ProgressDrawTarget::stderr(),
+        false => indicatif::ProgressDrawTarget::hidden(),
+    };
+    indicatif::MultiProgress::with_draw_target(target)
+}
+
+fn blob_bar(bars: &indicatif::MultiProgress, digest: &str, size: i64) -> indicatif::ProgressBar {
+    let bar = bars.add(indicatif::ProgressBar::new(size.max(0) as u64));
+    let style = indicatif::ProgressStyle::with_template(
+        "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    bar.set_style(style);
+    let short: String = digest
+        .trim_start_matches("sha256:")
+        .chars()
+        .take(12)
+        .collect();
+    bar.set_prefix(short);
+    bar
 }
 
 /// The manifests a pull accepts: OCI's and Docker's, images and indexes.
@@ -75,7 +137,8 @@ pub fn pull(store: &Store, name: &str, options: &PullOptions) -> Result<Pulled, 
                 continue;
             }
         };
-        match runtime.block_on(fetch(store, &client, &at, &auth)) {
+        let bars = bars(options.progress);
+        match runtime.block_on(fetch(store, &client, &at, &auth, &bars)) {
             Ok((manifest_digest, fetched)) => {
                 let image = super::load::record(store, &manifest_digest, Some(normalized))?;
                 store.unpack(&image)?;
@@ -147,6 +210,7 @@ async fn fetch(
     client: &Client,
     reference: &Reference,
     auth: &RegistryAuth,
+    bars: &indicatif::MultiProgress,
 ) -> Result<(String, u64), String> {
     let (mut bytes, mut digest) = client
         .pull_manifest_raw(reference, auth, &MEDIA_TYPES)
@@ -200,10 +264,16 @@ async fn fetch(
         let file = tokio::fs::File::create(&tmp)
             .await
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let bar = blob_bar(bars, &d.digest, d.size);
+        let counted = Counted {
+            file,
+            bar: bar.clone(),
+        };
         client
-            .pull_blob(reference, d, file)
+            .pull_blob(reference, d, counted)
             .await
             .map_err(|e| format!("blob {}: {e}", d.digest))?;
+        bar.finish();
         fetched += commit_file(store, &tmp, &d.digest).map_err(|e| e.to_string())?;
     }
     Ok((digest, fetched))

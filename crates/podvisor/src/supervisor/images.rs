@@ -58,6 +58,7 @@ impl Images {
             pull: PullOptions {
                 hosts_dir,
                 secrets: plan.pull_secrets.clone(),
+                progress: false,
             },
         }))
     }
