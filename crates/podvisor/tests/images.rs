@@ -281,6 +281,25 @@ macro_rules! require {
     }};
 }
 
+/// What the pull tests need: root and busybox-static, a Docker engine (to push) and a registry
+/// on the loopback (returned); or the test says skipped.
+macro_rules! require_registry {
+    () => {{
+        let _busybox = require!();
+        if let Err(why) = crate::docker::engine() {
+            skip(&why);
+            return;
+        }
+        match Registry::start() {
+            Ok(r) => r,
+            Err(why) => {
+                skip(&why);
+                return;
+            }
+        }
+    }};
+}
+
 /// A layout of three layers, one per compression: busybox and /etc (gzip); a whiteout, an
 /// opaque directory and a hard link (zstd); a file of the top layer (plain).
 fn layered(dir: PathBuf, bb: &[u8]) -> PathBuf {
@@ -759,9 +778,15 @@ fn push(t: &Images, reference: &str, word: &str) {
         format!("FROM scratch\nCOPY bin /bin\nCMD [\"/bin/busybox\", \"echo\", \"{word}\"]\n"),
     )
     .unwrap();
+    push_context(&ctx, reference);
+}
+
+/// Builds the image of the Docker context `ctx`, pushes it as `reference` and removes it from
+/// the engine.
+fn push_context(ctx: &Path, reference: &str) {
     let built = Run::new("docker")
         .args(["build", "-q", "-t", reference])
-        .arg(&ctx)
+        .arg(ctx)
         .output();
     let pushed = Run::new("docker").args(["push", "-q", reference]).output();
     let removed = Run::new("docker").args(["rmi", "-f", reference]).output();
@@ -772,19 +797,7 @@ fn push(t: &Images, reference: &str, word: &str) {
 
 #[test]
 fn images_are_pulled_from_a_registry_once_and_as_the_pull_policy_says() {
-    let bb = require!();
-    drop(bb);
-    if let Err(why) = crate::docker::engine() {
-        skip(&why);
-        return;
-    }
-    let registry = match Registry::start() {
-        Ok(r) => r,
-        Err(why) => {
-            skip(&why);
-            return;
-        }
-    };
+    let registry = require_registry!();
     let t = Images::new();
     let repo = format!("{}/{}", registry.addr, crate::docker::unique("pulled"));
     let latest = format!("{repo}:latest");
@@ -906,19 +919,7 @@ fn certificates(dir: &Path) {
 
 #[test]
 fn a_private_registry_over_tls_a_pull_secret_and_a_mirror_for_docker_hub() {
-    let bb = require!();
-    drop(bb);
-    if let Err(why) = crate::docker::engine() {
-        skip(&why);
-        return;
-    }
-    let plain = match Registry::start() {
-        Ok(r) => r,
-        Err(why) => {
-            skip(&why);
-            return;
-        }
-    };
+    let plain = require_registry!();
     let t = Images::new();
     let name = crate::docker::unique("private");
     // Pushed to the plain registry, also under `library/` as Docker Hub keeps official images.
@@ -1011,19 +1012,7 @@ fn a_private_registry_over_tls_a_pull_secret_and_a_mirror_for_docker_hub() {
 
 #[test]
 fn a_pull_killed_in_the_middle_leaves_nothing_half_done_and_the_next_pull_completes() {
-    let bb = require!();
-    drop(bb);
-    if let Err(why) = crate::docker::engine() {
-        skip(&why);
-        return;
-    }
-    let registry = match Registry::start() {
-        Ok(r) => r,
-        Err(why) => {
-            skip(&why);
-            return;
-        }
-    };
+    let registry = require_registry!();
     let t = Images::new();
     // A layer of 64 MiB of random bytes: long enough on the loopback to be caught mid-way.
     let ctx = t.dir.file("ctx-big");
@@ -1038,17 +1027,7 @@ fn a_pull_killed_in_the_middle_leaves_nothing_half_done_and_the_next_pull_comple
     )
     .unwrap();
     let reference = format!("{}/{}:v1", registry.addr, crate::docker::unique("big"));
-    let built = Run::new("docker")
-        .args(["build", "-q", "-t", &reference])
-        .arg(&ctx)
-        .output();
-    let pushed = Run::new("docker").args(["push", "-q", &reference]).output();
-    let removed = Run::new("docker").args(["rmi", "-f", &reference]).output();
-    assert_eq!(
-        (built.code(), pushed.code(), removed.code()),
-        (0, 0, 0),
-        "{built:?} {pushed:?}"
-    );
+    push_context(&ctx, &reference);
     let tmp = t.store().join("tmp");
     let mut pull = t.podvisor(&["image", "pull", &reference]).start();
     // Killed once a blob is on its way into tmp/.
