@@ -64,8 +64,6 @@ pub struct ImageRoot {
     pub etc_layer: Option<String>,
     /// The image's `User` (`uid`, `name`, `uid:gid`, `name:group`), "" for root.
     pub user: String,
-    /// The image's `StopSignal`, if it names one.
-    pub stop_signal: Option<String>,
 }
 
 /// The pod's IP, and the host's (docs/pods.md).

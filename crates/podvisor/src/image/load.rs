@@ -256,9 +256,10 @@ fn from_docker(store: &Store, dir: &Path) -> Result<Vec<ImageRecord>, ImageError
         let mut descriptors = Vec::new();
         for (rel, diff_id) in entry.layers.iter().zip(diff_ids) {
             let p = file(rel)?;
-            let bytes = std::fs::read(&p).map_err(|e| ImageError::io(&p, e))?;
-            let digest = digest_of(&bytes);
-            let n = store.ingest(&digest, &bytes[..])?;
+            // Hashed, then copied in (and verified): a layer is never held in memory whole.
+            let digest = super::store::digest_of_file(&p)?;
+            let file = std::fs::File::open(&p).map_err(|e| ImageError::io(&p, e))?;
+            let n = store.ingest(&digest, file)?;
             descriptors
                 .push(serde_json::json!({"mediaType": OCI_LAYER, "digest": digest, "size": n}));
             layers.push(LayerRecord {

@@ -380,6 +380,14 @@ pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(bytes))
 }
 
+/// `sha256:HEX` of a file, read as a stream.
+pub fn digest_of_file(path: &Path) -> Result<String, ImageError> {
+    let mut file = std::fs::File::open(path).map_err(|e| ImageError::io(path, e))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(|e| ImageError::io(path, e))?;
+    Ok(format!("sha256:{:x}", hasher.finalize()))
+}
+
 /// Seconds since the epoch, now.
 pub fn now_secs() -> u64 {
     std::time::SystemTime::now()

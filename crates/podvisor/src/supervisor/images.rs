@@ -30,6 +30,9 @@ pub(super) struct Images {
     wake_write: OwnedFd,
     seccomp_profiles: std::path::PathBuf,
     pull: PullOptions,
+    /// Seccomp filters compiled for these containers' starts, kept: a restart of a container
+    /// of an image compiles nothing again.
+    compiled: crate::security::Compiled,
 }
 
 impl Images {
@@ -60,6 +63,7 @@ impl Images {
                 secrets: plan.pull_secrets.clone(),
                 progress: false,
             },
+            compiled: crate::security::Compiled::default(),
         }))
     }
 }
@@ -157,8 +161,12 @@ impl Supervisor {
         };
         let non_root = x.security.non_root(user);
         let previous = std::mem::replace(&mut self.plan.exec[i], x);
-        let mut compiled = crate::security::Compiled::default();
         let profiles = images.seccomp_profiles.clone();
+        let mut compiled = self
+            .images
+            .as_mut()
+            .map(|i| std::mem::take(&mut i.compiled))
+            .unwrap_or_default();
         let creds = setup::credentials_of(
             &self.plan,
             i,
@@ -166,6 +174,9 @@ impl Supervisor {
             profiles,
             &mut compiled,
         );
+        if let Some(images) = self.images.as_mut() {
+            images.compiled = compiled;
+        }
         match creds {
             Ok(c) => self.credentials[i] = c,
             Err(e) => {
