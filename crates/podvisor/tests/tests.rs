@@ -32,6 +32,7 @@ mod resume;
 mod rootfs;
 mod run;
 mod security;
+mod subids;
 mod top;
 mod validate;
 mod vm;

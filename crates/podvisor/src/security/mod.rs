@@ -9,6 +9,7 @@
 //! `/etc/group` that list the user's name, then `fsGroup` and `supplementalGroups`.
 
 pub mod seccomp;
+pub mod subids;
 pub mod users;
 
 use std::collections::HashMap;
@@ -28,6 +29,8 @@ pub struct Host {
     pub root: bool,
     /// Without root, containers are made in user namespaces (uid 0 inside is this user).
     pub user_namespaces: bool,
+    /// ... with these ids (the subordinate ids of `/etc/subuid` and `/etc/subgid`).
+    pub user_map: subids::UserMap,
     /// `/proc/sys/kernel/cap_last_cap`.
     pub cap_last: u32,
     /// The kernel's (major, minor).
@@ -38,10 +41,11 @@ pub struct Host {
 
 impl Host {
     /// This host, with `Localhost` profiles under `seccomp_profiles`.
-    pub fn this(user_namespaces: bool, seccomp_profiles: PathBuf) -> Host {
+    pub fn this(user_namespaces: Option<subids::UserMap>, seccomp_profiles: PathBuf) -> Host {
         Host {
             root: sys::getuid() == 0,
-            user_namespaces,
+            user_namespaces: user_namespaces.is_some(),
+            user_map: user_namespaces.unwrap_or(subids::UserMap::One { why: String::new() }),
             cap_last: cap_last(),
             kernel: kernel_version(),
             seccomp_profiles,
@@ -136,27 +140,12 @@ pub fn credentials(
     let cap_last = host.cap_last;
     let capabilities = plan.capabilities.0 & CapSet::all(cap_last).0;
     if !host.root {
-        let my_uid = sys::getuid();
-        // In a user namespace of its own, root inside is this user outside.
-        let (want_uid, want_gid) = (0, 0);
-        if groups.iter().any(|g| *g != gid) {
-            return Err(refuse(
-                "securityContext.supplementalGroups",
-                "root",
-                format!(
-                    "podvisor runs as uid {my_uid} without root: a container's user namespace has one group, and the kernel lets it set no others (groups {groups:?} asked)"
-                ),
-            ));
-        }
-        if uid != want_uid || gid != want_gid {
-            return Err(refuse(
-                "securityContext.runAsUser",
-                "another user",
-                format!(
-                    "podvisor runs as uid {my_uid} without root: containers run as root of their own user namespace (mapping other users through /etc/subuid and newuidmap is not implemented)"
-                ),
-            ));
-        }
+        in_user_map(&host.user_map, uid, gid, &groups).map_err(|(field, why)| Unenforceable {
+            container: name.to_string(),
+            field,
+            needs: "another user",
+            why,
+        })?;
     }
     let seccomp = compiled.filters(name, plan, host, CapSet(capabilities))?;
     Ok(Credentials {
@@ -166,10 +155,49 @@ pub fn credentials(
         capabilities,
         cap_last,
         change_identity: true,
-        set_groups: host.root,
+        set_groups: host.root || matches!(host.user_map, subids::UserMap::Range { .. }),
         no_new_privs: plan.no_new_privs,
         seccomp,
     })
+}
+
+/// Without root, whether the user namespace has `uid`, `gid` and `groups`: `Err` names the
+/// field and says why not.
+fn in_user_map(
+    map: &subids::UserMap,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+) -> Result<(), (&'static str, String)> {
+    let my_uid = sys::getuid();
+    match map {
+        subids::UserMap::One { why } => {
+            let why = format!(
+                "podvisor runs as uid {my_uid} without root: a container's user namespace maps only its uid and gid, as 0 ({why})"
+            );
+            if uid != 0 || gid != 0 {
+                return Err(("securityContext.runAsUser", why));
+            }
+            if groups.iter().any(|g| *g != gid) {
+                return Err(("securityContext.supplementalGroups", why));
+            }
+        }
+        subids::UserMap::Range { uids, gids } => {
+            if uid > *uids {
+                return Err((
+                    "securityContext.runAsUser",
+                    format!("podvisor runs as uid {my_uid} without root: its user namespace maps uids 0 to {uids} (0 is uid {my_uid}, the others its subordinate uids in /etc/subuid), not {uid}"),
+                ));
+            }
+            if let Some(g) = std::iter::once(&gid).chain(groups).find(|g| **g > *gids) {
+                return Err((
+                    "securityContext.runAsGroup",
+                    format!("podvisor runs as uid {my_uid} without root: its user namespace maps gids 0 to {gids} (0 is its group, the others its subordinate gids in /etc/subgid), not {g}"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Without root or user namespaces: the container keeps podvisor's user, groups and (absent)
@@ -276,6 +304,7 @@ mod tests {
         Host {
             root: true,
             user_namespaces: false,
+            user_map: subids::UserMap::One { why: String::new() },
             cap_last: 40,
             kernel: (6, 1),
             seccomp_profiles: PathBuf::from("/nonexistent"),

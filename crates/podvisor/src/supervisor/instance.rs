@@ -76,13 +76,13 @@ impl Instance {
         self.pid_ns = own_namespace(self.pid, "pid");
     }
 
-    /// The UTS, IPC and PID namespaces its probes and hooks enter. Rootless, its PID
-    /// namespace is left out: entering one takes a capability in our own user namespace.
+    /// The UTS, IPC and PID namespaces its probes and hooks enter (rootless, its PID
+    /// namespace through its user namespace, see `process::sys::spawn`).
     pub fn exec_namespaces(&self) -> Namespaces {
         let fd = |f: &Option<File>| f.as_ref().map(AsRawFd::as_raw_fd);
-        let pid = match (fd(&self.pid_ns), &self.user_ns) {
-            (Some(pid), None) => PidSetup::Join(pid),
-            _ => PidSetup::Inherit,
+        let pid = match fd(&self.pid_ns) {
+            Some(pid) => PidSetup::Join(pid),
+            None => PidSetup::Inherit,
         };
         Namespaces {
             join_uts: fd(&self.uts_ns),

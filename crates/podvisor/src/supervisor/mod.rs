@@ -176,7 +176,7 @@ pub fn run(
     let volumes = Volumes::prepare(
         &dir.volumes_dir(),
         &plan.volumes,
-        &plan.ownership,
+        &setup::volume_ownership(&plan)?,
         taken.resumed,
     )?;
     let metrics = match settings.metrics {

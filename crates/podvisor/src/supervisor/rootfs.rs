@@ -15,6 +15,7 @@ use super::{persist, volumes, RunError, Supervisor};
 use crate::cgroup::Unenforceable;
 use crate::mountinfo;
 use crate::process::sys::{self, Rootless};
+use crate::security;
 use crate::state::StateDir;
 
 /// A pod waiting for its volumes.
@@ -43,6 +44,10 @@ pub(super) struct RootLayer {
     pub(super) carry: Vec<(PathBuf, bool)>,
     /// Without root, in user namespaces: how the root is made.
     pub(super) rootless: Option<Rootless>,
+    /// ... which ids the containers' user namespace has, and the run's mapped one that holds
+    /// them (`Rootless::user_namespace` names it), when `/etc/subuid` gives this user some.
+    pub(super) user_map: security::subids::UserMap,
+    pub(super) _user_ns: Option<std::os::fd::OwnedFd>,
     /// For containers of images: the pod's `/etc/hosts`, `/etc/hostname` and
     /// `/etc/resolv.conf`, bound into each.
     pub(super) image_files: Vec<sys::BindMount>,
@@ -69,6 +74,11 @@ pub(super) fn root_layer(
         let upper_dir = state_dir.rootfs_upper_dir();
         std::fs::create_dir_all(&dir)?;
         std::fs::create_dir_all(&upper_dir)?;
+        let (user_map, user_ns) = security::subids::map_this_user(std::path::Path::new("/etc"));
+        let user_namespace = user_ns.as_ref().map(|fd| {
+            use std::os::fd::AsRawFd;
+            PathBuf::from(format!("/proc/{}/fd/{}", sys::getpid(), fd.as_raw_fd()))
+        });
         return Ok(Some(RootLayer {
             dir,
             carry: Vec::new(),
@@ -77,7 +87,10 @@ pub(super) fn root_layer(
                 gid: sys::getgid(),
                 entries: volumes::rootless_entries(&mountinfo::read()),
                 upper_dir,
+                user_namespace,
             }),
+            user_map,
+            _user_ns: user_ns,
             image_files: Vec::new(),
         }));
     }
@@ -122,6 +135,10 @@ pub(super) fn root_layer(
         dir,
         carry: volumes::host_submounts(&mountinfo::read()),
         rootless: None,
+        user_map: security::subids::UserMap::One {
+            why: "as root".into(),
+        },
+        _user_ns: None,
         image_files,
     }))
 }

@@ -65,9 +65,15 @@ pub(super) fn isolate(
     images.sort_unstable();
     images.dedup();
     let image_note = format!("images ({}), private layer per start", images.join(", "));
+    let mapped_note = match root_layer.as_ref().map(|l| &l.user_map) {
+        Some(security::subids::UserMap::Range { uids, gids }) => format!(
+            "private layer per start, rootless (user namespace: uids 0-{uids}, gids 0-{gids} from /etc/subuid, /etc/subgid)"
+        ),
+        _ => "private layer per start, rootless (user namespace)".into(),
+    };
     let root_note = match &root_layer {
         Some(_) if plan.root_from_image => image_note.as_str(),
-        Some(l) if l.rootless.is_some() => "private layer per start, rootless (user namespace)",
+        Some(l) if l.rootless.is_some() => mapped_note.as_str(),
         Some(_) if plan.host_root_writable => "host's, writable (podvisor.io/host-root)",
         Some(_) => "private layer per start",
         None => "host's (not root)",
@@ -174,11 +180,13 @@ pub(super) fn credentials_of(
     compiled: &mut security::Compiled,
 ) -> Result<sys::Credentials, crate::cgroup::Unenforceable> {
     let (x, c) = (&plan.exec[i], &plan.pod.containers[i]);
-    let rootless = root_layer.is_some_and(|l| l.rootless.is_some());
     // Rootless, a container is born in a user namespace only with a root of its own (see
     // `spawn`): on the host's root it keeps this user.
     let own_root = !plan.host_root_writable || x.security.read_only_root;
-    let host = security::Host::this(rootless && own_root, seccomp_profiles);
+    let user_map = root_layer
+        .filter(|l| l.rootless.is_some() && own_root)
+        .map(|l| l.user_map.clone());
+    let host = security::Host::this(user_map, seccomp_profiles);
     // An image names its users in its own /etc (its top-most layer that has one), and runs
     // as its `User` when the securityContext sets none.
     let (root, image) = match &x.image {
@@ -195,4 +203,30 @@ pub(super) fn credentials_of(
         None => (std::path::PathBuf::from("/"), ImageUser::root()),
     };
     security::credentials(&c.name, &x.security, &root, &image, &host, compiled)
+}
+
+/// The volumes' group ownership (`fsGroup`) as this run can give it. Without root, volumes
+/// are made by podvisor's user outside the containers' user namespace: `fsGroup: 0` there is
+/// its own group, and another group cannot be given to them (refused, by field).
+pub(super) fn volume_ownership(
+    plan: &RunPlan,
+) -> Result<podvisor_core::security::VolumeOwnership, Unenforceable> {
+    let mut ownership = plan.ownership.clone();
+    match ownership.fs_group {
+        _ if sys::getuid() == 0 => {}
+        None => {}
+        Some(0) => ownership.fs_group = Some(sys::getgid()),
+        Some(g) => {
+            return Err(Unenforceable {
+                container: plan.pod.containers[0].name.clone(),
+                field: "securityContext.fsGroup",
+                needs: "root",
+                why: format!(
+                    "podvisor runs as uid {} without root: its volumes are made outside the containers' user namespace, where it can give them only its own group (fsGroup 0 inside), not {g}",
+                    sys::getuid()
+                ),
+            })
+        }
+    }
+    Ok(ownership)
 }

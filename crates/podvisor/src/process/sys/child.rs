@@ -47,6 +47,9 @@ pub(super) struct RootSpec {
     pub(super) uid_map: *const libc::c_char,
     pub(super) gid_map: *const libc::c_char,
     pub(super) upper_dir: *const libc::c_char,
+    /// Rootless in a user namespace already mapped (entered before the clone, see
+    /// `via_user_namespace`): the maps are not written.
+    pub(super) mapped: bool,
     pub(super) steps: *const RootlessStep,
     pub(super) step_count: usize,
 }
@@ -183,6 +186,61 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
+/// What `via_user_namespace` needs: the child's plan, the user namespace to enter, the
+/// namespaces to make there, and how to clone the child.
+pub(super) struct Via {
+    pub(super) plan: *mut ChildPlan,
+    pub(super) user_ns: RawFd,
+    /// A PID namespace owned by it to enter (-1: none), the container's for its exec.
+    pub(super) join_pid: RawFd,
+    /// `CLONE_NEW*` flags for unshare(2) once in the user namespace (which then owns them).
+    pub(super) unshare: libc::c_int,
+    /// The child's clone flags (`CLONE_PARENT` among them) and stack.
+    pub(super) flags: libc::c_int,
+    pub(super) stack_top: *mut libc::c_void,
+    /// Set here: the child's pid (-1: not made; `plan.errno` and `failed_step` say why).
+    pub(super) pid: libc::pid_t,
+}
+
+/// A go-between for a rootless container in the run's mapped user namespace, and for a
+/// rootless exec in a container's PID namespace: a process of the run cannot enter another
+/// user namespace (it has threads), nor make or enter a PID namespace there for its child (it
+/// has no capability in its own). So this short-lived clone enters the user namespace, makes
+/// the container's PID, UTS and IPC namespaces in it (or enters its PID namespace), and
+/// clones the child as a sibling (`CLONE_PARENT`: the run's child, reaped by the run), which
+/// runs `child_main` as any other. It shares the run's memory (`CLONE_VM`) and ends as soon
+/// as the child has exec'd.
+pub(super) extern "C" fn via_user_namespace(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Via` the suspended parent handed to clone; `plan` is its live
+    // `ChildPlan`.
+    let via = unsafe { &mut *(arg as *mut Via) };
+    // SAFETY: setns(2), unshare(2) and clone(2) on our own process, with the parent's
+    // descriptor, stack and plan; with CLONE_VFORK we are suspended until the child execs.
+    let failed = unsafe {
+        if libc::setns(via.user_ns, libc::CLONE_NEWUSER) == -1 {
+            Some(c"enter its user namespace")
+        } else if via.join_pid >= 0 && libc::setns(via.join_pid, libc::CLONE_NEWPID) == -1 {
+            Some(c"enter its PID namespace")
+        } else if via.unshare != 0 && libc::unshare(via.unshare) == -1 {
+            Some(c"make its namespaces in its user namespace")
+        } else {
+            via.pid = libc::clone(child_main, via.stack_top, via.flags, via.plan.cast());
+            (via.pid == -1).then_some(c"clone")
+        }
+    };
+    if let Some(step) = failed {
+        // SAFETY: this thread's errno, and the plan the parent reads once we are gone.
+        unsafe {
+            let plan = &mut *via.plan;
+            plan.errno = *libc::__errno_location();
+            plan.failed_step = step.as_ptr();
+            plan.failed_path = std::ptr::null();
+        }
+    }
+    // SAFETY: _exit ends this go-between at once.
+    unsafe { libc::_exit(0) }
+}
+
 /// `Err` for a step whose syscall returned -1 (errno set).
 fn check_step(ret: libc::c_int, step: &'static std::ffi::CStr) -> Result<(), Failed> {
     match ret {
@@ -259,7 +317,7 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
             check_step(ret, c"join its user namespace")?;
         }
         let rootless = !plan.root.is_null() && !(*plan.root).uid_map.is_null();
-        if rootless {
+        if rootless && !(*plan.root).mapped {
             check_step(map_ids(&*plan.root), c"map its uid and gid")?;
         }
         uts_and_ipc(plan)?;

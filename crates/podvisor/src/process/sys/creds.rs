@@ -152,13 +152,18 @@ pub(super) unsafe fn become_user(c: &CredsSpec) -> Result<(), Failed> {
         }
         if c.uid != 0 {
             for fd in [1, 2] {
-                // Pipes of podvisor's: the user's now. /dev/null and terminals are left.
+                // Pipes of podvisor's: the user's now. /dev/null and terminals are left, and,
+                // as runc does, a pipe whose owner or new owner its user namespace does not
+                // map (EPERM, EINVAL: a rootless exec's pipe made by another user).
                 let mut st: libc::stat = std::mem::zeroed();
-                if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
-                    check(
-                        libc::fchown(fd, c.uid, c.gid).into(),
-                        c"hand its stdio to its user",
-                    )?;
+                if libc::fstat(fd, &mut st) == 0
+                    && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+                    && libc::fchown(fd, c.uid, c.gid) == -1
+                {
+                    let errno = *libc::__errno_location();
+                    if errno != libc::EPERM && errno != libc::EINVAL && errno != libc::EROFS {
+                        return Err((c"hand its stdio to its user", std::ptr::null()));
+                    }
                 }
             }
         }

@@ -50,7 +50,7 @@ fn detached_child(exec: &Exec, keep: &[RawFd]) -> i32 {
 /// the fork held forever: until it execs or exits it must make system calls only (no
 /// allocation, no `std` I/O or locking, no drop of anything that frees), and it must leave
 /// with `exit_now`, never by returning into the caller's code.
-unsafe fn fork() -> io::Result<i32> {
+pub(super) unsafe fn fork() -> io::Result<i32> {
     // SAFETY: fork has no memory effects on the caller; the caller keeps the child to system
     // calls (this function's contract).
     check(unsafe { libc::fork() })
@@ -116,7 +116,7 @@ impl Exec {
 
 /// Ends this process at once with `code`, running nothing of the parent's (a forked child
 /// that could not exec).
-fn exit_now(code: i32) -> ! {
+pub(super) fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no memory of ours.
     unsafe { libc::_exit(code) }
 }

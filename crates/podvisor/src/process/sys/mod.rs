@@ -32,7 +32,10 @@ pub use fd::*;
 #[cfg(feature = "full")]
 pub use files::{lchown, make_node, set_mtime, set_xattr};
 pub use fork::*;
-pub use namespaces::{make_pod_namespaces, open_namespace, open_namespace_path, PodNamespaceFds};
+pub use namespaces::{
+    make_pod_namespaces, mapped_user_namespace, open_namespace, open_namespace_path, IdMapLine,
+    PodNamespaceFds,
+};
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;

@@ -109,3 +109,87 @@ impl Drop for ChildrenIn {
         }
     }
 }
+
+/// One line of a user namespace's `uid_map` or `gid_map`: ids `inside..inside+count` are
+/// `outside..outside+count` outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMapLine {
+    pub inside: u32,
+    pub outside: u32,
+    pub count: u32,
+}
+
+/// A user namespace whose maps are written by the setuid helpers `newuidmap` and `newgidmap`
+/// (shadow-utils), which check them against `/etc/subuid` and `/etc/subgid`, as rootless
+/// podman and buildah make theirs: a child is made in a new user namespace and waits while
+/// the helpers write its maps; the namespace is then held by the descriptor returned and
+/// the child ends. `Err` says which helper failed, with what it printed.
+pub fn mapped_user_namespace(uids: &[IdMapLine], gids: &[IdMapLine]) -> io::Result<OwnedFd> {
+    let (ready_r, ready_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let fds = [ready_r.as_raw_fd(), go_w.as_raw_fd()];
+    // SAFETY: the child keeps to system calls (close, unshare, prctl, write, read, _exit).
+    let pid = unsafe { super::fork::fork() }?;
+    if pid == 0 {
+        // SAFETY: system calls on descriptors this process holds, then _exit.
+        let code = unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::unshare(libc::CLONE_NEWUSER) == -1 {
+                1
+            } else {
+                let mut byte = 0u8;
+                libc::write(ready_w.as_raw_fd(), (&raw const byte).cast(), 1);
+                // Until the parent closes its end: EOF.
+                libc::read(go_r.as_raw_fd(), (&raw mut byte).cast(), 1);
+                0
+            }
+        };
+        super::fork::exit_now(code);
+    }
+    drop((ready_w, go_r));
+    let made = (|| {
+        let mut byte = [0u8; 1];
+        let mut ready = std::fs::File::from(ready_r);
+        if std::io::Read::read(&mut ready, &mut byte)? != 1 {
+            return Err(io::Error::other(
+                "the child could not make a user namespace",
+            ));
+        }
+        for (helper, lines) in [("newuidmap", uids), ("newgidmap", gids)] {
+            let mut cmd = std::process::Command::new(helper);
+            cmd.arg(pid.to_string());
+            for l in lines {
+                cmd.args([l.inside, l.outside, l.count].map(|n| n.to_string()));
+            }
+            let out = cmd
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| io::Error::new(e.kind(), format!("{helper}: {e}")))?;
+            if !out.status.success() {
+                let said = String::from_utf8_lossy(&out.stderr);
+                return Err(io::Error::other(format!(
+                    "{helper} {}: {}",
+                    out.status,
+                    said.trim()
+                )));
+            }
+        }
+        open_namespace(pid, "user")
+    })();
+    drop(go_w);
+    let mut status = 0;
+    // SAFETY: waiting for our own child, which nobody else waits for.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    made
+}
+
+/// A pipe (close-on-exec both ends): (read, write).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) fills the two-element array.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both descriptors were just made and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}

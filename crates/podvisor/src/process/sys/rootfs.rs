@@ -48,6 +48,11 @@ pub struct Rootless {
     pub entries: Vec<TopEntry>,
     /// An empty directory of the host for the overlays' upper layers (a second tmpfs).
     pub upper_dir: std::path::PathBuf,
+    /// The run's user namespace, its maps written by `newuidmap` / `newgidmap` from
+    /// `/etc/subuid` and `/etc/subgid` (`/proc/PID/fd/N` of a descriptor that holds it): the
+    /// container enters it instead of getting one of its own that maps only `uid` and `gid`.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub user_namespace: Option<std::path::PathBuf>,
 }
 
 /// One entry of the host's `/` in a rootless root.
@@ -91,6 +96,9 @@ pub(super) struct MountStrings {
     /// Rootless: uid map, gid map, upper dir; and per step (kind, source, target, upper,
     /// work, flag).
     pub(super) rootless: Option<[CString; 3]>,
+    /// Rootless, in the run's mapped user namespace (`Rootless::user_namespace`): no maps
+    /// are written.
+    pub(super) mapped: bool,
     pub(super) steps: Vec<(u8, CString, CString, CString, CString, bool)>,
     /// Where a /proc of its own PID namespace goes, inside the private root.
     pub(super) proc: Option<CString>,
@@ -256,6 +264,7 @@ impl MountStrings {
                 c_string(format!("0 {} 1", r.gid).as_bytes())?,
                 c(&r.upper_dir)?,
             ]);
+            out.mapped = r.user_namespace.is_some();
             out.steps = rootless_steps(r, &inside, root.read_only)?;
         }
         // Rootless, the host's mounts come in with the top-level entries.

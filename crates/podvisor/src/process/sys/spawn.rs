@@ -7,7 +7,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
-use super::child::{child_main, ChildPlan, DevSpec, Mode, MountSpec, RootSpec, RootlessStep};
+use super::child::{
+    child_main, via_user_namespace, ChildPlan, DevSpec, Mode, MountSpec, RootSpec, RootlessStep,
+    Via,
+};
 use super::creds::{Credentials, PreparedCreds};
 use super::rootfs::{BindMount, MountStrings, PrivateRoot};
 use super::{c_string, SigAction, SigSet};
@@ -195,6 +198,8 @@ struct Prepared {
     creds: Option<PreparedCreds>,
     namespaces: Namespaces,
     hostname: Option<CString>,
+    /// Rootless: the run's mapped user namespace, entered on the way (`via_user_namespace`).
+    user_ns: Option<std::fs::File>,
 }
 
 impl Prepared {
@@ -247,6 +252,18 @@ impl Prepared {
                 .as_ref()
                 .map(|h| c_string(h.as_bytes()))
                 .transpose()?,
+            user_ns: match io.root.as_ref().and_then(|r| r.rootless.as_ref()) {
+                Some(super::rootfs::Rootless {
+                    user_namespace: Some(path),
+                    ..
+                }) => Some(std::fs::File::open(path).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("open the run's user namespace ({}): {e}", path.display()),
+                    )
+                })?),
+                _ => None,
+            },
         };
         Ok((Mode::Container, prepared))
     }
@@ -360,6 +377,7 @@ impl MountPtrs {
             uid_map: rootless.map_or(std::ptr::null(), |x| x[0].as_ptr()),
             gid_map: rootless.map_or(std::ptr::null(), |x| x[1].as_ptr()),
             upper_dir: rootless.map_or(std::ptr::null(), |x| x[2].as_ptr()),
+            mapped: strings.mapped,
             steps: self.steps.as_ptr(),
             step_count: self.steps.len(),
         })
@@ -423,16 +441,21 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
     Ok(())
 }
 
+/// A stack for a clone: left uninitialised (nothing reads it before the child writes it) and
+/// under malloc's mmap threshold, so that only the pages the child touches are ever faulted
+/// in. Returns it with its 16-byte aligned top.
+fn clone_stack(size: usize) -> (Vec<u8>, *mut libc::c_void) {
+    let mut stack: Vec<u8> = Vec::with_capacity(size);
+    // SAFETY: the stack grows down from its top, inside the allocation.
+    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
+    (stack, (top as usize & !15) as *mut libc::c_void)
+}
+
 /// Clones the child that runs `plan` (vfork semantics: back here once it has exec'd or
 /// exited); `new` are the namespaces it gets of its own (`CLONE_NEW*`).
 fn clone_child(plan: &mut ChildPlan, new: libc::c_int) -> io::Result<i32> {
-    // The child's stack: execvp's PATH search and script fallback use a few KiB of it. Left
-    // uninitialised (nothing reads it before the child writes it) and under malloc's mmap
-    // threshold, so that only the pages the child touches are ever faulted in.
-    let mut stack: Vec<u8> = Vec::with_capacity(64 * 1024);
-    // SAFETY: the stack grows down from its 16-byte aligned top, inside the allocation.
-    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
-    let top = (top as usize & !15) as *mut libc::c_void;
+    // The child's stack: execvp's PATH search and script fallback use a few KiB of it.
+    let (stack, top) = clone_stack(64 * 1024);
     // A rootless container is born in a user namespace of its own: a child that shares our
     // memory cannot unshare one (unshare(2) refuses CLONE_NEWUSER then). A PID namespace of
     // its own has to be there at birth too: unshare(2) would only move its children.
@@ -462,6 +485,116 @@ fn clone_child(plan: &mut ChildPlan, new: libc::c_int) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(pid)
+}
+
+/// As `clone_child`, for a child to be born in user namespace `user_ns` that is not ours:
+/// through the go-between `via_user_namespace`, which enters it, makes the namespaces `new`
+/// there or enters PID namespace `join_pid` (-1: none), and clones the child as ours. The
+/// go-between is reaped here.
+fn clone_via(
+    plan: &mut ChildPlan,
+    new: libc::c_int,
+    user_ns: RawFd,
+    join_pid: RawFd,
+) -> io::Result<i32> {
+    let (stack, top) = clone_stack(64 * 1024);
+    let (via_stack, via_top) = clone_stack(16 * 1024);
+    let files = match plan.unshare_above > 0 {
+        true => libc::CLONE_FILES,
+        false => 0,
+    };
+    let mut via = Via {
+        plan: plan as *mut ChildPlan,
+        user_ns,
+        join_pid,
+        unshare: new,
+        flags: libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT | libc::SIGCHLD | files,
+        stack_top: top,
+        pid: -1,
+    };
+    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | files;
+    // SAFETY: as in `clone_child`: with CLONE_VFORK this thread is suspended until the
+    // go-between exits, which it does once the child it clones (with CLONE_VFORK too) has
+    // exec'd or exited; both run on stacks of their own that outlive the call, read `via`
+    // and `plan` only through the pointers given, make plain syscalls and never return into
+    // our frames.
+    let between = unsafe {
+        libc::clone(
+            via_user_namespace,
+            via_top,
+            flags,
+            &mut via as *mut Via as *mut libc::c_void,
+        )
+    };
+    if between == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own go-between, which has exited; nobody else knows its pid.
+    unsafe { libc::waitpid(between, &mut status, 0) };
+    drop((stack, via_stack));
+    if via.pid == -1 {
+        let os = io::Error::from_raw_os_error(plan.errno);
+        let step = match plan.failed_step.is_null() {
+            true => "start its go-between".into(),
+            // SAFETY: a static C string the go-between pointed at.
+            false => unsafe { std::ffi::CStr::from_ptr(plan.failed_step) }.to_string_lossy(),
+        };
+        return Err(io::Error::new(os.kind(), format!("{step}: {os}")));
+    }
+    Ok(via.pid)
+}
+
+/// Clones the child of `plan` with the namespaces `prep` asks for: those it gets of its
+/// own at birth, or through a go-between in a user namespace not ours, or born in a PID
+/// namespace that exists.
+fn clone_in_namespaces(plan: &mut ChildPlan, prep: &Prepared) -> io::Result<i32> {
+    let ns = &prep.namespaces;
+    let mut new = 0;
+    for (wanted, flag) in [
+        (
+            prep.mount_strings.rootless.is_some() && prep.user_ns.is_none(),
+            libc::CLONE_NEWUSER,
+        ),
+        (ns.new_uts.is_some(), libc::CLONE_NEWUTS),
+        (ns.new_ipc, libc::CLONE_NEWIPC),
+        (ns.pid == PidSetup::New, libc::CLONE_NEWPID),
+    ] {
+        if wanted {
+            new |= flag;
+        }
+    }
+    // Born in a user namespace not ours: through a go-between that enters it, and there
+    // makes its namespaces or enters its PID namespace.
+    let via = match (&prep.user_ns, ns.pid) {
+        (Some(mapped), _) => Some((mapped.as_raw_fd(), -1)),
+        (None, PidSetup::Join(pid_ns)) if plan.join_user >= 0 => {
+            let user_ns = std::mem::replace(&mut plan.join_user, -1);
+            Some((user_ns, pid_ns))
+        }
+        _ => None,
+    };
+    // Born in a PID namespace that exists: this thread's children are, for the clone.
+    let children_in = match ns.pid {
+        PidSetup::Join(fd) if via.is_none() => {
+            match super::namespaces::ChildrenIn::pid_namespace(fd) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("join its PID namespace: {e}"),
+                    ));
+                }
+            }
+        }
+        _ => None,
+    };
+    let pid = match via {
+        Some((user_ns, join_pid)) => clone_via(plan, new, user_ns, join_pid),
+        None => clone_child(plan, new),
+    };
+    drop(children_in);
+    pid
 }
 
 /// The child `pid` failed before its exec and has exited (127): reaps it and says why, for a
@@ -571,34 +704,7 @@ pub fn spawn_with_terminal(
     if let Some(low) = &low {
         place_on_low_fds(&mut plan, low, &mut used)?;
     }
-    let ns = &prep.namespaces;
-    let mut new = 0;
-    for (wanted, flag) in [
-        (prep.mount_strings.rootless.is_some(), libc::CLONE_NEWUSER),
-        (ns.new_uts.is_some(), libc::CLONE_NEWUTS),
-        (ns.new_ipc, libc::CLONE_NEWIPC),
-        (ns.pid == PidSetup::New, libc::CLONE_NEWPID),
-    ] {
-        if wanted {
-            new |= flag;
-        }
-    }
-    // Born in a PID namespace that exists: this thread's children are, for the clone.
-    let children_in = match ns.pid {
-        PidSetup::Join(fd) => match super::namespaces::ChildrenIn::pid_namespace(fd) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                reset_low_fds(&used);
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("join its PID namespace: {e}"),
-                ));
-            }
-        },
-        _ => None,
-    };
-    let pid = clone_child(&mut plan, new);
-    drop(children_in);
+    let pid = clone_in_namespaces(&mut plan, &prep);
     // The child has exec'd or exited: the kept descriptors let go of its pipes again.
     reset_low_fds(&used);
     drop(low_guard);
