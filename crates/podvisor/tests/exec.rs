@@ -153,3 +153,75 @@ fn exec_runs_as_the_container_and_answers_as_kubectl() {
     wait_until("the exec'd sleep to go", || !running());
     stop(&mut p);
 }
+
+#[test]
+fn exec_with_a_terminal_gives_the_command_one_of_its_own_in_the_container() {
+    if !is_root() {
+        skip("setting users and private roots need root");
+        return;
+    }
+    if !have("tmux", "podvisor exec -it runs in a real terminal (tmux)") {
+        return;
+    }
+    let r = PodRun::new(&pod());
+    let mut p = r.cmd(&[]).start();
+    r.wait_event("app", "Started", 1);
+    // What exec leaves behind in the outer terminal: its exit code and whether the terminal
+    // is back in canonical mode.
+    let cmd = format!(
+        "{} exec -it -c app --state-dir {} -- sh; echo exit=$?; stty -a | grep -o -- '-*icanon'; sleep 600",
+        podvisor().display(),
+        r.dir.file("state").display()
+    );
+    let t = crate::top::Tmux::command(100, 30, &cmd);
+    t.wait("the container's shell", |s| s.starts_with('$'));
+    t.type_text("tty; stty size; echo $TERM; echo $((6*7)); id -u");
+    t.keys(&["Enter"]);
+    let screen = t.wait("the answers", |s| s.contains("\n1000\n"));
+    // A terminal of the container's own /dev, of this terminal's size, as CRI's exec gives.
+    for want in ["\n/dev/pts/0\n", "\n30 100\n", "\nxterm\n", "\n42\n"] {
+        assert!(screen.contains(want), "{want:?} in\n{screen}");
+    }
+    // Its size follows this one's; Ctrl-C reaches its foreground job, not exec.
+    t.tmux(&["resize-window", "-t", "top", "-x", "80", "-y", "20"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.type_text("stty size; sleep 600");
+    t.keys(&["Enter"]);
+    t.wait("the new size", |s| s.contains("\n20 80\n"));
+    t.keys(&["C-c"]);
+    t.type_text("echo after; exit 3");
+    t.keys(&["Enter"]);
+    let screen = t.wait("exec's end", |s| s.contains("icanon"));
+    assert!(screen.contains("\nafter"), "{screen}");
+    assert!(
+        screen.contains("command terminated with exit code 3") && screen.contains("exit=3"),
+        "{screen}"
+    );
+    assert!(!screen.contains("-icanon"), "{screen}");
+    drop(t);
+    stop(&mut p);
+}
+
+#[test]
+fn exec_it_without_a_terminal_says_so_and_runs_without_one() {
+    if !is_root() {
+        skip("setting users and private roots need root");
+        return;
+    }
+    let r = PodRun::new(&pod());
+    let mut p = r.cmd(&[]).start();
+    r.wait_event("app", "Started", 1);
+    let out = Run::new(podvisor())
+        .args(["exec", "-it", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .args(["--", "sh", "-c", "test -t 0 || echo no terminal"])
+        .output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("Unable to use a TTY - input is not a terminal or the right kind of file"),
+        "{out:?}"
+    );
+    assert!(out.stdout.starts_with("no terminal"), "{out:?}");
+    stop(&mut p);
+}

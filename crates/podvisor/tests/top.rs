@@ -9,25 +9,31 @@ use crate::probes::stop;
 
 const FAST: [&str; 4] = ["--backoff-initial", "10ms", "--backoff-max", "40ms"];
 
-/// A tmux server of its own running one `podvisor top`; killed when dropped.
-struct Tmux {
+/// A tmux server of its own running one command (`podvisor top`, `podvisor exec -it`);
+/// killed when dropped.
+pub struct Tmux {
     socket: String,
 }
 
 impl Tmux {
     /// `podvisor top` on `pods` (by their state dirs) in a `width` × `height` terminal.
     fn start(width: u16, height: u16, pods: &[&PodRun]) -> Tmux {
+        let mut cmd = vec![podvisor().display().to_string(), "top".into()];
+        for r in pods {
+            cmd.push("--state-dir".into());
+            cmd.push(r.dir.file("state").display().to_string());
+        }
+        Tmux::command(width, height, &cmd.join(" "))
+    }
+
+    /// The shell command `cmd` in a `width` × `height` terminal.
+    pub fn command(width: u16, height: u16, cmd: &str) -> Tmux {
         static N: AtomicU32 = AtomicU32::new(0);
         let socket = format!(
             "podvisor-top-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         );
-        let mut cmd = vec![podvisor().display().to_string(), "top".into()];
-        for r in pods {
-            cmd.push("--state-dir".into());
-            cmd.push(r.dir.file("state").display().to_string());
-        }
         let t = Tmux { socket };
         let ok = Command::new("tmux")
             .args([
@@ -42,7 +48,7 @@ impl Tmux {
             ])
             .args(["-x", &width.to_string(), "-y", &height.to_string()])
             .args(["-e", "NO_COLOR=1", "-e", "TERM=xterm-256color"])
-            .arg(cmd.join(" "))
+            .arg(cmd)
             .status()
             .unwrap()
             .success();
@@ -50,7 +56,7 @@ impl Tmux {
         t
     }
 
-    fn tmux(&self, args: &[&str]) -> std::process::Output {
+    pub fn tmux(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
             .args(["-L", &self.socket])
             .args(args)
@@ -58,25 +64,25 @@ impl Tmux {
             .unwrap()
     }
 
-    fn screen(&self) -> String {
+    pub fn screen(&self) -> String {
         String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "top"]).stdout).into()
     }
 
     /// Sends keys (tmux key names or text), one at a time: an Escape followed at once by
     /// another key would read as an escape sequence.
-    fn keys(&self, keys: &[&str]) {
+    pub fn keys(&self, keys: &[&str]) {
         for k in keys {
             self.tmux(&["send-keys", "-t", "top", k]);
             std::thread::sleep(std::time::Duration::from_millis(60));
         }
     }
 
-    fn type_text(&self, text: &str) {
+    pub fn type_text(&self, text: &str) {
         self.tmux(&["send-keys", "-t", "top", "-l", text]);
     }
 
     /// Waits until the screen satisfies `pred`; the screen.
-    fn wait(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    pub fn wait(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
         let mut last = String::new();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while std::time::Instant::now() < deadline {
@@ -89,7 +95,7 @@ impl Tmux {
         panic!("timed out waiting for {what}; the screen:\n{last}");
     }
 
-    fn running(&self) -> bool {
+    pub fn running(&self) -> bool {
         self.tmux(&["has-session", "-t", "top"]).status.success()
     }
 }

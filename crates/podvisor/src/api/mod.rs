@@ -48,10 +48,12 @@ pub enum Request {
     Stop,
     RestartPod,
     RestartContainer(String),
-    /// A command to run in a container; its stdio came with the request (`Server::take_fds`).
+    /// A command to run in a container; its stdio came with the request (`Server::take_fds`),
+    /// or with `terminal` (rows, columns) a socket to send the master of its terminal to.
     Exec {
         container: String,
         command: Vec<String>,
+        terminal: Option<(u16, u16)>,
     },
     Metrics,
 }
@@ -527,7 +529,18 @@ pub fn parse_request(head: &str) -> Result<Request, (u16, String)> {
         }),
         ("POST", "/exec") => match (param("container"), all("command")) {
             (Some(container), command) if !container.is_empty() && !command.is_empty() => {
-                Ok(Request::Exec { container, command })
+                let size = |name: &str| param(name).and_then(|v| v.parse::<u16>().ok());
+                let terminal = match param("tty").as_deref() {
+                    Some("true" | "1") => {
+                        Some((size("rows").unwrap_or(0), size("cols").unwrap_or(0)))
+                    }
+                    _ => None,
+                };
+                Ok(Request::Exec {
+                    container,
+                    command,
+                    terminal,
+                })
             }
             _ => Err((400, "exec needs container=NAME and command=ARG...\n".into())),
         },
@@ -601,6 +614,15 @@ mod tests {
             Ok(Request::Exec {
                 container: "app".into(),
                 command: vec!["sh".into(), "-c".into(), "echo hi".into()],
+                terminal: None,
+            })
+        );
+        assert_eq!(
+            parse_request("POST /exec?container=app&command=sh&tty=true&rows=30&cols=100 HTTP/1.1"),
+            Ok(Request::Exec {
+                container: "app".into(),
+                command: vec!["sh".into()],
+                terminal: Some((30, 100)),
             })
         );
         assert_eq!(

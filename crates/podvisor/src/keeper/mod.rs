@@ -255,6 +255,7 @@ impl Keeper {
         let uts = open_ns(&r.namespaces.join_uts)?;
         let ipc = open_ns(&r.namespaces.join_ipc)?;
         let io = ContainerIo {
+            terminal: None,
             stdin: None,
             stdout: out_write.as_raw_fd(),
             stderr: err_write.as_raw_fd(),

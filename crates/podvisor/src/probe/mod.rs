@@ -71,6 +71,7 @@ impl ExecContext<'_> {
     /// /dev/null), stdout and stderr.
     pub fn container_io(&self, stdin: Option<RawFd>, stdout: RawFd, stderr: RawFd) -> ContainerIo {
         ContainerIo {
+            terminal: None,
             stdin,
             stdout,
             stderr,

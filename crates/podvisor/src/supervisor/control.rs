@@ -46,7 +46,11 @@ impl Supervisor {
                     self.feed(Input::Stop)?;
                 }
             }
-            Request::Exec { container, command } => self.exec(slot, &container, &command),
+            Request::Exec {
+                container,
+                command,
+                terminal,
+            } => self.exec(slot, &container, &command, terminal),
             Request::Metrics => {
                 let text = self.metrics_text();
                 self.api.reply_metrics(slot, &text, &self.epoll);

@@ -14,8 +14,15 @@ use crate::probe::go_error_text;
 use crate::process::sys::{self, ChildSetup, Exit};
 
 impl Supervisor {
-    /// Starts `command` in `container` for the client in `slot`.
-    pub(super) fn exec(&mut self, slot: usize, container: &str, command: &[String]) {
+    /// Starts `command` in `container` for the client in `slot`, with a terminal of
+    /// `terminal`'s size (rows, columns) when it asks for one.
+    pub(super) fn exec(
+        &mut self,
+        slot: usize,
+        container: &str,
+        command: &[String],
+        terminal: Option<(u16, u16)>,
+    ) {
         let fds = self.api.take_fds(slot);
         let found = (self.pod.containers().iter()).position(|c| c.name == container);
         let Some(i) = found else {
@@ -33,20 +40,32 @@ impl Supervisor {
             );
             return self.api.reply(slot, 409, &msg, &self.epoll);
         }
-        let (stdin, stdout, stderr): (Option<&OwnedFd>, &OwnedFd, &OwnedFd) = match &fds[..] {
-            [out, err] => (None, out, err),
-            [inp, out, err] => (Some(inp), out, err),
+        let (stdin, stdout, stderr): (Option<&OwnedFd>, &OwnedFd, &OwnedFd) = match (
+            &fds[..],
+            terminal,
+        ) {
+            // With a terminal: the socket its master goes to, in stdin's place.
+            ([console], Some(_)) => (Some(console), console, console),
+            ([out, err], None) => (None, out, err),
+            ([inp, out, err], None) => (Some(inp), out, err),
             _ => {
-                let msg = "exec takes the command's stdout and stderr (and stdin) as descriptors passed with the request (SCM_RIGHTS)\n";
+                let msg = "exec takes the command's stdout and stderr (and stdin), or with tty=true a socket for its terminal's master, as descriptors passed with the request (SCM_RIGHTS)\n";
                 return self.api.reply(slot, 400, msg, &self.epoll);
             }
         };
         let ctx = self.exec_context(id);
-        let io = ctx.container_io(
+        let mut io = ctx.container_io(
             stdin.map(AsRawFd::as_raw_fd),
             stdout.as_raw_fd(),
             stderr.as_raw_fd(),
         );
+        if terminal.is_some() {
+            // As CRI exec with a terminal: TERM=xterm.
+            io.env
+                .retain(|e| !e.as_encoded_bytes().starts_with(b"TERM="));
+            io.env.push("TERM=xterm".into());
+            io.terminal = terminal;
+        }
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();
         match sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited) {
             Ok(pid) => {

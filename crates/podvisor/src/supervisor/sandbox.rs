@@ -142,6 +142,7 @@ impl Sandbox {
     fn start_pause(&self, inherited: &Inherited) -> io::Result<Pause> {
         let null = std::fs::File::options().write(true).open("/dev/null")?;
         let io = ContainerIo {
+            terminal: None,
             stdin: None,
             stdout: null.as_raw_fd(),
             stderr: null.as_raw_fd(),

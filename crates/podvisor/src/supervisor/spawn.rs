@@ -135,6 +135,7 @@ impl Supervisor {
             self.pids.insert(pid, PidOwner::Pause);
         }
         let io = ContainerIo {
+            terminal: None,
             stdin: None,
             stdout,
             stderr,

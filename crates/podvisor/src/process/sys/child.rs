@@ -129,6 +129,10 @@ pub(super) struct ChildPlan {
     pub(super) stdin: RawFd,
     pub(super) stdout: RawFd,
     pub(super) stderr: RawFd,
+    /// A terminal of its own (`ContainerIo::terminal`): `stdin` is the socket its master is
+    /// sent to; (rows, columns), 0 for the kernel's.
+    pub(super) terminal: bool,
+    pub(super) terminal_size: (u16, u16),
     /// When > 0, the child shares our descriptor table and first unshares it, keeping only
     /// the descriptors below this one.
     pub(super) unshare_above: RawFd,
@@ -322,8 +326,16 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
         }
         uts_and_ipc(plan)?;
         mounts(plan)?;
-        for (from, to) in [(plan.stdin, 0), (plan.stdout, 1), (plan.stderr, 2)] {
+        let stdio = match plan.terminal {
+            true => [open_terminal(plan)?; 3],
+            false => [plan.stdin, plan.stdout, plan.stderr],
+        };
+        for (from, to) in stdio.into_iter().zip(0..) {
             check_step(libc::dup2(from, to), c"dup2")?;
+        }
+        if plan.terminal {
+            // Its session (setsid above) gets the terminal as its controlling terminal.
+            check_step(libc::ioctl(0, libc::TIOCSCTTY, 0), c"take its terminal")?;
         }
         if !plan.cwd.is_null()
             && libc::chdir(plan.cwd) == -1
@@ -337,6 +349,78 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
         }
     }
     Ok(())
+}
+
+/// A terminal opened in the container's `/dev` (its mount namespace is entered), as runc
+/// makes one for a process with `terminal: true`: its master, of the plan's size, is sent to
+/// the console socket (`plan.stdin`) and closed here; its slave (close-on-exec) is returned,
+/// to become stdin, stdout and stderr.
+///
+/// # Safety
+/// In the child, on the parent's `plan`.
+unsafe fn open_terminal(plan: &ChildPlan) -> Result<RawFd, Failed> {
+    // SAFETY: open(2), ioctl(2), sendmsg(2), close(2) with values and structs on our stack.
+    unsafe {
+        let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+        let master = libc::open(c"/dev/ptmx".as_ptr(), flags);
+        if master == -1 {
+            return Err((c"open a terminal at", c"/dev/ptmx".as_ptr()));
+        }
+        let unlock: libc::c_int = 0;
+        let ret = libc::ioctl(master, libc::TIOCSPTLCK, &unlock);
+        check_step(ret, c"unlock its terminal")?;
+        let (rows, cols) = plan.terminal_size;
+        if rows > 0 && cols > 0 {
+            let size = libc::winsize {
+                ws_row: rows,
+                ws_col: cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            check_step(
+                libc::ioctl(master, libc::TIOCSWINSZ, &size),
+                c"size its terminal",
+            )?;
+        }
+        let slave = libc::ioctl(master, libc::TIOCGPTPEER, flags);
+        check_step(slave, c"open its terminal")?;
+        check_step(send_descriptor(plan.stdin, master), c"send its terminal")?;
+        libc::close(master);
+        Ok(slave)
+    }
+}
+
+/// Sends descriptor `fd` over the socket `socket` (one byte, SCM_RIGHTS), with everything on
+/// the stack. -1 on error (errno set).
+///
+/// # Safety
+/// In the child: plain sendmsg(2).
+unsafe fn send_descriptor(socket: RawFd, fd: RawFd) -> libc::c_int {
+    // Room for one descriptor's control message (CMSG_SPACE of 4 bytes), 8-byte aligned.
+    let mut control = [0u64; 4];
+    let mut byte = [b'T'];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: a zeroed msghdr is valid; the CMSG macros stay inside `control`, whose length
+    // is given.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(4) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        match libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) {
+            -1 => -1,
+            _ => 0,
+        }
+    }
 }
 
 /// The pod's UTS and IPC namespaces joined, or its own UTS namespace named.

@@ -413,3 +413,17 @@ pub fn lock_is_held(path: &std::path::Path) -> io::Result<bool> {
     // Taking it for a moment tells; closing the file gives it back.
     Ok(!try_lock(&file)?)
 }
+
+/// Sets the size of the terminal of `fd` (a pseudo-terminal's master: its foreground process
+/// group gets SIGWINCH).
+pub fn set_terminal_size(fd: RawFd, rows: u16, cols: u16) -> io::Result<()> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads the winsize on our stack.
+    check(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &size) })?;
+    Ok(())
+}

@@ -31,6 +31,12 @@ pub enum ChildSetup {
 /// Descriptors and environment of a container's process.
 #[derive(Debug, Clone)]
 pub struct ContainerIo {
+    /// A terminal of its own, of (rows, columns) (0: left as the kernel makes it), as CRI
+    /// exec with `tty` gives one: `stdin` is then a socket (runc's console socket) to which
+    /// the child sends the terminal's master, opened in the container's `/dev`; the terminal
+    /// is its stdin, stdout, stderr and controlling terminal, and `stdout` and `stderr` are
+    /// not used.
+    pub terminal: Option<(u16, u16)>,
     /// Its stdin (`None`: /dev/null, as a container's without `stdin: true`).
     pub stdin: Option<RawFd>,
     pub stdout: RawFd,
@@ -200,6 +206,7 @@ struct Prepared {
     hostname: Option<CString>,
     /// Rootless: the run's mapped user namespace, entered on the way (`via_user_namespace`).
     user_ns: Option<std::fs::File>,
+    terminal: Option<(u16, u16)>,
 }
 
 impl Prepared {
@@ -252,6 +259,7 @@ impl Prepared {
                 .as_ref()
                 .map(|h| c_string(h.as_bytes()))
                 .transpose()?,
+            terminal: io.terminal,
             user_ns: match io.root.as_ref().and_then(|r| r.rootless.as_ref()) {
                 Some(super::rootfs::Rootless {
                     user_namespace: Some(path),
@@ -686,6 +694,8 @@ pub fn spawn_with_terminal(
         stdin: prep.stdin.unwrap_or(-1),
         stdout: prep.io_fds.map_or(-1, |f| f.0),
         stderr: prep.io_fds.map_or(-1, |f| f.1),
+        terminal: prep.terminal.is_some(),
+        terminal_size: prep.terminal.unwrap_or((0, 0)),
         unshare_above: 0,
         errno: 0,
         failed_step: std::ptr::null(),
