@@ -208,6 +208,17 @@ mod tests {
         let runs = [q, q, S(600), q];
         let w = waits(BackoffPolicy::default(), &runs);
         assert_eq!(w[2], S(20), "{w:?}");
+        // The reset stays at a fixed 10 minutes whatever the maximum (KEP-5593): with a 3 s
+        // maximum, 9 minutes of running still find the entry, 10 minutes and a second do not.
+        let three = BackoffPolicy::new(S(3), S(3));
+        assert_eq!(
+            waits(three, &[q, q, S(540), q]),
+            vec![S(0), S(3), S(3), S(3)]
+        );
+        assert_eq!(
+            waits(three, &[q, q, S(601), q]),
+            vec![S(0), S(3), S(0), S(3)]
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod init;
 mod init_staged;
 mod live_restore;
 mod namespaces;
+mod node;
 mod personas;
 mod pods;
 mod probes;

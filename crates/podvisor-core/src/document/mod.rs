@@ -62,6 +62,29 @@ pub fn read_documents(file: &str, text: &str) -> Result<Vec<Document>, SpecError
     })
 }
 
+/// The one document of a file that must hold exactly one, a `kind`.
+pub(crate) fn read_one_document(
+    file: &str,
+    text: &str,
+    kind: &str,
+) -> Result<Document, SpecErrors> {
+    let mut documents = read_documents(file, text)?;
+    if documents.len() != 1 {
+        return Err(SpecErrors {
+            file: file.to_string(),
+            errors: vec![SpecError {
+                path: String::new(),
+                pos: documents.get(1).map(|d| d.pos),
+                message: format!(
+                    "expected exactly one document, a {kind}; found {}",
+                    documents.len()
+                ),
+            }],
+        });
+    }
+    Ok(documents.remove(0))
+}
+
 /// Collects problems with their positions in one document.
 pub(crate) struct Problems<'a> {
     pub(crate) doc: &'a Document,

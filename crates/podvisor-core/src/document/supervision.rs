@@ -259,26 +259,15 @@ impl Supervision {
 /// a container can use: staged instrumentation is required, `podRestart` refused (a container
 /// cannot restart its own pod). `Err` holds every problem with its line:column.
 pub fn read_for_container(file: &str, text: &str) -> Result<Supervision, SpecErrors> {
-    let fail = |errors: Vec<SpecError>| SpecErrors {
-        file: file.to_string(),
-        errors,
-    };
-    let documents = super::read_documents(file, text)?;
-    let [doc] = documents.as_slice() else {
-        return Err(fail(vec![SpecError {
-            path: String::new(),
-            pos: documents.get(1).map(|d| d.pos),
-            message: format!(
-                "expected exactly one document, a Supervision; found {}",
-                documents.len()
-            ),
-        }]));
-    };
+    let doc = super::read_one_document(file, text, "Supervision")?;
     let mut errors = Vec::new();
-    let sup = read_one(doc, &mut errors);
+    let sup = read_one(&doc, &mut errors);
     match sup {
         Some(sup) if errors.is_empty() => Ok(sup),
-        _ => Err(fail(errors)),
+        _ => Err(SpecErrors {
+            file: file.to_string(),
+            errors,
+        }),
     }
 }
 

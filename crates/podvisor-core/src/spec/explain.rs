@@ -85,6 +85,8 @@ pub struct Explanation {
     pub containers: Vec<ContainerExplanation>,
     /// Delays before restarts 1, 2, 3, … of a container that keeps crashing at once.
     pub backoff: Vec<Duration>,
+    /// Where that curve comes from (the node's settings), when the caller says.
+    pub backoff_from: String,
     /// With staged instrumentation: which containers, when each stage begins, the verdict.
     pub instrumentation: Option<InstrumentationExplanation>,
     /// With `podRestart`: when the whole pod restarts, and when podvisor gives up.
@@ -202,6 +204,7 @@ pub fn explain(
         pod: name,
         containers,
         backoff: delays,
+        backoff_from: String::new(),
         instrumentation,
         pod_restart: sup
             .and_then(|s| s.spec.pod_restart.as_ref())
@@ -464,6 +467,9 @@ impl Explanation {
             schedule.join(", "),
             schedule.last().cloned().unwrap_or_default()
         ));
+        if !self.backoff_from.is_empty() {
+            out.push_str(&format!("  from {}\n", self.backoff_from));
+        }
         if let Some(i) = &self.instrumentation {
             out.push_str(&format!(
                 "\ninstrumentation stages of {}:\n",
@@ -559,6 +565,7 @@ impl Explanation {
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "backoffSeconds": self.backoff.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
+            "backoffFrom": self.backoff_from,
             "instrumentation": self.instrumentation.as_ref().map(|i| serde_json::json!({
                 "containers": i.containers,
                 "stages": i.schedule.iter().map(|(n, st, at)| serde_json::json!({

@@ -10,6 +10,7 @@
 mod env;
 pub mod exits;
 pub mod explain;
+pub mod node;
 pub mod plan;
 pub mod resources;
 pub mod security;

@@ -1,7 +1,6 @@
 //! `podvisor explain [-o json] [--start-time DUR] FILE`: per container, the lifecycle timing the
 //! spec implies and the settings that will hurt, with their fix.
 
-use podvisor_core::backoff::BackoffPolicy;
 use std::time::Duration;
 
 use podvisor_core::spec::explain::explain;
@@ -17,12 +16,8 @@ pub struct ExplainArgs {
     /// How long the app takes to start (the probes are checked against it)
     #[arg(long, value_name = "DUR", value_parser = duration)]
     start_time: Option<Duration>,
-    /// As for `podvisor run`
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration)]
-    backoff_initial: Duration,
-    /// As for `podvisor run`
-    #[arg(long, value_name = "DUR", default_value = "5m", value_parser = duration)]
-    backoff_max: Duration,
+    #[command(flatten)]
+    node: super::node::NodeArgs,
     /// The pod manifest (- for stdin)
     file: String,
 }
@@ -32,11 +27,12 @@ pub fn main(a: ExplainArgs) -> i32 {
         Ok(m) => m,
         Err(code) => return code,
     };
-    let e = explain(
-        &manifest,
-        BackoffPolicy::new(a.backoff_initial, a.backoff_max),
-        a.start_time,
-    );
+    let (backoff, from) = match a.node.backoff() {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
+    let mut e = explain(&manifest, backoff, a.start_time);
+    e.backoff_from = from;
     if a.output.is_some() {
         super::write_out(&format!("{:#}\n", e.to_json()));
     } else {

@@ -24,6 +24,8 @@ pub mod logs;
 #[cfg(feature = "full")]
 mod manifest;
 #[cfg(feature = "full")]
+mod node;
+#[cfg(feature = "full")]
 pub mod run;
 #[cfg(feature = "full")]
 pub mod status;

@@ -3,13 +3,11 @@
 //! stopped on request, 1 when Failed, 2 on bad input.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use podvisor_core::backoff::BackoffPolicy;
 use podvisor_core::lifecycle::Phase;
 use podvisor_core::spec::plan::{plan, HostFacts};
 
-use super::manifest::{duration, load, size};
+use super::manifest::{load, size};
 use crate::process::sys;
 use crate::state::logs::LogLimits;
 use crate::state::StateDir;
@@ -25,12 +23,8 @@ pub struct RunArgs {
     /// Also write events as JSON lines to FILE (- for stdout)
     #[arg(long, value_name = "FILE|-")]
     events: Option<String>,
-    /// First CrashLoopBackOff delay
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = duration)]
-    backoff_initial: Duration,
-    /// Longest CrashLoopBackOff delay
-    #[arg(long, value_name = "DUR", default_value = "5m", value_parser = duration)]
-    backoff_max: Duration,
+    #[command(flatten)]
+    node: super::node::NodeArgs,
     /// Rotate a container's log file past SIZE
     #[arg(long, value_name = "SIZE", default_value = "10Mi", value_parser = size)]
     log_max_size: u64,
@@ -155,11 +149,8 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         all_capabilities: crate::security::held_capabilities(),
         seccomp_default: a.seccomp_default,
     };
-    let run_plan = plan(
-        &manifest,
-        &host,
-        BackoffPolicy::new(a.backoff_initial, a.backoff_max),
-    );
+    let (backoff, _) = a.node.backoff()?;
+    let run_plan = plan(&manifest, &host, backoff);
     let w = &manifest.workload;
     let images: Vec<String> = (w.spec.init_containers.iter().flatten())
         .chain(&w.spec.containers)
