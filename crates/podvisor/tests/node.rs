@@ -1,7 +1,8 @@
-//! The node's settings as the kubelet of 1.35–1.37 takes them, through the binary: a
-//! KubeletConfiguration file (`--config`) and `--feature-gates`, the CrashLoopBackOff curve
-//! they give (`explain` shows it, with where it comes from; a run keeps to it), and what the
-//! kubelet refuses, refused in its words.
+//! The kubelet of 1.35–1.37 through the binary: the node's settings as it takes them (a
+//! KubeletConfiguration file, `--config`, and `--feature-gates`), the CrashLoopBackOff curve
+//! they give (`explain` shows it, with where it comes from; a run keeps to it), what the
+//! kubelet refuses, refused in its words; and a container's stop signal (KEP-4960, behind the
+//! gate ContainerStopSignals): sent instead of SIGTERM, shown in its status.
 
 use crate::harness::*;
 use crate::probes::{event_ms, pod_with, stop};
@@ -142,5 +143,117 @@ fn a_run_restarts_on_the_nodes_curve() {
             .as_str()
             .is_some_and(|m| m.starts_with("Back-off restarting failed container app"))),
         "{backoff:?}"
+    );
+}
+
+/// A pod whose `app` exits 0 on SIGUSR1 only (and says so), and whose `plain` names no stop
+/// signal; `os` is its `spec.os` line.
+fn stop_signal_pod(os: &str) -> String {
+    pod_with(
+        "Never",
+        30,
+        &format!(
+            "{os}  containers:
+  - name: app
+    command: [sh, -c, 'trap \"echo got USR1; exit 0\" USR1; trap \"\" TERM; echo up; while :; do sleep 0.05; done']
+    lifecycle: {{stopSignal: SIGUSR1}}
+  - name: plain
+    command: [sh, -c, 'trap \"exit 0\" TERM; while :; do sleep 0.05; done']
+"
+        ),
+    )
+}
+
+#[test]
+fn a_stop_signal_replaces_sigterm_and_shows_in_the_status() {
+    let r = PodRun::new(&stop_signal_pod("  os: {name: linux}\n"));
+    let mut p = r
+        .cmd(&["--feature-gates", "ContainerStopSignals=true"])
+        .start();
+    r.wait_event("app", "Started", 1);
+    let log = r.dir.file("state").join("logs/app/1.log");
+    wait_until("app is up", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("up"))
+    });
+    let status = client(&r, &["status", "-o", "json"]);
+    let pod: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let signals: Vec<(&str, &str)> = pod["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["stopSignal"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        signals,
+        [("app", "SIGUSR1"), ("plain", "SIGTERM")],
+        "{status:?}"
+    );
+    // SIGTERM to the run stops the pod: app gets SIGUSR1 (it ignores SIGTERM) and exits 0
+    // well before its 30 s of grace.
+    let began = std::time::Instant::now();
+    stop(&mut p);
+    assert!(began.elapsed() < std::time::Duration::from_secs(20));
+    assert!(r.log("app", 1).contains("got USR1"), "{}", r.log("app", 1));
+    let exits: Vec<_> = r.find("app", "Completed");
+    assert_eq!(exits.len(), 1, "{:?}", r.events());
+}
+
+#[test]
+fn a_stop_signal_needs_its_gate_and_the_pods_os() {
+    // Without the gate: refused, naming it (the API server would drop the field).
+    let r = PodRun::new(&stop_signal_pod("  os: {name: linux}\n"));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("lifecycle.stopSignal needs the feature gate ContainerStopSignals")
+            && out
+                .stderr
+                .contains("--feature-gates ContainerStopSignals=true"),
+        "{out:?}"
+    );
+    // Without spec.os.name, or with a signal the OS does not have: the API server's words.
+    let r = PodRun::new(&stop_signal_pod(""));
+    let out = Run::new(podvisor())
+        .arg("validate")
+        .arg(r.dir.file("pod.yaml"))
+        .output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("spec.containers[0].lifecycle.stopSignal: Forbidden: may not be set for containers with empty `spec.os.name`"),
+        "{out:?}"
+    );
+    let r = PodRun::new(&stop_signal_pod("  os: {name: windows}\n"));
+    let out = Run::new(podvisor())
+        .arg("validate")
+        .arg(r.dir.file("pod.yaml"))
+        .output();
+    assert!(
+        out.stderr
+            .contains("Unsupported value: \"SIGUSR1\": supported values: \"SIGKILL\", \"SIGTERM\""),
+        "{out:?}"
+    );
+    // explain names each container's stop signal.
+    let r = PodRun::new(&stop_signal_pod("  os: {name: linux}\n"));
+    let out = Run::new(podvisor())
+        .arg("explain")
+        .arg(r.dir.file("pod.yaml"))
+        .output();
+    let lines: Vec<&str> = (out.stdout.lines())
+        .filter(|l| l.trim_start().starts_with("stop signal:"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert!(
+        lines[0].contains("SIGUSR1 (lifecycle.stopSignal"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains("SIGTERM (the image's STOPSIGNAL"),
+        "{lines:?}"
     );
 }

@@ -107,6 +107,17 @@ pub struct InstrumentationExplanation {
     pub verdict_after: Duration,
 }
 
+/// The signal that stops a container, and where it comes from (KEP-4960's order).
+fn stop_signal(c: &Container) -> String {
+    match c.lifecycle.as_ref().and_then(|l| l.stop_signal.as_deref()) {
+        Some(s) => format!("{s} (lifecycle.stopSignal; needs the gate ContainerStopSignals)"),
+        None => format!(
+            "{} (the image's STOPSIGNAL when it runs from an image that has one)",
+            super::signals::DEFAULT_STOP_SIGNAL
+        ),
+    }
+}
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -140,6 +151,7 @@ pub fn explain(
     {
         let mut x = explain_container(&i, c, pod_grace, start_time);
         x.security = super::security::plan(spec, c, &explain_host()).summary();
+        x.security.push(("stop signal", stop_signal(c)));
         containers.push(x);
     }
     let mut delays = vec![Duration::ZERO];

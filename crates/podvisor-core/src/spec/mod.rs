@@ -14,6 +14,7 @@ pub mod node;
 pub mod plan;
 pub mod resources;
 pub mod security;
+pub mod signals;
 pub mod validate;
 pub mod volumes;
 

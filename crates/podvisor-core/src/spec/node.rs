@@ -28,9 +28,18 @@ pub enum Gate {
     KubeletCrashLoopBackOffMax,
     /// KEP-4603 (alpha, off): the curve starts at 1 s and stops at 60 s.
     ReduceDefaultCrashLoopBackOffDecay,
+    /// KEP-4960 (alpha, off): `lifecycle.stopSignal`, and each container's stop signal in
+    /// its status.
+    ContainerStopSignals,
 }
 
-const GATES: [(Gate, &str, &str, bool); 2] = [
+const GATES: [(Gate, &str, &str, bool); 3] = [
+    (
+        Gate::ContainerStopSignals,
+        "ContainerStopSignals",
+        "ALPHA",
+        false,
+    ),
     (
         Gate::KubeletCrashLoopBackOffMax,
         "KubeletCrashLoopBackOffMax",
@@ -252,9 +261,10 @@ impl NodeSettings {
         Ok(BackoffPolicy::new(initial, max))
     }
 
-    /// Where the curve comes from, for `explain` and `describe`.
+    /// Where the curve comes from (its gates and setting), for `explain`.
     pub fn describe(&self) -> String {
         let on: Vec<String> = (self.gates.list().into_iter())
+            .filter(|(name, _, _)| name.contains("CrashLoopBackOff"))
             .map(|(name, _, on)| format!("{name}={on}"))
             .collect();
         let period = match self.max_container_restart_period {

@@ -64,6 +64,9 @@ pub struct ImageRoot {
     pub etc_layer: Option<String>,
     /// The image's `User` (`uid`, `name`, `uid:gid`, `name:group`), "" for root.
     pub user: String,
+    /// The image's `StopSignal`, if it has one.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub stop_signal: Option<String>,
 }
 
 /// The pod's IP, and the host's (docs/pods.md).
@@ -98,9 +101,23 @@ pub struct ContainerExec {
     pub resources: Resources,
     /// What it runs as and may do: the pod's and its own `securityContext`.
     pub security: SecurityPlan,
+    /// `lifecycle.stopSignal` (KEP-4960).
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub stop_signal: Option<String>,
 }
 
 impl ContainerExec {
+    /// The signal that stops it, by the runtimes' order: its `lifecycle.stopSignal`, else
+    /// its image's `StopSignal`, else SIGTERM; as (name, number).
+    pub fn stop_signal(&self) -> (String, i32) {
+        use super::signals::{name_of, number, DEFAULT_STOP_SIGNAL};
+        let image = self.image.as_ref().and_then(|i| i.stop_signal.as_deref());
+        match self.stop_signal.as_deref().or(image).and_then(number) {
+            Some(n) => (name_of(n), n),
+            None => (DEFAULT_STOP_SIGNAL.to_string(), 15),
+        }
+    }
+
     pub fn probe(&self, kind: ProbeKind) -> Option<&Handler> {
         match kind {
             ProbeKind::Startup => self.startup.as_ref(),
@@ -166,6 +183,10 @@ pub struct RunPlan {
     /// (a name the file has no such Secret for is left out, as the kubelet goes on without it).
     #[cfg_attr(feature = "spec", serde(default))]
     pub pull_secrets: Vec<String>,
+    /// The kubelet's feature gate ContainerStopSignals (alpha, off): containers' status shows
+    /// their stop signal, and `lifecycle.stopSignal` may be set.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub container_stop_signals: bool,
 }
 
 /// A probe's timing with the API's defaults (`SetDefaults_Probe`) for what it leaves out or
@@ -293,6 +314,8 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         pull_secrets: (w.spec.image_pull_secrets.iter().flatten())
             .filter_map(|r| manifest.secret_data(&r.name)?.remove(".dockerconfigjson"))
             .collect(),
+        // The node's gate: its shell sets it.
+        container_stop_signals: false,
         namespace: namespace.clone(),
         pod: PodPlan {
             name,
@@ -309,6 +332,17 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         },
         exec,
         staged_env: staged.map(|s| s.staged_env()).unwrap_or_default(),
+    }
+}
+
+impl RunPlan {
+    /// Each container's stop signal, as its status shows it: only with the gate
+    /// ContainerStopSignals (as the kubelet fills the field in only then).
+    pub fn stop_signal_names(&self) -> Vec<String> {
+        match self.container_stop_signals {
+            true => self.exec.iter().map(|x| x.stop_signal().0).collect(),
+            false => Vec::new(),
+        }
     }
 }
 
@@ -471,6 +505,7 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
             .collect(),
         resources: Resources::of(c.resources.as_ref()),
         security: super::security::plan(&manifest.workload.spec, c, pod.host),
+        stop_signal: lifecycle.and_then(|l| l.stop_signal.clone()),
     }
 }
 

@@ -292,7 +292,8 @@ fn check_id(v: Option<i64>, at: &str, p: &mut Problems<'_>) {
     }
 }
 
-fn one_of(v: Option<&str>, allowed: &[&str], at: &str, p: &mut Problems<'_>) {
+/// `field.NotSupported` unless `v` is one of `allowed`.
+pub(crate) fn one_of(v: Option<&str>, allowed: &[&str], at: &str, p: &mut Problems<'_>) {
     if let Some(v) = v.filter(|v| !allowed.contains(v)) {
         let list: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
         p.push(

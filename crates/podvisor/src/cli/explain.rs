@@ -27,12 +27,12 @@ pub fn main(a: ExplainArgs) -> i32 {
         Ok(m) => m,
         Err(code) => return code,
     };
-    let (backoff, from) = match a.node.backoff() {
-        Ok(b) => b,
+    let node = match a.node.node() {
+        Ok(n) => n,
         Err(code) => return code,
     };
-    let mut e = explain(&manifest, backoff, a.start_time);
-    e.backoff_from = from;
+    let mut e = explain(&manifest, node.backoff, a.start_time);
+    e.backoff_from = node.backoff_from;
     if a.output.is_some() {
         super::write_out(&format!("{:#}\n", e.to_json()));
     } else {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use podvisor_core::backoff::BackoffPolicy;
 use podvisor_core::duration::format_duration;
-use podvisor_core::spec::node::{read_config, NodeSettings};
+use podvisor_core::spec::node::{read_config, FeatureGates, NodeSettings};
 
 use super::manifest::duration;
 
@@ -18,7 +18,7 @@ pub struct NodeArgs {
     #[arg(long = "config", value_name = "FILE")]
     config: Option<String>,
     /// Kubelet feature gates, NAME=true|false,... (KubeletCrashLoopBackOffMax: on;
-    /// ReduceDefaultCrashLoopBackOffDecay: off), over the file's
+    /// ReduceDefaultCrashLoopBackOffDecay, ContainerStopSignals: off), over the file's
     #[arg(long, value_name = "LIST")]
     feature_gates: Option<String>,
     /// First CrashLoopBackOff delay, over the node's curve (10s; any duration)
@@ -29,10 +29,19 @@ pub struct NodeArgs {
     backoff_max: Option<Duration>,
 }
 
+/// The node's settings in force.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub backoff: BackoffPolicy,
+    /// Where the backoff curve comes from.
+    pub backoff_from: String,
+    pub gates: FeatureGates,
+}
+
 impl NodeArgs {
-    /// The CrashLoopBackOff curve in force, with where it comes from; bad settings are
-    /// reported here (`Err`: the exit code, 2).
-    pub fn backoff(&self) -> Result<(BackoffPolicy, String), i32> {
+    /// The node's settings: the CrashLoopBackOff curve in force, with where it comes from,
+    /// and the gates; bad settings are reported here (`Err`: the exit code, 2).
+    pub fn node(&self) -> Result<Node, i32> {
         let fail = |msg: String| {
             super::write_err(&format!("error: {msg}\n"));
             2
@@ -62,10 +71,14 @@ impl NodeArgs {
                 from.push_str(&format!("; {flag} {}", format_duration(d)));
             }
         }
-        let policy = BackoffPolicy::new(
+        let backoff = BackoffPolicy::new(
             self.backoff_initial.unwrap_or(node.initial),
             self.backoff_max.unwrap_or(node.max),
         );
-        Ok((policy, from))
+        Ok(Node {
+            backoff,
+            backoff_from: from,
+            gates: settings.gates,
+        })
     }
 }

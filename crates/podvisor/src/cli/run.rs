@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use podvisor_core::lifecycle::Phase;
 use podvisor_core::spec::plan::{plan, HostFacts};
 
+use podvisor_core::spec::node::Gate;
+
 use super::manifest::{load, size};
 use crate::process::sys;
 use crate::state::logs::LogLimits;
@@ -137,6 +139,21 @@ fn hand_over((plan, info): &(podvisor_core::spec::plan::RunPlan, PodInfo)) {
     let _failed = sys::reexec(std::path::Path::new("/proc/self/exe"), &args);
 }
 
+/// A `lifecycle.stopSignal` needs the kubelet's gate ContainerStopSignals (the API server and
+/// the kubelet drop the field when it is off: refused here rather than passed over).
+fn stop_signals_allowed(plan: &podvisor_core::spec::plan::RunPlan) -> Result<(), String> {
+    if plan.container_stop_signals {
+        return Ok(());
+    }
+    match (plan.exec.iter().zip(&plan.pod.containers)).find(|(x, _)| x.stop_signal.is_some()) {
+        Some((_, c)) => Err(format!(
+            "container {:?}: lifecycle.stopSignal needs the feature gate ContainerStopSignals (alpha, off in the kubelet of 1.36): --feature-gates ContainerStopSignals=true",
+            c.name
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Reads, checks and plans the manifest: bad input is reported here (exit 2).
 fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, PodInfo), i32> {
     let manifest = load(&a.file)?;
@@ -149,8 +166,13 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         all_capabilities: crate::security::held_capabilities(),
         seccomp_default: a.seccomp_default,
     };
-    let (backoff, _) = a.node.backoff()?;
-    let run_plan = plan(&manifest, &host, backoff);
+    let node = a.node.node()?;
+    let mut run_plan = plan(&manifest, &host, node.backoff);
+    run_plan.container_stop_signals = node.gates.enabled(Gate::ContainerStopSignals);
+    if let Err(why) = stop_signals_allowed(&run_plan) {
+        super::write_err(&format!("error: {}: {why}\n", a.file));
+        return Err(2);
+    }
     let w = &manifest.workload;
     let images: Vec<String> = (w.spec.init_containers.iter().flatten())
         .chain(&w.spec.containers)
@@ -188,6 +210,7 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
                     .unwrap_or_default()
             })
             .collect(),
+        stop_signals: run_plan.stop_signal_names(),
         images,
         created: std::time::SystemTime::now(),
     };

@@ -124,6 +124,7 @@ fn image_root(
         lower_dirs: lower_dirs.iter().map(|d| d.display().to_string()).collect(),
         etc_layer,
         user: c.and_then(|c| c.user().clone()).unwrap_or_default(),
+        stop_signal: c.and_then(|c| c.stop_signal().clone()),
     })
 }
 
@@ -209,6 +210,7 @@ mod tests {
             lower_dirs: Vec::new(),
             etc_layer: None,
             user: "1000:2000".into(),
+            stop_signal: None,
         }
     }
 

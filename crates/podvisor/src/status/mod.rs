@@ -35,6 +35,10 @@ pub struct PodInfo {
     /// Each container's `imageID` (`REPOSITORY@sha256:…`) when it runs from an image, else "".
     #[serde(default)]
     pub image_ids: Vec<String>,
+    /// Each container's stop signal (`containerStatuses[].stopSignal`), with the gate
+    /// ContainerStopSignals; empty without it.
+    #[serde(default)]
+    pub stop_signals: Vec<String>,
     pub created: SystemTime,
 }
 
@@ -136,6 +140,7 @@ pub fn pod(
             image_id: info.image_ids.get(i).cloned().unwrap_or_default(),
             started: Some(c.started),
             container_id: state_id,
+            stop_signal: info.stop_signals.get(i).cloned(),
             ..Default::default()
         };
         match p.kind {

@@ -187,6 +187,8 @@ impl Supervisor {
         if let Some(id) = self.info.image_ids.get_mut(i) {
             *id = found.image_id();
         }
+        // The image's StopSignal, unless the container names one.
+        self.info.stop_signals = self.plan.stop_signal_names();
         let hostname = (self.plan.namespaces.hostname.clone()).unwrap_or_else(sys::hostname);
         self.base_envs[i] = container_env(&hostname, &self.plan.exec[i].env);
         Input::Image(i, ImageReport::Ready { pulled, non_root })

@@ -681,7 +681,8 @@ impl Supervisor {
                     Effect::Signal(id, signal) => {
                         if let Some(instance) = self.instances.get(id) {
                             let sig = match signal {
-                                Signal::Term => libc::SIGTERM,
+                                // Its stop signal: lifecycle.stopSignal, the image's, SIGTERM.
+                                Signal::Term => self.plan.exec[id.container].stop_signal().1,
                                 Signal::Kill => libc::SIGKILL,
                             };
                             let _ = sys::send_signal(-instance.pid, sig);

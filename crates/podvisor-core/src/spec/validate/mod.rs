@@ -6,10 +6,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
 
 use super::{Manifest, Problems, SpecError, WorkloadKind};
+
+mod probes;
+
+use probes::validate_probes_and_hooks;
 
 /// Adds every problem of `manifest` to `errors`.
 pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
@@ -219,7 +222,8 @@ fn validate_container(
     }
     validate_env_from(c, path, manifest, p);
     validate_mounts(c, path, volumes, p);
-    validate_probes_and_hooks(c, path, plain_init, p);
+    let os = (w.spec.os.as_ref()).map(|o| o.name.as_str());
+    validate_probes_and_hooks(c, path, plain_init, os, p);
 }
 
 /// At most this many `restartPolicyRules` per container, and this many exit codes per rule
@@ -408,117 +412,6 @@ fn validate_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, p: &mut 
                 format!(
                     "Invalid value: {:?}: must be an absolute path",
                     m.mount_path
-                ),
-            );
-        }
-    }
-}
-
-/// Probes and lifecycle hooks, which a plain init container may not have.
-fn validate_probes_and_hooks(c: &Container, path: &str, plain_init: bool, p: &mut Problems<'_>) {
-    let at = |field: &str| format!("{path}.{field}");
-    let probes = [
-        ("livenessProbe", &c.liveness_probe),
-        ("readinessProbe", &c.readiness_probe),
-        ("startupProbe", &c.startup_probe),
-    ];
-    for (field, probe) in probes {
-        let Some(probe) = probe else { continue };
-        if plain_init {
-            p.push(
-                &at(field),
-                "Forbidden: may not be set for init containers without restartPolicy=Always",
-            );
-            continue;
-        }
-        validate_probe(probe, &at(field), field, c, p);
-    }
-    if plain_init && c.lifecycle.is_some() {
-        p.push(
-            &at("lifecycle"),
-            "Forbidden: may not be set for init containers without restartPolicy=Always",
-        );
-    }
-}
-
-fn validate_probe(probe: &Probe, path: &str, kind: &str, c: &Container, p: &mut Problems<'_>) {
-    let at = |field: &str| format!("{path}.{field}");
-    let handlers = [
-        probe.exec.is_some(),
-        probe.http_get.is_some(),
-        probe.tcp_socket.is_some(),
-        probe.grpc.is_some(),
-    ];
-    match handlers.iter().filter(|h| **h).count() {
-        0 => p.push(
-            path,
-            "Required value: must specify a handler type (exec, httpGet, tcpSocket or grpc)",
-        ),
-        1 => {}
-        _ => p.push(path, "Forbidden: may not specify more than 1 handler type"),
-    }
-    for (field, value) in [
-        ("initialDelaySeconds", probe.initial_delay_seconds),
-        ("timeoutSeconds", probe.timeout_seconds),
-        ("periodSeconds", probe.period_seconds),
-        ("successThreshold", probe.success_threshold),
-        ("failureThreshold", probe.failure_threshold),
-    ] {
-        if value.is_some_and(|v| v < 0) {
-            p.push(
-                &at(field),
-                "Invalid value: must be greater than or equal to 0",
-            );
-        }
-    }
-    if kind != "readinessProbe" && probe.success_threshold.is_some_and(|v| v != 1) {
-        p.push(&at("successThreshold"), "Invalid value: must be 1");
-    }
-    match (kind, probe.termination_grace_period_seconds) {
-        ("readinessProbe", Some(_)) => p.push(
-            &at("terminationGracePeriodSeconds"),
-            "Invalid value: must not be set for readinessProbes",
-        ),
-        (_, Some(g)) if g <= 0 => p.push(
-            &at("terminationGracePeriodSeconds"),
-            "Invalid value: must be greater than 0",
-        ),
-        _ => {}
-    }
-    let named_port = |port: &IntOrString, field: &str, p: &mut Problems<'_>| match port {
-        IntOrString::Int(n) if !(1..=65535).contains(n) => {
-            p.push(
-                field,
-                format!("Invalid value: {n}: must be between 1 and 65535, inclusive"),
-            );
-        }
-        IntOrString::String(name)
-            if !c
-                .ports
-                .iter()
-                .flatten()
-                .any(|cp| cp.name.as_deref() == Some(name.as_str())) =>
-        {
-            p.push(
-                field,
-                format!("Invalid value: {name:?}: no container port of that name"),
-            );
-        }
-        _ => {}
-    };
-    if let Some(h) = &probe.http_get {
-        named_port(&h.port, &format!("{path}.httpGet.port"), p);
-    }
-    if let Some(t) = &probe.tcp_socket {
-        named_port(&t.port, &format!("{path}.tcpSocket.port"), p);
-    }
-    if let Some(g) = &probe.grpc {
-        if !(1..=65535).contains(&g.port) {
-            p.push(
-                &format!("{path}.grpc.port"),
-                format!(
-                    "Invalid value: {}: must be between 1 and 65535, inclusive",
-                    g.port
                 ),
             );
         }
