@@ -1,8 +1,9 @@
 //! The kubelet of 1.35–1.37 through the binary: the node's settings as it takes them (a
 //! KubeletConfiguration file, `--config`, and `--feature-gates`), the CrashLoopBackOff curve
 //! they give (`explain` shows it, with where it comes from; a run keeps to it), what the
-//! kubelet refuses, refused in its words; and a container's stop signal (KEP-4960, behind the
-//! gate ContainerStopSignals): sent instead of SIGTERM, shown in its status.
+//! kubelet refuses, refused in its words; a container's stop signal (KEP-4960, behind the
+//! gate ContainerStopSignals): sent instead of SIGTERM, shown in its status; and sidecars
+//! restarted during the pod's termination (KEP-4438, behind its gate).
 
 use crate::harness::*;
 use crate::probes::{event_ms, pod_with, stop};
@@ -256,4 +257,54 @@ fn a_stop_signal_needs_its_gate_and_the_pods_os() {
         lines[1].contains("SIGTERM (the image's STOPSIGNAL"),
         "{lines:?}"
     );
+}
+
+/// A pod whose main container takes 2 s to stop and tells its sidecar so (a file in their
+/// emptyDir); the sidecar's first instance exits 1 then, its later ones run until SIGTERM.
+fn sidecar_pod() -> String {
+    pod_with(
+        "Always",
+        30,
+        "  volumes: [{name: data, emptyDir: {}}]
+  initContainers:
+  - name: side
+    restartPolicy: Always
+    command: [sh, -c, 'if [ -e /data/second ]; then trap \"exit 0\" TERM; while :; do sleep 0.05; done; fi; while [ ! -e /data/stopping ]; do sleep 0.05; done; touch /data/second; exit 1']
+    volumeMounts: [{name: data, mountPath: /data}]
+  containers:
+  - name: app
+    command: [sh, -c, 'trap \"touch /data/stopping; sleep 2; exit 0\" TERM; while :; do sleep 0.05; done']
+    volumeMounts: [{name: data, mountPath: /data}]
+",
+    )
+}
+
+#[test]
+fn a_sidecar_that_exits_during_termination_is_restarted_with_its_gate() {
+    if !is_root() {
+        skip("emptyDir volumes need root");
+        return;
+    }
+    for (gate, starts) in [(false, 1), (true, 2)] {
+        let r = PodRun::new(&sidecar_pod());
+        let flags = [
+            "--feature-gates",
+            "SidecarsRestartableDuringPodTermination=true",
+        ];
+        let mut p = r.cmd(if gate { &flags[..] } else { &[] }).start();
+        r.wait_event("app", "Started", 1);
+        stop(&mut p);
+        let started = r.find("side", "Started");
+        assert_eq!(started.len(), starts, "gate {gate}: {:?}", r.events());
+        // The restarted sidecar stopped in its turn, after the main container.
+        if gate {
+            let app_done = r.find("app", "Completed");
+            let killing = r.find("side", "Killing");
+            assert!(
+                !app_done.is_empty() && !killing.is_empty(),
+                "{:?}",
+                r.events()
+            );
+        }
+    }
 }

@@ -116,6 +116,10 @@ pub struct PodPlan {
     /// the period derived from this seed, as the kubelet does right after it starts, so that a
     /// pod of many containers does not probe them all at the same instant. `None`: no jitter.
     pub probe_jitter_seed: Option<u64>,
+    /// The kubelet's gate SidecarsRestartableDuringPodTermination (KEP-4438, alpha): a sidecar
+    /// that exits while the pod terminates, before its turn to stop, is restarted.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub sidecars_restart_in_termination: bool,
 }
 
 /// Staged instrumentation as the state machine needs it: when stages change, and how long a

@@ -76,10 +76,32 @@ impl Pod {
         )
     }
 
+    /// Whether sidecar `i`, down while the pod terminates, is to be started again (KEP-4438,
+    /// with its gate): the stop was asked for (not a pod restart), the sidecar was not
+    /// stopped by it (no SIGTERM sent yet: its turn has not come), a main container still
+    /// runs, and the grace is not over.
+    pub(super) fn restarts_in_termination(&self, i: usize) -> bool {
+        let Some(s) = self.stopping else {
+            return false;
+        };
+        let c = &self.containers[i];
+        let mains_running = (self.containers.iter().zip(&self.plan.containers))
+            .any(|(c, p)| p.kind != Kind::Sidecar && c.busy());
+        self.plan.sidecars_restart_in_termination
+            && s.requested
+            && !s.restart
+            && self.plan.containers[i].kind == Kind::Sidecar
+            && !c.busy()
+            && c.kill.is_none_or(|k| k.term_at.is_none() && !k.kill_sent)
+            && self.last_now < s.began + s.grace
+            && mains_running
+    }
+
     /// What happens next to container `i` (see `NextStart`).
     pub(super) fn decide(&self, i: usize) -> NextStart {
         let c = &self.containers[i];
-        if self.stopping.is_some() || c.busy() {
+        let terminating = self.stopping.is_some();
+        if c.busy() || (terminating && !self.restarts_in_termination(i)) {
             return NextStart::Busy;
         }
         match c.next {
@@ -105,10 +127,13 @@ impl Pod {
         let all = match (outcome.then, outcome.by) {
             (Then::Completes | Then::Stays, _) => return NextStart::Never,
             (Then::FailsPod, _) => return NextStart::FailPod,
-            (Then::RestartsAll, DecidedBy::Rule(rule)) => Some(RestartAll { rule, exit_code }),
+            // Once the pod terminates, nothing restarts the whole pod.
+            (Then::RestartsAll, DecidedBy::Rule(rule)) if !terminating => {
+                Some(RestartAll { rule, exit_code })
+            }
             _ => None,
         };
-        if let Some(policy) = &self.plan.pod_restart {
+        if let Some(policy) = self.plan.pod_restart.as_ref().filter(|_| !terminating) {
             let restarts = c.window.count(finished_at, policy.within);
             let terms = Terms {
                 within: policy.within,
@@ -136,6 +161,11 @@ impl Pod {
         self.drive_kills(now, fx);
         if self.stopping.is_some() {
             self.reconcile_stop(now, fx);
+            for i in 0..self.containers.len() {
+                if self.restarts_in_termination(i) {
+                    self.act(i, now, fx);
+                }
+            }
             return;
         }
         self.judge(now, fx);

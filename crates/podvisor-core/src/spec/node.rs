@@ -31,9 +31,18 @@ pub enum Gate {
     /// KEP-4960 (alpha, off): `lifecycle.stopSignal`, and each container's stop signal in
     /// its status.
     ContainerStopSignals,
+    /// KEP-4438 (alpha in 1.37, off): a sidecar that exits while the pod terminates, before
+    /// its turn to stop, is restarted.
+    SidecarsRestartableDuringPodTermination,
 }
 
-const GATES: [(Gate, &str, &str, bool); 3] = [
+const GATES: [(Gate, &str, &str, bool); 4] = [
+    (
+        Gate::SidecarsRestartableDuringPodTermination,
+        "SidecarsRestartableDuringPodTermination",
+        "ALPHA",
+        false,
+    ),
     (
         Gate::ContainerStopSignals,
         "ContainerStopSignals",

@@ -329,6 +329,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             pod_restart,
             // The shell seeds it (podvisor run); a plan alone is deterministic.
             probe_jitter_seed: None,
+            sidecars_restart_in_termination: false,
         },
         exec,
         staged_env: staged.map(|s| s.staged_env()).unwrap_or_default(),

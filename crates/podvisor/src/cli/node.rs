@@ -18,7 +18,8 @@ pub struct NodeArgs {
     #[arg(long = "config", value_name = "FILE")]
     config: Option<String>,
     /// Kubelet feature gates, NAME=true|false,... (KubeletCrashLoopBackOffMax: on;
-    /// ReduceDefaultCrashLoopBackOffDecay, ContainerStopSignals: off), over the file's
+    /// ReduceDefaultCrashLoopBackOffDecay, ContainerStopSignals,
+    /// SidecarsRestartableDuringPodTermination: off), over the file's
     #[arg(long, value_name = "LIST")]
     feature_gates: Option<String>,
     /// First CrashLoopBackOff delay, over the node's curve (10s; any duration)

@@ -315,6 +315,7 @@ fn plan(policy: RestartPolicy, containers: &[(&str, Kind)]) -> PodPlan {
         staging: None,
         pod_restart: None,
         probe_jitter_seed: None,
+        sidecars_restart_in_termination: false,
     }
 }
 

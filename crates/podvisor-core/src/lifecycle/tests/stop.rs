@@ -91,3 +91,39 @@ fn a_stop_while_backing_off_ends_at_once() {
     assert_eq!(sim.lines("finished"), ["t=5000 finished Failed"]);
     assert_eq!(sim.lines("spawn").len(), 2);
 }
+
+#[test]
+fn a_sidecar_that_exits_during_termination_is_restarted_only_with_its_gate() {
+    // The sidecar crashes 200 ms into the stop; the main container takes 3 s to go.
+    let run = |gate: bool| {
+        let mut p = plan(
+            RestartPolicy::Always,
+            &[("side", Kind::Sidecar), ("app", Kind::Main)],
+        );
+        p.sidecars_restart_in_termination = gate;
+        let mut slow = forever();
+        slow.on_term = Some(3000);
+        let side = runs(&[(Some(1200), 1), (None, 0)]);
+        let mut sim = Sim::new(p, vec![side, slow]);
+        sim.stop_at = Some(Instant::from_millis(1000));
+        sim.run(100_000);
+        sim
+    };
+    // As the kubelet of 1.36: a sidecar down during termination stays down.
+    let sim = run(false);
+    assert_eq!(sim.lines("spawn"), ["t=0 spawn side#1", "t=0 spawn app#1"]);
+    assert_eq!(sim.lines("finished"), ["t=4000 finished Failed"]);
+    // KEP-4438: it is started again (its first restart: at once) and stops in its turn, after
+    // the main container.
+    let sim = run(true);
+    assert_eq!(
+        sim.lines("spawn"),
+        ["t=0 spawn side#1", "t=0 spawn app#1", "t=1200 spawn side#2"]
+    );
+    assert_eq!(
+        sim.lines("term"),
+        ["t=1000 term app#1", "t=4000 term side#2"]
+    );
+    assert_eq!(sim.pod.containers()[0].restart_count, 1);
+    assert_eq!(sim.lines("finished"), ["t=4000 finished Failed"]);
+}
