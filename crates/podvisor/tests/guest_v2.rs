@@ -106,6 +106,38 @@ mod placement {
         assert!(!r.dir.file("state").join("cgroups").exists());
     }
 
+    /// Pod-level resources (KEP-2837): the pod cgroup's limits are the spec's, and a
+    /// container that sets no limit has the pod's in its own cgroup.
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn pod_level_resources_limit_the_pod_and_its_containers_without_limits() {
+        let r = pod_run(&pod(
+            "Never",
+            "  resources: {limits: {memory: 96Mi, cpu: 500m}}
+  containers:
+  - name: app
+    command: [sleep, '600']
+  - name: small
+    command: [sleep, '600']
+    resources: {limits: {memory: 32Mi}}
+",
+        ));
+        let mut p = r.cmd(&[]).start();
+        let pid = running_pid(&r);
+        let pod_dir = recorded(&r).unwrap();
+        assert_eq!(read(&pod_dir, "memory.max"), (96 << 20).to_string());
+        assert_eq!(read(&pod_dir, "cpu.max"), "50000 100000");
+        let app = cgroup_of(pid);
+        assert_eq!(app, pod_dir.join("app-1"));
+        assert_eq!(read(&app, "memory.max"), (96 << 20).to_string());
+        assert_eq!(read(&app, "cpu.max"), "50000 100000");
+        let small = pod_dir.join("small-1");
+        wait_until("small runs", || small.join("memory.max").exists());
+        assert_eq!(read(&small, "memory.max"), (32 << 20).to_string());
+        stop(&mut p);
+        assert!(!pod_dir.exists(), "{}", pod_dir.display());
+    }
+
     /// `--live-restore` on v2: the instance's cgroup and its limits stay while no podvisor
     /// runs, and the next run takes the container over in it.
     #[test]

@@ -393,3 +393,48 @@ fn the_pods_pids_limit_stops_a_fork_bomb() {
         .output();
     assert_eq!(bad.code(), 2, "{bad:?}");
 }
+
+/// Pod-level resources (KEP-2837): the API server's checks in `validate`, and on this cgroup
+/// v1 host a refusal, as the kubelet admits such a pod only on cgroup v2 (the v2 VM runs it:
+/// `guest_v2::placement`).
+#[test]
+fn pod_level_resources_are_checked_and_refused_on_cgroup_v1() {
+    let bad = PodRun::new(&pod(
+        "Never",
+        "  resources: {limits: {memory: 64Mi, ephemeral-storage: 1Gi}, requests: {memory: 16Mi}}
+  containers:
+  - name: big
+    command: [sleep, '600']
+    resources: {limits: {memory: 128Mi}}
+  - name: small
+    command: [sleep, '600']
+    resources: {requests: {memory: 8Mi}}
+",
+    ));
+    let out = Run::new(podvisor())
+        .arg("validate")
+        .arg(bad.dir.file("pod.yaml"))
+        .output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    for want in [
+        "spec.resources.limits.ephemeral-storage: Unsupported value: \"ephemeral-storage\": supported values: \"cpu\", \"memory\"",
+        "spec.containers[0].resources.limits.memory: Invalid value: 134217728: must be less than or equal to the pod's memory limit of 67108864 (bytes)",
+        "spec.resources.requests.memory: Invalid value: 16777216: must be greater than or equal to the containers' aggregate memory request of 142606336 (bytes)",
+    ] {
+        assert!(out.stderr.contains(want), "{want:?} in {}", out.stderr);
+    }
+    if !cgroups_here() {
+        return;
+    }
+    let good = PodRun::new(&pod(
+        "Never",
+        "  resources: {limits: {memory: 64Mi}}\n  containers:\n  - name: app\n    command: [\"true\"]\n",
+    ));
+    let out = good.cmd(&[]).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("spec.resources needs cgroup v2")
+            && out.stderr.contains("this host mounts cgroup v1"),
+        "{out:?}"
+    );
+}

@@ -187,6 +187,10 @@ pub struct RunPlan {
     /// their stop signal, and `lifecycle.stopSignal` may be set.
     #[cfg_attr(feature = "spec", serde(default))]
     pub container_stop_signals: bool,
+    /// The spec sets pod-level `resources` (KEP-2837): `pod_resources` are those, and a
+    /// container without a limit has the pod's in its own cgroup. Only on cgroup v2.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub pod_level_resources: bool,
 }
 
 /// A probe's timing with the API's defaults (`SetDefaults_Probe`) for what it leaves out or
@@ -297,13 +301,17 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .flatten()
         .filter_map(|v| volume_plan(v, manifest, &facts))
         .collect();
-    let pod_resources = pod_effective(
-        &containers
-            .iter()
-            .zip(&exec)
-            .map(|(c, e): (&ContainerPlan, &ContainerExec)| (c.kind, e.resources))
-            .collect::<Vec<_>>(),
-    );
+    let each: Vec<_> = (containers.iter().zip(&exec))
+        .map(|(c, e): (&ContainerPlan, &ContainerExec)| (c.kind, e.resources))
+        .collect();
+    // Pod-level resources (KEP-2837) when the spec sets them, else the containers' sum.
+    let pod_level = super::resources::pod_level(w.spec.resources.as_ref(), &each);
+    let pod_resources = pod_level.unwrap_or_else(|| pod_effective(&each));
+    if pod_level.is_some() {
+        for x in &mut exec {
+            super::resources::implied_limits(&mut x.resources, &pod_resources);
+        }
+    }
     RunPlan {
         volumes,
         ownership: super::security::volume_ownership(&w.spec),
@@ -316,6 +324,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             .collect(),
         // The node's gate: its shell sets it.
         container_stop_signals: false,
+        pod_level_resources: pod_level.is_some(),
         namespace: namespace.clone(),
         pod: PodPlan {
             name,

@@ -21,6 +21,15 @@ pub struct Resources {
 impl Resources {
     /// From a container's `resources` (valid: validation refused what does not parse).
     pub fn of(r: Option<&ResourceRequirements>) -> Resources {
+        let mut out = Resources::as_written(r);
+        // A limit without a request makes the request equal to it (SetDefaults_Pod).
+        out.cpu_request = out.cpu_request.or(out.cpu_limit);
+        out.memory_request = out.memory_request.or(out.memory_limit);
+        out
+    }
+
+    /// `resources` as written, no request defaulted.
+    fn as_written(r: Option<&ResourceRequirements>) -> Resources {
         let get = |map: Option<&std::collections::BTreeMap<String, _>>, name: &str, milli| {
             map.and_then(|m| m.get(name))
                 .and_then(
@@ -36,13 +45,57 @@ impl Resources {
         let cpu_limit = get(limits, "cpu", true).filter(|v| *v > 0);
         let memory_limit = get(limits, "memory", false).filter(|v| *v > 0);
         Resources {
-            // A limit without a request makes the request equal to it (SetDefaults_Pod).
-            cpu_request: get(requests, "cpu", true).or(cpu_limit),
+            cpu_request: get(requests, "cpu", true),
             cpu_limit,
-            memory_request: get(requests, "memory", false).or(memory_limit),
+            memory_request: get(requests, "memory", false),
             memory_limit,
         }
     }
+}
+
+/// The pod's requests and limits when its spec sets `resources` (KEP-2837, pod-level
+/// resources; `None` when it sets no cpu or memory): what it sets wins; a limit it does not
+/// set comes from the containers (when every one has one); a request it does not set comes
+/// from the containers when every one has one, else it is the pod's limit.
+pub fn pod_level(
+    spec: Option<&ResourceRequirements>,
+    containers: &[(Kind, Resources)],
+) -> Option<Resources> {
+    let set = Resources::as_written(spec);
+    if set == Resources::default() {
+        return None;
+    }
+    let derived = pod_effective(containers);
+    let all = |pick: &dyn Fn(&Resources) -> Option<u64>| {
+        containers.iter().all(|(_, r)| pick(r).is_some())
+    };
+    let cpu_limit = set.cpu_limit.or(derived.cpu_limit);
+    let memory_limit = set.memory_limit.or(derived.memory_limit);
+    let from_containers = |pick: &dyn Fn(&Resources) -> Option<u64>, derived: Option<u64>| {
+        all(pick).then_some(derived).flatten()
+    };
+    Some(Resources {
+        cpu_request: set
+            .cpu_request
+            .or(from_containers(&|r| r.cpu_request, derived.cpu_request))
+            .or(cpu_limit),
+        cpu_limit,
+        memory_request: set
+            .memory_request
+            .or(from_containers(
+                &|r| r.memory_request,
+                derived.memory_request,
+            ))
+            .or(memory_limit),
+        memory_limit,
+    })
+}
+
+/// With pod-level limits, a container that sets none is limited to the pod's in its own
+/// cgroup, as the kubelet does for runtimes that read it (KEP-2837).
+pub fn implied_limits(container: &mut Resources, pod: &Resources) {
+    container.cpu_limit = container.cpu_limit.or(pod.cpu_limit);
+    container.memory_limit = container.memory_limit.or(pod.memory_limit);
 }
 
 /// The pod's effective requests and limits (kubelet `PodRequests`/`PodLimits` with sidecars):
@@ -237,6 +290,60 @@ mod tests {
 
     fn q(s: &str) -> Result<u64, QuantityError> {
         Quantity::parse(s).map(Quantity::milli)
+    }
+
+    /// `resources` with these limits and requests (`name=quantity`).
+    fn reqs(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> ResourceRequirements {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
+        let map = |kv: &[(&str, &str)]| {
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), Q(v.to_string())))
+                    .collect()
+            })
+        };
+        ResourceRequirements {
+            limits: map(limits),
+            requests: map(requests),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pod_level_resources_as_kep_2837_derives_them() {
+        const MI: u64 = 1 << 20;
+        let none = Resources::default();
+        let main = |r: Resources| (Kind::Main, r);
+        // No cpu or memory at the pod level: none.
+        assert_eq!(pod_level(None, &[main(none)]), None);
+        // A pod limit, no requests anywhere: the request is the limit.
+        let pod = reqs(&[("memory", "100Mi")], &[]);
+        let got = pod_level(Some(&pod), &[main(none), main(none)]).unwrap();
+        assert_eq!(
+            (got.memory_request, got.memory_limit),
+            (Some(100 * MI), Some(100 * MI))
+        );
+        // Every container has a request: the pod's is their sum.
+        let with = Resources::of(Some(&reqs(&[], &[("memory", "30Mi")])));
+        let got = pod_level(Some(&pod), &[main(with), main(with)]).unwrap();
+        assert_eq!(got.memory_request, Some(60 * MI));
+        // Only a pod request: no limit unless every container has one.
+        let pod = reqs(&[], &[("cpu", "500m")]);
+        let got = pod_level(Some(&pod), &[main(none)]).unwrap();
+        assert_eq!((got.cpu_request, got.cpu_limit), (Some(500), None));
+        let limited = Resources::of(Some(&reqs(&[("cpu", "200m")], &[])));
+        let got = pod_level(Some(&pod), &[main(limited), main(limited)]).unwrap();
+        assert_eq!((got.cpu_request, got.cpu_limit), (Some(500), Some(400)));
+        // A container without a limit gets the pod's in its own cgroup.
+        let mut c = none;
+        implied_limits(
+            &mut c,
+            &Resources {
+                memory_limit: Some(MI),
+                ..none
+            },
+        );
+        assert_eq!(c.memory_limit, Some(MI));
     }
 
     #[test]

@@ -349,6 +349,25 @@ impl PodCgroups {
         if pids_max.is_some() {
             need.push("pids");
         }
+        let pod_level = |needs: &'static str, why: String| Unenforceable {
+            container: String::new(),
+            field: "spec.resources",
+            needs,
+            why,
+        };
+        if plan.pod_level_resources {
+            // As the kubelet, which admits such a pod only on a cgroup v2 node (KEP-2837).
+            match Layout::detect() {
+                Ok(l) if l.version == Version::V1 => {
+                    return Err(pod_level(
+                        "cgroup v2",
+                        "this host mounts cgroup v1, on which the kubelet does not admit a pod with pod-level resources".into(),
+                    ))
+                }
+                Err(e) => return Err(pod_level("cgroups", e.to_string())),
+                Ok(_) => {}
+            }
+        }
         let made = Layout::detect().and_then(|layout| {
             let name = pod_cgroup_name(&plan.namespace, &plan.pod.name, state_dir);
             let description = format!("podvisor pod {}/{}", plan.namespace, plan.pod.name);
@@ -395,6 +414,9 @@ impl PodCgroups {
                         needs: "cgroups",
                         why,
                     });
+                }
+                if plan.pod_level_resources {
+                    return Err(pod_level("cgroups", why));
                 }
                 if pids_max.is_some() {
                     return Err(Unenforceable {

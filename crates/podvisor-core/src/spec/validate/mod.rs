@@ -11,8 +11,10 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
 use super::{Manifest, Problems, SpecError, WorkloadKind};
 
 mod probes;
+mod resources;
 
 use probes::validate_probes_and_hooks;
+use resources::{validate_pod_resources, validate_requirements, validate_resources};
 
 /// Adds every problem of `manifest` to `errors`.
 pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
@@ -78,6 +80,10 @@ pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
 }
 
 fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) {
+    if let Some(r) = &spec.resources {
+        validate_requirements(r, "resources", true, p);
+        validate_pod_resources(spec, p);
+    }
     if let Some(policy) = spec.restart_policy.as_deref() {
         if !matches!(policy, "Always" | "OnFailure" | "Never") {
             p.push("restartPolicy", format!("Unsupported value: {policy:?}: supported values: \"Always\", \"OnFailure\", \"Never\""));
@@ -570,65 +576,6 @@ fn port_name(s: &str) -> Option<&'static str> {
     }
     None
 }
-
-/// `resources`, as `ValidateResourceRequirements` (pkg/apis/core/validation/validation.go):
-/// standard names, quantities in the API's grammar, nothing negative, requests at most their
-/// limits; plus what a kernel cannot enforce (a memory limit under one page).
-fn validate_resources(c: &Container, path: &str, p: &mut Problems<'_>) {
-    use super::resources::{Quantity, QuantityError};
-    let Some(r) = &c.resources else { return };
-    let mut parsed = |section: &str, map: Option<&BTreeMap<String, _>>| {
-        let mut out = BTreeMap::new();
-        for (name, q) in map.into_iter().flatten() {
-            let q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity = q;
-            let at = format!("{path}.resources.{section}.{name}");
-            let standard = matches!(name.as_str(), "cpu" | "memory" | "ephemeral-storage")
-                || name.starts_with("hugepages-");
-            if !standard && !name.contains('/') {
-                p.push(
-                    &at,
-                    format!("Invalid value: {name:?}: must be a standard resource for containers"),
-                );
-                continue;
-            }
-            match Quantity::parse(&q.0) {
-                Ok(v) => {
-                    out.insert(name.clone(), (v, q.0.clone()));
-                }
-                Err(e @ QuantityError::Negative) | Err(e @ QuantityError::TooLarge) => {
-                    p.push(&at, format!("Invalid value: {:?}: {e}", q.0))
-                }
-                Err(e @ QuantityError::Syntax) => {
-                    p.push(&at, format!("Invalid value: {:?}: {e}", q.0))
-                }
-            }
-        }
-        out
-    };
-    let limits = parsed("limits", r.limits.as_ref());
-    let requests = parsed("requests", r.requests.as_ref());
-    for (name, (request, text)) in &requests {
-        if let Some((limit, limit_text)) = limits.get(name) {
-            if request > limit {
-                p.push(
-                    &format!("{path}.resources.requests"),
-                    format!("Invalid value: {text:?}: must be less than or equal to {name} limit of {limit_text}"),
-                );
-            }
-        }
-    }
-    if let Some((limit, text)) = limits.get("memory") {
-        if (1..PAGE).contains(&limit.value()) {
-            p.push(
-                &format!("{path}.resources.limits.memory"),
-                format!("Invalid value: {text:?}: a memory limit below one page (4Ki) cannot be enforced by the kernel"),
-            );
-        }
-    }
-}
-
-/// The smallest memory limit a kernel can enforce.
-const PAGE: u64 = 4096;
 
 /// downwardAPI items of `downwardAPI` and `projected` volumes, as `validateDownwardAPIVolumeFile`:
 /// a relative path without `..`, exactly one of fieldRef and resourceFieldRef, a fieldRef the
