@@ -283,9 +283,10 @@ impl Keeper {
         for &s in &r.blocked {
             mask.add(s);
         }
+        // No signal ignored in the container, as the run starts its own (see `supervisor`).
         let inherited = Inherited {
             mask,
-            actions: Vec::new(),
+            actions: sys::defaults_for_ignored(),
         };
         let argv: Vec<OsString> = r.argv.into_iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &inherited)?;

@@ -225,9 +225,10 @@ pub fn run(
         size_check_at: None,
         metrics,
         counters,
+        // Containers start with no signal ignored, whatever this run was started with.
         inherited: Inherited {
             mask,
-            actions: Vec::new(),
+            actions: sys::defaults_for_ignored(),
         },
         pids: HashMap::new(),
         logs: Slab::new(),

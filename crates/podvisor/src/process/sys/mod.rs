@@ -124,6 +124,29 @@ impl std::fmt::Debug for SigAction {
     }
 }
 
+/// The default disposition for each signal this process ignores (as whoever started it left
+/// it: a shell ignores SIGINT and SIGQUIT for a command it runs in the background): what a
+/// container's process is given back, as a runtime, itself a daemon's child, starts it with
+/// no signal ignored.
+pub fn defaults_for_ignored() -> Vec<SigAction> {
+    let mut out = Vec::new();
+    for signal in 1..=libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: an all-zero sigaction is a valid value (empty mask, no flags, SIG_DFL).
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a null new action only reads the disposition into `old`.
+        let read = unsafe { libc::sigaction(signal, std::ptr::null(), &mut old) };
+        if read == 0 && old.sa_sigaction == libc::SIG_IGN {
+            // SAFETY: as above: SIG_DFL, no mask, no flags.
+            let action: libc::sigaction = unsafe { std::mem::zeroed() };
+            out.push(SigAction { signal, action });
+        }
+    }
+    out
+}
+
 /// Sets `signal` to be ignored and returns its previous disposition.
 pub fn ignore_signal(signal: i32) -> io::Result<SigAction> {
     set_disposition(signal, libc::SIG_IGN)
