@@ -12,6 +12,7 @@
 
 pub mod crd;
 pub mod decide;
+pub mod fuzzing;
 pub mod lease;
 pub mod metrics;
 pub mod ratelimit;

@@ -14,6 +14,7 @@ mod cluster;
 mod decision;
 mod deploy;
 mod fakeapi;
+mod fuzzing;
 mod image;
 mod webhook;
 

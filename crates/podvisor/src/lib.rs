@@ -13,6 +13,8 @@ pub mod cli;
 #[cfg(feature = "full")]
 pub mod client;
 #[cfg(feature = "full")]
+pub mod fuzzing;
+#[cfg(feature = "full")]
 pub mod image;
 pub mod init;
 #[cfg(feature = "full")]

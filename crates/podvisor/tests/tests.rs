@@ -14,6 +14,7 @@ mod escalation;
 mod examples;
 mod exec;
 mod explain;
+mod fuzzing;
 mod grpc;
 mod guest_v2;
 mod harness;

@@ -572,9 +572,12 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
+        // Two hex digits after '%', read as bytes: what follows may be any UTF-8 (a byte
+        // index inside a character must not be sliced: found by the api_request fuzz target).
+        let hex = |b: u8| (b as char).to_digit(16);
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
+            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((high * 16 + low) as u8);
                 i += 3;
                 continue;
             }
@@ -588,6 +591,18 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_percent_before_a_multibyte_character_is_taken_as_it_is() {
+        assert_eq!(
+            parse_request("POST /exec?container=app&command=%2\u{497}i HTTP/1.1"),
+            Ok(Request::Exec {
+                container: "app".into(),
+                command: vec!["%2\u{497}i".into()],
+                terminal: None,
+            })
+        );
+    }
 
     #[test]
     fn requests() {
