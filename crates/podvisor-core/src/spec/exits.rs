@@ -69,26 +69,16 @@ pub fn explain_exits(spec: &PodSpec, prefix: &str) -> (Vec<ContainerExits>, Vec<
         Some("Never") => RestartPolicy::Never,
         _ => RestartPolicy::Always,
     };
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| {
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            let kind = if sidecar { "sidecar" } else { "init" };
-            (format!("{prefix}.initContainers[{i}]"), c, kind)
-        });
-    let main = spec
-        .containers
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (format!("{prefix}.containers[{i}]"), c, "main"));
     let mut out = Vec::new();
     let mut warnings = Vec::new();
-    for (path, c, kind) in init.chain(main) {
+    for (path, kind, c) in super::containers_in_order(spec, prefix) {
         let restart = container_restart(c);
-        let regular_init = kind == "init";
+        let regular_init = kind == crate::lifecycle::Kind::Init;
+        let kind = match kind {
+            crate::lifecycle::Kind::Init => "init",
+            crate::lifecycle::Kind::Sidecar => "sidecar",
+            crate::lifecycle::Kind::Main => "main",
+        };
         let mut codes: Vec<i32> = vec![0];
         for r in &restart.rules {
             let (crate::restart::ExitCodes::In(v) | crate::restart::ExitCodes::NotIn(v)) =

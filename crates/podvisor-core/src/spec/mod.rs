@@ -125,6 +125,37 @@ fn str_field<'a>(doc: &'a Document, key: &str) -> Option<&'a str> {
 }
 
 /// Parses and validates a manifest. `file` names it in messages (`-` for stdin).
+/// The pod's containers in the kubelet's order, init containers first: each with its path
+/// under `prefix` (`spec.initContainers[0]`), its kind (an init container with
+/// `restartPolicy: Always` is a sidecar) and itself.
+pub(crate) fn containers_in_order<'a>(
+    spec: &'a PodSpec,
+    prefix: &'a str,
+) -> impl Iterator<
+    Item = (
+        String,
+        crate::lifecycle::Kind,
+        &'a k8s_openapi::api::core::v1::Container,
+    ),
+> + 'a {
+    use crate::lifecycle::Kind;
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(move |(i, c)| {
+            let kind = match c.restart_policy.as_deref() {
+                Some("Always") => Kind::Sidecar,
+                _ => Kind::Init,
+            };
+            (format!("{prefix}.initContainers[{i}]"), kind, c)
+        });
+    let main = (spec.containers.iter().enumerate())
+        .map(move |(i, c)| (format!("{prefix}.containers[{i}]"), Kind::Main, c));
+    init.chain(main)
+}
+
 pub fn load(file: &str, text: &str) -> Result<Manifest, SpecErrors> {
     let fail = |errors: Vec<SpecError>| SpecErrors {
         file: file.to_string(),

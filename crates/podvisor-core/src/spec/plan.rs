@@ -269,16 +269,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .and_then(|r| r.policy().ok());
     let mut containers = Vec::new();
     let mut exec = Vec::new();
-    let init = w.spec.init_containers.iter().flatten().map(|c| {
-        let kind = if c.restart_policy.as_deref() == Some("Always") {
-            Kind::Sidecar
-        } else {
-            Kind::Init
-        };
-        (c, kind)
-    });
-    let main = w.spec.containers.iter().map(|c| (c, Kind::Main));
-    for (c, kind) in init.chain(main) {
+    for (_, kind, c) in super::containers_in_order(&w.spec, "spec") {
         let x = container_exec(c, manifest, &facts);
         let mut p = container_plan(c, kind, staged);
         // On the host's root the default user is root; from an image, the image's user (the

@@ -86,25 +86,11 @@ pub(super) fn validate_requirements(
 /// pod's, the containers' aggregate request (init containers and sidecars counted as for
 /// scheduling) not above the pod's request.
 pub(super) fn validate_pod_resources(spec: &PodSpec, p: &mut Problems<'_>) {
-    use crate::lifecycle::Kind;
     use crate::spec::resources::{pod_effective, Resources};
     let pod = Resources::of(spec.resources.as_ref());
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| {
-            let kind = match c.restart_policy.as_deref() {
-                Some("Always") => Kind::Sidecar,
-                _ => Kind::Init,
-            };
-            (format!("initContainers[{i}]"), kind, c)
-        });
-    let main = (spec.containers.iter().enumerate())
-        .map(|(i, c)| (format!("containers[{i}]"), Kind::Main, c));
     let mut each = Vec::new();
-    for (at, kind, c) in init.chain(main) {
+    for (at, kind, c) in crate::spec::containers_in_order(spec, "") {
+        let at = at.trim_start_matches('.');
         let r = Resources::of(c.resources.as_ref());
         for (name, own, limit) in [
             ("cpu", r.cpu_limit, pod.cpu_limit),
