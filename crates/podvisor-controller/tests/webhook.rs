@@ -503,6 +503,47 @@ async fn restart_rules_pass_through_the_injection_unchanged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guaranteed_pod_with_resize_policies_stays_guaranteed_and_resizable() {
+    // KEP-1287: resizePolicy passes through unchanged, and the injected init container asks
+    // for requests equal to limits, so the pod's QoS class (which a resize may not change)
+    // stays Guaranteed.
+    let server = start("resize", vec![staged()]).await;
+    let mut object = pod(json!({"app": "web", "podvisor.io/inject": "enabled"}));
+    let guaranteed = json!({"limits": {"cpu": "500m", "memory": "256Mi"}});
+    let policy = json!([
+        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+    ]);
+    for c in object["spec"]["containers"].as_array_mut().unwrap() {
+        c["resources"] = guaranteed.clone();
+        c["resizePolicy"] = policy.clone();
+        c["command"] = json!(["/bin/sleep", "3600"]);
+    }
+    let typed = |v: &Value| -> k8s_openapi::api::core::v1::PodSpec {
+        serde_json::from_value(v["spec"].clone()).unwrap()
+    };
+    use podvisor_core::spec::resize::{qos_class, QosClass};
+    assert_eq!(qos_class(&typed(&object)), QosClass::Guaranteed);
+    let (code, body) = post(&server, review(("", "v1", "Pod"), "CREATE", object.clone())).await;
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let (allowed, patched, _) = answer(&body, &object);
+    assert!(allowed);
+    let patched = patched.expect("a patch");
+    assert_eq!(patched["spec"]["containers"][0]["resizePolicy"], policy);
+    assert_eq!(qos_class(&typed(&patched)), QosClass::Guaranteed);
+    let dir = TempDir::new("resize-files");
+    let mut strict = strict_pod(&patched);
+    strict.metadata.name = Some("web-7d9f8c6b5d-r2x9q".into());
+    validate(&dir.0, &serde_json::to_value(&strict).unwrap());
+    // A Burstable pod's init container asks for nothing, as before.
+    let object = pod(json!({"app": "web", "podvisor.io/inject": "enabled"}));
+    let (_, body) = post(&server, review(("", "v1", "Pod"), "CREATE", object.clone())).await;
+    let patched = answer(&body, &object).1.expect("a patch");
+    let init = &patched["spec"]["initContainers"][0];
+    assert!(init["resources"].is_null(), "{init}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_no_supervision_selects_is_admitted_with_the_reason() {
     let server = start("none", vec![staged()]).await;
     let object = pod(json!({"app": "shop-db", "podvisor.io/inject": "enabled"}));

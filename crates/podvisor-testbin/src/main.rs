@@ -15,8 +15,8 @@
 //! - `keyctl` — ask for the thread keyring's id (`keyctl`, a system call a seccomp default
 //!   profile refuses) and print `ok` or `errno N`; exit 0 either way.
 //! - `sleep SECS` — sleep, then exit 0.
-//! - `alloc MIB` — allocate MIB MiB, touching every page (so it is really charged), print
-//!   `allocated MIB`, exit 0.
+//! - `alloc MIB [hold]` — allocate MIB MiB, touching every page (so it is really charged), print
+//!   `allocated MIB`, exit 0 (with `hold`: keep it until killed).
 //! - `spin SECS` — burn CPU for SECS seconds of wall time, then exit 0.
 //! - `serve PORT [--log FILE] [--dir DIR] [--healthy-for SECS]` — an HTTP/1.1 server on
 //!   127.0.0.1:PORT for probe and hook tests; prints `listening PORT`. Each request is appended
@@ -51,7 +51,10 @@ extern "C" fn main(
         Some("zombies") => zombies(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
         Some("orphans") => orphans(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
         Some("serve") => serve(&args[1..]),
-        Some("alloc") => alloc(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1)),
+        Some("alloc") => {
+            let mib = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1);
+            alloc(mib, args.get(2).is_some_and(|a| a == "hold"))
+        }
         Some("spin") => spin(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0)),
         Some("masked") => masked(&args[1..]),
         Some("keyctl") => {
@@ -444,7 +447,8 @@ fn serve(args: &[String]) -> i32 {
 }
 
 /// Allocates `mib` MiB a MiB at a time, writing to every page of each.
-fn alloc(mib: usize) -> i32 {
+/// Allocates and touches `mib` MiB; with `hold`, keeps it until killed.
+fn alloc(mib: usize, hold: bool) -> i32 {
     let mut kept: Vec<Vec<u8>> = Vec::with_capacity(mib);
     for _ in 0..mib {
         let mut block = vec![0u8; 1 << 20];
@@ -454,6 +458,12 @@ fn alloc(mib: usize) -> i32 {
         kept.push(block);
     }
     println!("allocated {}", kept.len());
+    if hold {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+            std::hint::black_box(&kept);
+        }
+    }
     0
 }
 

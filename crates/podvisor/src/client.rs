@@ -285,8 +285,35 @@ pub fn request_with_fds(
     path: &str,
     fds: &[std::os::fd::RawFd],
 ) -> Result<Response, ClientError> {
+    send(dir, method, path, fds, None)
+}
+
+/// Sends `METHOD PATH` with a body of that `Content-Type` (a resize's patch).
+pub fn request_with_body(
+    dir: &Path,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> Result<Response, ClientError> {
+    send(dir, method, path, &[], Some((content_type, body)))
+}
+
+fn send(
+    dir: &Path,
+    method: &str,
+    path: &str,
+    fds: &[std::os::fd::RawFd],
+    body: Option<(&str, &str)>,
+) -> Result<Response, ClientError> {
     let mut stream = connect(dir)?;
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: podvisor\r\nContent-Length: 0\r\n\r\n");
+    let req = match body {
+        None => format!("{method} {path} HTTP/1.1\r\nHost: podvisor\r\nContent-Length: 0\r\n\r\n"),
+        Some((kind, body)) => format!(
+            "{method} {path} HTTP/1.1\r\nHost: podvisor\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    };
     let sent = match fds {
         [] => 0,
         _ => crate::process::sys::send_with_fds(&stream, req.as_bytes(), fds)

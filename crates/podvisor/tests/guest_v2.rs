@@ -138,6 +138,53 @@ mod placement {
         assert!(!pod_dir.exists(), "{}", pod_dir.display());
     }
 
+    /// In-place resize (KEP-1287) on v2: `memory.max`, `cpu.max` and `cpu.weight` of the
+    /// instance and the pod changed without a restart; a memory limit below what is in use
+    /// (which v2 would answer with an OOM kill) is not written: `PodResizeInProgress`, `Error`.
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_resize_changes_the_cgroup_files_in_place() {
+        let r = pod_run(&pod(
+            "Never",
+            &format!(
+                "  containers:\n  - name: app\n    command: [{}, alloc, '24', hold]\n    resources: {{limits: {{memory: 64Mi, cpu: 250m}}, requests: {{cpu: 100m, memory: 8Mi}}}}\n",
+                testbin().display()
+            ),
+        ));
+        let mut p = r.cmd(&[]).start();
+        let pid = running_pid(&r);
+        let app = cgroup_of(pid);
+        let pod_dir = recorded(&r).unwrap();
+        let resize = |patch: &str| {
+            let out = client(&r, &["patch", "--subresource", "resize", "-p", patch]);
+            assert_eq!(out.code(), 0, "{}", out.stderr);
+        };
+        resize(
+            r#"{"spec":{"containers":[{"name":"app","resources":{"limits":{"memory":"96Mi","cpu":"500m"},"requests":{"cpu":"200m"}}}]}}"#,
+        );
+        assert_eq!(read(&app, "memory.max"), (96 << 20).to_string());
+        assert_eq!(read(&app, "cpu.max"), "50000 100000");
+        // 200m: 204 shares, weight 1 + (204 - 2) × 9999 / 262142.
+        assert_eq!(read(&app, "cpu.weight"), "8");
+        assert_eq!(read(&pod_dir, "memory.max"), (96 << 20).to_string());
+        assert_eq!(read(&pod_dir, "cpu.max"), "50000 100000");
+        assert_eq!(container_pid(&r, 0), Some(pid));
+        wait_until("24 MiB in use", || r.log("app", 1).contains("allocated 24"));
+        resize(
+            r#"{"spec":{"containers":[{"name":"app","resources":{"limits":{"memory":"12Mi"}}}]}}"#,
+        );
+        let s = status(&r);
+        let c = (s["status"]["conditions"].as_array().unwrap().iter())
+            .find(|c| c["type"] == "PodResizeInProgress")
+            .unwrap_or_else(|| panic!("{s}"))
+            .clone();
+        assert_eq!(c["reason"], "Error", "{c}");
+        assert_eq!(read(&app, "memory.max"), (96 << 20).to_string());
+        assert_eq!(s["status"]["containerStatuses"][0]["restartCount"], 0);
+        assert_eq!(container_pid(&r, 0), Some(pid));
+        stop(&mut p);
+    }
+
     /// `--live-restore` on v2: the instance's cgroup and its limits stay while no podvisor
     /// runs, and the next run takes the container over in it.
     #[test]

@@ -39,7 +39,7 @@ pub fn container_pid(r: &PodRun, i: usize) -> Option<i32> {
 }
 
 /// The directory of `pid`'s cgroup in v1 hierarchy `controller`.
-fn cgroup_dir(pid: i32, controller: &str) -> Option<PathBuf> {
+pub fn cgroup_dir(pid: i32, controller: &str) -> Option<PathBuf> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let path = text.lines().find_map(|l| {
         let mut it = l.splitn(3, ':');

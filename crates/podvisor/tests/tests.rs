@@ -28,6 +28,7 @@ mod node;
 mod personas;
 mod pods;
 mod probes;
+mod resize;
 mod resources;
 mod restart_rules;
 mod resume;

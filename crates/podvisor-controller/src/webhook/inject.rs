@@ -14,6 +14,9 @@
 //! - each selected container's `command` wrapped: `podvisor init --supervision … --state-dir …
 //!   --container NAME -- COMMAND…` (its `args` follow, as the runtime appends them).
 //!
+//! In a Guaranteed pod the init container asks for small equal requests and limits, so that
+//! the pod stays Guaranteed (its QoS class, which an in-place resize may not change).
+//!
 //! A selected container without `command` is left alone: the image's entrypoint is unknown to
 //! a webhook (it would need the image's config), and a guess would run the wrong program. The
 //! annotation `podvisor.io/injection-skipped` says which and why.
@@ -23,9 +26,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
-    ObjectFieldSelector, Pod, Volume, VolumeMount,
+    ObjectFieldSelector, Pod, ResourceRequirements, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
+use podvisor_core::spec::resize::{qos_class, QosClass};
 use podvisor_core::spec::supervision::StagedInstrumentation;
 use serde::Serialize;
 
@@ -146,10 +151,13 @@ pub fn inject(
         };
         return skip(pod.clone(), why);
     }
+    // A Guaranteed pod stays Guaranteed: its QoS class is what the kubelet places it by, and an
+    // in-place resize (KEP-1287) may never change it.
+    let guaranteed = qos_class(spec) == QosClass::Guaranteed;
     add_volumes(spec);
     spec.init_containers
         .get_or_insert_with(Vec::new)
-        .push(install_container(s));
+        .push(install_container(s, guaranteed));
     let a = out.annotations_mut();
     a.insert(INJECTED_ANNOTATION.into(), sup.name_any());
     a.insert(SUPERVISION_ANNOTATION.into(), document(&sup.name_any(), si));
@@ -226,8 +234,23 @@ fn add_volumes(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
     });
 }
 
-fn install_container(s: &Settings) -> Container {
+/// What the install container asks for in a Guaranteed pod (requests equal to limits): enough
+/// to copy one binary; below what the pod's own containers ask, so the pod's effective
+/// requests do not grow.
+const GUARANTEED_INSTALL: [(&str, &str); 2] = [("cpu", "50m"), ("memory", "32Mi")];
+
+fn install_container(s: &Settings, guaranteed: bool) -> Container {
+    let amounts = || {
+        let q = |(k, v): &(&str, &str)| (k.to_string(), Quantity(v.to_string()));
+        GUARANTEED_INSTALL.iter().map(q).collect()
+    };
+    let resources = guaranteed.then(|| ResourceRequirements {
+        limits: Some(amounts()),
+        requests: Some(amounts()),
+        ..ResourceRequirements::default()
+    });
     Container {
+        resources,
         name: INIT_CONTAINER.into(),
         image: Some(s.image.clone()),
         image_pull_policy: s.image_pull_policy.clone(),

@@ -113,6 +113,17 @@ pub struct Document {
 }
 
 impl Document {
+    /// A document of a value that no text was read for (a request's body made into a pod
+    /// spec): its problems have no position worth giving.
+    #[cfg(feature = "spec")]
+    pub(crate) fn unplaced(value: Value) -> Document {
+        Document {
+            value,
+            pos: Pos { line: 0, column: 0 },
+            positions: BTreeMap::new(),
+        }
+    }
+
     /// Where the field at `path` (`spec.containers[0].name`) was written, or the nearest
     /// enclosing field that was.
     pub fn position(&self, path: &str) -> Pos {

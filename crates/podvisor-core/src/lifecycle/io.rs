@@ -77,6 +77,10 @@ pub enum Input {
     /// again at once, whatever its policy; its restartCount grows, its backoff is untouched.
     /// Ignored for a regular init container (only a pod restart runs those again).
     RestartContainer(usize),
+    /// An in-place resize changed a resource whose `resizePolicy` is `RestartContainer`: as
+    /// `RestartContainer`, with the kubelet's message ("Container NAME resize requires
+    /// restart"); no backoff, no crash.
+    ResizeRestart(usize),
     /// `podvisor restart`: stop every container gracefully, then start the pod again from its
     /// init containers (a whole-pod restart, event `PodRestarting`).
     RestartPod,

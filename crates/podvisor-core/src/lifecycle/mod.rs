@@ -264,7 +264,14 @@ impl Pod {
                     s.requested = true;
                 }
             },
-            Input::RestartContainer(i) => self.restart_container(now, i, &mut fx),
+            Input::RestartContainer(i) => {
+                let message = |name: &str| format!("Stopping container {name} to restart it");
+                self.restart_container(now, i, &message, &mut fx)
+            }
+            Input::ResizeRestart(i) => {
+                let message = |name: &str| format!("Container {name} resize requires restart");
+                self.restart_container(now, i, &message, &mut fx)
+            }
             Input::RestartPod => self.restart_pod(now, &mut fx),
             Input::Image(i, report) => self.image_report(now, i, report, &mut fx),
         }
@@ -392,7 +399,13 @@ impl Pod {
 
     /// A user asked to restart container `i` (not a regular init container: that takes a
     /// pod restart).
-    fn restart_container(&mut self, now: Instant, i: usize, fx: &mut Vec<Effect>) {
+    fn restart_container(
+        &mut self,
+        now: Instant,
+        i: usize,
+        message: &dyn Fn(&str) -> String,
+        fx: &mut Vec<Effect>,
+    ) {
         // A regular init container runs once per pod start: restart the pod for that.
         let restartable = self
             .plan
@@ -402,7 +415,7 @@ impl Pod {
         if self.stopping.is_none() && restartable {
             let c = &mut self.containers[i];
             c.next = Next::Now;
-            let message = format!("Stopping container {} to restart it", c.name);
+            let message = message(&c.name);
             let grace = self.plan.grace;
             self.begin_kill(i, now, grace, message, false, fx);
         }

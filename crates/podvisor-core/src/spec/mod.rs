@@ -12,6 +12,7 @@ pub mod exits;
 pub mod explain;
 pub mod node;
 pub mod plan;
+pub mod resize;
 pub mod resources;
 pub mod security;
 pub mod signals;

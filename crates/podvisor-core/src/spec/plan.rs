@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::env::resolve_env;
 pub use super::env::{expand, parse_quantity};
-use super::resources::{pod_effective, Resources};
+use super::resources::Resources;
 use super::volumes::{volume_plan, MountPlan, VolumePlan};
 use super::Manifest;
 use crate::backoff::BackoffPolicy;
@@ -292,17 +292,12 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .flatten()
         .filter_map(|v| volume_plan(v, manifest, &facts))
         .collect();
-    let each: Vec<_> = (containers.iter().zip(&exec))
-        .map(|(c, e): (&ContainerPlan, &ContainerExec)| (c.kind, e.resources))
-        .collect();
     // Pod-level resources (KEP-2837) when the spec sets them, else the containers' sum.
-    let pod_level = super::resources::pod_level(w.spec.resources.as_ref(), &each);
-    let pod_resources = pod_level.unwrap_or_else(|| pod_effective(&each));
-    if pod_level.is_some() {
-        for x in &mut exec {
-            super::resources::implied_limits(&mut x.resources, &pod_resources);
-        }
+    let allocation = super::resources::allocate(&w.spec);
+    for (x, (_, r)) in exec.iter_mut().zip(&allocation.containers) {
+        x.resources = *r;
     }
+    let pod_resources = allocation.pod;
     RunPlan {
         volumes,
         ownership: super::security::volume_ownership(&w.spec),
@@ -315,7 +310,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             .collect(),
         // The node's gate: its shell sets it.
         container_stop_signals: false,
-        pod_level_resources: pod_level.is_some(),
+        pod_level_resources: allocation.pod_level,
         namespace: namespace.clone(),
         pod: PodPlan {
             name,

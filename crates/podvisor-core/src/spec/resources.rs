@@ -91,6 +91,36 @@ pub fn pod_level(
     })
 }
 
+/// What a pod spec allocates: each container's resources in the kubelet's order (init
+/// containers and sidecars, then the regular ones), with the limits pod-level resources imply,
+/// and the pod's (pod-level when the spec sets them, else the containers' effective sum).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub containers: Vec<(Kind, Resources)>,
+    pub pod: Resources,
+    /// The spec sets pod-level `resources` (KEP-2837).
+    pub pod_level: bool,
+}
+
+/// The allocation of `spec` (valid: validation refused what does not parse).
+pub fn allocate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Allocation {
+    let mut containers: Vec<(Kind, Resources)> = super::containers_in_order(spec, "")
+        .map(|(_, kind, c)| (kind, Resources::of(c.resources.as_ref())))
+        .collect();
+    let level = pod_level(spec.resources.as_ref(), &containers);
+    let pod = level.unwrap_or_else(|| pod_effective(&containers));
+    if level.is_some() {
+        for (_, r) in &mut containers {
+            implied_limits(r, &pod);
+        }
+    }
+    Allocation {
+        containers,
+        pod,
+        pod_level: level.is_some(),
+    }
+}
+
 /// With pod-level limits, a container that sets none is limited to the pod's in its own
 /// cgroup, as the kubelet does for runtimes that read it (KEP-2837).
 pub fn implied_limits(container: &mut Resources, pod: &Resources) {

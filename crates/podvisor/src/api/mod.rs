@@ -12,6 +12,7 @@
 //! | `POST /stop` | graceful termination (202) |
 //! | `POST /restart` | whole-pod restart (202) |
 //! | `POST /restart?container=NAME` | restart of one container (202; 404 if unknown) |
+//! | `PATCH /resize` | an in-place resize (KEP-1287): the body is a patch of the Pod as `kubectl patch --subresource resize` sends it (`Content-Type` strategic-merge, merge or JSON patch); answers the Pod (200) or why not (422) |
 //! | `POST /exec?container=NAME&command=ARG&command=...` | runs the command in the container with the descriptors passed with the request (`SCM_RIGHTS`: stdin, stdout, stderr, or stdout and stderr); answers once it ended: `{"exitCode":N}` (404 unknown container, 409 not running) |
 //!
 //! A slow or vanished client never holds the pod up: output is buffered up to a bound, and a
@@ -56,6 +57,23 @@ pub enum Request {
         terminal: Option<(u16, u16)>,
     },
     Metrics,
+    /// A patch of the pod on its `resize` subresource (the body, as sent).
+    Resize {
+        kind: PatchKind,
+        body: String,
+    },
+}
+
+/// How a patch is written (its `Content-Type`), as the API server reads one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/strategic-merge-patch+json` (kubectl's default): lists of containers
+    /// merged by name.
+    Strategic,
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
 }
 
 /// A client connection of either server.
@@ -274,11 +292,25 @@ impl Server {
         }
         let end = conn.input.windows(4).position(|w| w == b"\r\n\r\n")?;
         let head = String::from_utf8_lossy(&conn.input[..end]).into_owned();
+        // A body (a resize's patch) is read whole before the request is answered.
+        let length = content_length(&head);
+        if length > MAX_REQUEST {
+            self.reply(slot, 413, "request body too large\n", epoll);
+            return None;
+        }
+        if conn.input.len() < end + 4 + length {
+            return None;
+        }
+        let body = &conn.input[end + 4..end + 4 + length];
         let parsed = match self.listener {
             Listener::Unix(_) => parse_request(&head),
             Listener::Tcp(_) => parse_metrics_request(&head),
         };
         match parsed {
+            Ok(Request::Resize { kind, .. }) => Some(Request::Resize {
+                kind,
+                body: String::from_utf8_lossy(body).into_owned(),
+            }),
             Ok(r) => Some(r),
             Err((code, why)) => {
                 self.reply(slot, code, &why, epoll);
@@ -545,11 +577,42 @@ pub fn parse_request(head: &str) -> Result<Request, (u16, String)> {
             _ => Err((400, "exec needs container=NAME and command=ARG...\n".into())),
         },
         ("GET", "/metrics") => Ok(Request::Metrics),
-        (_, "/status" | "/events" | "/stop" | "/restart" | "/exec") => {
+        ("PATCH", "/resize") => {
+            let kind = match header(head, "content-type").as_deref() {
+                None | Some("application/strategic-merge-patch+json") => PatchKind::Strategic,
+                Some("application/merge-patch+json") => PatchKind::Merge,
+                Some("application/json-patch+json") => PatchKind::Json,
+                Some(other) => {
+                    return Err((415, format!("the body of a resize is a strategic-merge, merge or JSON patch, not {other:?}\n")))
+                }
+            };
+            Ok(Request::Resize {
+                kind,
+                body: String::new(),
+            })
+        }
+        (_, "/status" | "/events" | "/stop" | "/restart" | "/exec" | "/resize") => {
             Err((405, format!("{method} is not allowed on {path}\n")))
         }
         _ => Err((404, format!("no such endpoint {path:?}\n"))),
     }
+}
+
+/// A header's value (its name in any case), the first if repeated.
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_string())
+    })
+}
+
+/// The `Content-Length` of a request (0 when it has none or it is not a number).
+fn content_length(head: &str) -> usize {
+    header(head, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The metrics server answers `GET /metrics` only.

@@ -164,6 +164,16 @@ impl PodCgroup {
         self.pending.retain(|cg| cg.remove().is_err());
     }
 
+    /// Changes the pod cgroup's limits of `what` to those of `r`, in place (a resize).
+    pub fn update(&self, r: &Resources, what: Resource) -> Result<(), CgroupError> {
+        update_all(&self.dirs, r, what)
+    }
+
+    /// The memory the pod's processes use now (`memory.current`, `memory.usage_in_bytes`).
+    pub fn memory_usage(&self) -> Option<u64> {
+        memory_usage(self.version, &self.dirs)
+    }
+
     /// Removes the pod's cgroup and the record of it: what is still in it is killed first.
     pub fn remove(mut self, state_dir: &Path) -> Result<(), CgroupError> {
         for cg in std::mem::take(&mut self.pending) {
@@ -300,6 +310,17 @@ impl InstanceCgroup {
         }
     }
 
+    /// The instance's limits of `what` made those of `r`, in place: a resize of a running
+    /// container.
+    pub fn update(&self, r: &Resources, what: Resource) -> Result<(), CgroupError> {
+        update_all(&self.dirs, r, what)
+    }
+
+    /// The memory the instance's processes use now.
+    pub fn memory_usage(&self) -> Option<u64> {
+        memory_usage(self.version, &self.dirs)
+    }
+
     /// SIGKILL to every process in it: what the container started outside its process group
     /// (a daemon that called setsid) goes with it too.
     pub fn kill_all(&self) {
@@ -344,6 +365,102 @@ fn kill(dir: &Path) {
     }
 }
 
+/// The files of one cgroup directory.
+struct Files<'a>(&'a Path);
+
+impl Files<'_> {
+    fn set(&self, file: &str, value: &str) -> Result<(), CgroupError> {
+        let path = self.0.join(file);
+        write_file(&path, value).map_err(io_err(&path, "write"))
+    }
+
+    fn exists(&self, file: &str) -> bool {
+        self.0.join(file).exists()
+    }
+}
+
+/// What a resize changes in a cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    Cpu,
+    Memory,
+}
+
+/// The memory charged to the cgroup of `dirs` now.
+fn memory_usage(version: Version, dirs: &[(Controller, PathBuf)]) -> Option<u64> {
+    let (want, file) = match version {
+        Version::V1 => (Controller::Memory, "memory.usage_in_bytes"),
+        Version::V2 => (Controller::Unified, "memory.current"),
+    };
+    let (_, dir) = dirs.iter().find(|(c, _)| *c == want)?;
+    std::fs::read_to_string(dir.join(file))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn update_all(
+    dirs: &[(Controller, PathBuf)],
+    r: &Resources,
+    what: Resource,
+) -> Result<(), CgroupError> {
+    for (c, dir) in dirs {
+        update(*c, dir, r, what)?;
+    }
+    Ok(())
+}
+
+/// Writes `what` of `r` into the existing cgroup `dir` of hierarchy `c` (the runtime's
+/// `UpdateContainerResources`). A limit `r` does not set is left as it is: a resize never
+/// removes one.
+fn update(c: Controller, dir: &Path, r: &Resources, what: Resource) -> Result<(), CgroupError> {
+    let f = Files(dir);
+    let (shares, quota) = (cpu_shares(r.cpu_request), cpu_quota(r.cpu_limit));
+    match (c, what) {
+        (Controller::Memory, Resource::Memory) => {
+            let Some(limit) = r.memory_limit else {
+                return Ok(());
+            };
+            // memory+swap may never be below memory: raised first when growing, lowered
+            // after when shrinking.
+            let now: u64 = std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(u64::MAX);
+            let swap = f.exists("memory.memsw.limit_in_bytes");
+            if limit > now && swap {
+                f.set("memory.memsw.limit_in_bytes", &limit.to_string())?;
+            }
+            f.set("memory.limit_in_bytes", &limit.to_string())?;
+            if limit <= now && swap {
+                f.set("memory.memsw.limit_in_bytes", &limit.to_string())?;
+            }
+        }
+        (Controller::Cpu, Resource::Cpu) => {
+            f.set("cpu.shares", &shares.to_string())?;
+            if let Some(q) = quota {
+                f.set("cpu.cfs_quota_us", &q.to_string())?;
+            }
+        }
+        (Controller::Unified, Resource::Memory) => {
+            if let Some(limit) = r.memory_limit {
+                f.set("memory.max", &limit.to_string())?;
+            }
+        }
+        (Controller::Unified, Resource::Cpu) => {
+            if f.exists("cpu.weight") {
+                f.set("cpu.weight", &cpu_weight(shares).to_string())?;
+            }
+            if let Some(q) = quota {
+                f.set("cpu.max", &format!("{q} {CPU_PERIOD_US}"))?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Which cgroup `apply` writes: the pod's or a container instance's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
@@ -359,60 +476,55 @@ fn apply(
     pids_max: Option<u64>,
     level: Level,
 ) -> Result<(), CgroupError> {
-    let set = |file: &str, value: &str| -> Result<(), CgroupError> {
-        let path = dir.join(file);
-        write_file(&path, value).map_err(io_err(&path, "write"))
-    };
-    let exists = |file: &str| dir.join(file).exists();
-    let shares = cpu_shares(r.cpu_request);
-    let quota = cpu_quota(r.cpu_limit);
+    let f = Files(dir);
+    let (shares, quota) = (cpu_shares(r.cpu_request), cpu_quota(r.cpu_limit));
     match c {
         Controller::Memory => {
             if let Some(limit) = r.memory_limit {
-                set("memory.limit_in_bytes", &limit.to_string())?;
+                f.set("memory.limit_in_bytes", &limit.to_string())?;
                 // No swap for a limited container, as runc does when memory-swap = memory.
-                if exists("memory.memsw.limit_in_bytes") {
-                    set("memory.memsw.limit_in_bytes", &limit.to_string())?;
+                if f.exists("memory.memsw.limit_in_bytes") {
+                    f.set("memory.memsw.limit_in_bytes", &limit.to_string())?;
                 }
             }
         }
         Controller::Cpu => {
-            set("cpu.shares", &shares.to_string())?;
+            f.set("cpu.shares", &shares.to_string())?;
             if let Some(q) = quota {
-                set("cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
-                set("cpu.cfs_quota_us", &q.to_string())?;
+                f.set("cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+                f.set("cpu.cfs_quota_us", &q.to_string())?;
             }
         }
         Controller::CpuAcct => {}
         Controller::Pids => {
             if let Some(n) = pids_max {
-                set("pids.max", &n.to_string())?;
+                f.set("pids.max", &n.to_string())?;
             }
         }
         Controller::Unified => {
             // The files of a controller exist only where it is enabled; placement made sure
             // that those a limit needs are.
             if let Some(limit) = r.memory_limit {
-                set("memory.max", &limit.to_string())?;
+                f.set("memory.max", &limit.to_string())?;
             }
             if level == Level::Instance {
                 // The kubelet's defaults on v2: no swap (its NoSwap behaviour), and an OOM
                 // kill takes the whole container, not one of its processes.
-                if exists("memory.swap.max") {
-                    set("memory.swap.max", "0")?;
+                if f.exists("memory.swap.max") {
+                    f.set("memory.swap.max", "0")?;
                 }
-                if exists("memory.oom.group") {
-                    set("memory.oom.group", "1")?;
+                if f.exists("memory.oom.group") {
+                    f.set("memory.oom.group", "1")?;
                 }
             }
-            if exists("cpu.weight") {
-                set("cpu.weight", &cpu_weight(shares).to_string())?;
+            if f.exists("cpu.weight") {
+                f.set("cpu.weight", &cpu_weight(shares).to_string())?;
             }
             if let Some(q) = quota {
-                set("cpu.max", &format!("{q} {CPU_PERIOD_US}"))?;
+                f.set("cpu.max", &format!("{q} {CPU_PERIOD_US}"))?;
             }
             if let Some(n) = pids_max {
-                set("pids.max", &n.to_string())?;
+                f.set("pids.max", &n.to_string())?;
             }
         }
     }

@@ -67,6 +67,8 @@ enum Command {
     Stop(control::StopArgs),
     /// Restart one container, or the whole pod.
     Restart(control::RestartArgs),
+    /// Resize a running pod's containers in place, as `kubectl patch pod --subresource resize`.
+    Patch(control::PatchArgs),
     /// List pods, running and ended, as `kubectl get pods` does.
     Get(get::GetArgs),
     /// `get pods`.
@@ -118,6 +120,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         Command::Events(a) => control::events(a),
         Command::Stop(a) => control::stop(a),
         Command::Restart(a) => control::restart(a),
+        Command::Patch(a) => control::patch(a),
         Command::Exec(a) => exec::main(a),
         Command::Image(a) => image::main(a),
         Command::Get(a) => get::get(a),

@@ -48,6 +48,32 @@ pub struct StopArgs {
     no_wait: bool,
 }
 
+/// `podvisor patch`'s arguments: as `kubectl patch pod --subresource resize`, an in-place
+/// resize of the running pod's containers' cpu and memory.
+#[derive(Debug, clap::Args)]
+pub struct PatchArgs {
+    /// The pod's state dir (default: found by POD under the default base)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The pod, `NAME` or `NAMESPACE/NAME` (default: the only running pod)
+    #[arg(value_name = "POD")]
+    pod: Option<String>,
+    /// The subresource to patch: `resize` (the only one that may change a running pod)
+    #[arg(long, value_name = "NAME", value_parser = ["resize"], required = true)]
+    subresource: String,
+    /// The patch, JSON (or YAML), e.g.
+    /// '{"spec":{"containers":[{"name":"app","resources":{"limits":{"memory":"256Mi"}}}]}}'
+    #[arg(short, long, value_name = "PATCH", required = true)]
+    patch: String,
+    /// How the patch is written: a strategic merge patch (containers merged by name), a JSON
+    /// merge patch (RFC 7386) or a JSON patch (RFC 6902)
+    #[arg(long = "type", value_name = "TYPE", default_value = "strategic", value_parser = ["strategic", "merge", "json"])]
+    kind: String,
+}
+
 /// `podvisor restart`'s arguments: one container stopped gracefully and started again at once
 /// (its restartCount grows), or without CONTAINER the whole pod (every container stopped,
 /// emptyDir volumes wiped, init containers again; event PodRestarting).
@@ -135,6 +161,36 @@ pub fn stop(c: StopArgs) -> i32 {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    })())
+}
+
+pub fn patch(c: PatchArgs) -> i32 {
+    exit_code((|| {
+        let dir = client::find_pod(c.state_dir, c.pod.as_deref(), c.namespace.as_deref())?;
+        // YAML is JSON's superset: kubectl takes either.
+        let value: serde_json::Value = serde_saphyr::from_str(&c.patch)
+            .map_err(|e| ClientError(format!("error: unable to parse {:?}: {e}", c.patch)))?;
+        let kind = match c.kind.as_str() {
+            "merge" => "application/merge-patch+json",
+            "json" => "application/json-patch+json",
+            _ => "application/strategic-merge-patch+json",
+        };
+        let before: serde_json::Value =
+            serde_json::from_str(&client::call(&dir, "GET", "/status")?).unwrap_or_default();
+        let r = client::request_with_body(&dir, "PATCH", "/resize", kind, &value.to_string())?;
+        let code = r.code;
+        let text = r.text()?;
+        if code != 200 {
+            return Err(ClientError(text.trim_end().to_string()));
+        }
+        let pod: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| ClientError(format!("reading the answer: {e}")))?;
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        match pod["spec"] != before["spec"] {
+            true => println!("pod/{name} patched"),
+            false => println!("pod/{name} patched (no change)"),
+        }
+        Ok(())
     })())
 }
 

@@ -65,6 +65,7 @@ impl Supervisor {
                     self.feed(Input::RestartPod)?;
                 }
             }
+            Request::Resize { kind, body } => self.resize(slot, kind, &body)?,
             Request::RestartContainer(name) => {
                 let found = self.pod.containers().iter().position(|c| c.name == name);
                 match found {
@@ -151,6 +152,15 @@ impl Supervisor {
         let instances = &self.instances;
         let id = |i: usize, n: u32| instances.pid_of(i, n).map(|p| format!("podvisor://{p}"));
         let mut pod = status::pod(&self.pod, &self.info, &wall, &times, &id);
+        if let Some(st) = pod.status.as_mut() {
+            let mut conditions = st.conditions.take().unwrap_or_default();
+            let init = st.init_container_statuses.iter_mut().flatten();
+            let mut all: Vec<_> = init
+                .chain(st.container_statuses.iter_mut().flatten())
+                .collect();
+            self.resize_status(&mut conditions, &mut all);
+            st.conditions = Some(conditions);
+        }
         let containers = self.pod.containers().iter().enumerate();
         let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
         for (i, c) in containers.filter(|_| with_usage) {
@@ -171,6 +181,7 @@ impl Supervisor {
 
     /// After a step with events: condition transition times, and the status watchers.
     pub(super) fn after_changes(&mut self) {
+        self.resize_conditions_changed();
         let now = SystemTime::now();
         for c in self.pod.conditions() {
             let entry = self

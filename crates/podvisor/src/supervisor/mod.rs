@@ -17,6 +17,7 @@ mod images;
 mod instance;
 pub mod keep;
 pub mod persist;
+mod resize;
 mod rootfs;
 pub mod sandbox;
 mod setup;
@@ -157,6 +158,8 @@ pub fn run(
     persist::forget_last_word(&dir)?;
     events.keep_in(&dir.events_path())?;
     let mut taken = persist::take_up(&dir, &state, &plan, &mut info, settings.reset_state)?;
+    // A resumed pod keeps the resources its resizes allocated.
+    resize::take_up(&dir, &mut info.spec, &mut plan, taken.resumed)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
@@ -201,6 +204,8 @@ pub fn run(
         .collect();
     let envs = base_envs.iter().map(|v| os_env(v)).collect();
     let counters = Counters::new(&info.namespace, &info.name);
+    let applied = plan.exec.iter().map(|x| x.resources).collect();
+    let resizing = resize::Resizing::new(&info.spec, applied);
     let mut sup = Supervisor {
         pod: taken.pod,
         plan,
@@ -249,6 +254,7 @@ pub fn run(
         deleted: false,
         finished: None,
         scan_due: None,
+        resizing,
     };
     for note in &taken.notes {
         let line = sup.events.emit(SystemTime::now(), note);
@@ -363,6 +369,8 @@ struct Supervisor {
     /// When to look through all children for exits that no SIGCHLD of their own announced
     /// (see `reap`).
     scan_due: Option<Instant>,
+    /// In-place resizes: what each container's cgroup has, and the resize conditions.
+    resizing: resize::Resizing,
 }
 
 impl Supervisor {
@@ -383,6 +391,7 @@ impl Supervisor {
                 self.scan_due,
                 mount_retry,
                 self.size_check_at,
+                self.resizing.retry_at,
             ]
             .into_iter()
             .flatten()
@@ -468,6 +477,7 @@ impl Supervisor {
         if self.scan_due.is_some_and(|d| now >= d) {
             self.scan_children()?;
         }
+        self.retry_resize()?;
         for done in self.tasks.expire(now) {
             self.task_done(done)?;
         }

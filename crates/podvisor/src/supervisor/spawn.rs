@@ -121,6 +121,8 @@ impl Supervisor {
             },
             None => None,
         };
+        let resources = exec.resources;
+        self.resizing.started(id.container, resources);
         let user_ns = root.as_ref().is_some_and(|r| r.rootless.is_some());
         let (namespaces, pause) = match self.sandbox.for_container(&self.inherited, user_ns) {
             Ok(ns) => ns,

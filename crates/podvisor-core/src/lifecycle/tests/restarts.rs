@@ -356,6 +356,30 @@ fn restart_one_container_now_whatever_its_policy() {
 }
 
 #[test]
+fn a_resize_that_requires_a_restart_restarts_at_once_with_the_kubelets_message() {
+    let mut sim = Sim::new(
+        plan(RestartPolicy::Always, &[("a", Kind::Main)]),
+        vec![forever()],
+    );
+    sim.run(1_000);
+    sim.now = Instant::from_millis(1_000);
+    sim.feed(Input::ResizeRestart(0));
+    sim.run(2_000);
+    assert_eq!(
+        sim.log,
+        ["t=0 spawn a#1", "t=1000 term a#1", "t=1000 spawn a#2"]
+    );
+    assert!(
+        sim.events
+            .iter()
+            .any(|e| e == "t=1000 Killing a: Container a resize requires restart"),
+        "{:?}",
+        sim.events
+    );
+    assert_eq!(sim.pod.containers()[0].restart_count, 1);
+}
+
+#[test]
 fn restart_the_whole_pod_reruns_init_containers() {
     let p = plan(
         RestartPolicy::Always,

@@ -14,7 +14,18 @@ mod probes;
 mod resources;
 
 use probes::validate_probes_and_hooks;
-use resources::{validate_pod_resources, validate_requirements, validate_resources};
+use resources::{
+    validate_pod_resources, validate_requirements, validate_resize_policy, validate_resources,
+};
+
+/// `resources` at `path` as at creation (a resize's new resources are checked the same way).
+pub(crate) fn resources_at(
+    r: &k8s_openapi::api::core::v1::ResourceRequirements,
+    path: &str,
+    p: &mut Problems<'_>,
+) {
+    validate_requirements(r, path, false, p);
+}
 
 /// Adds every problem of `manifest` to `errors`.
 pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
@@ -222,6 +233,8 @@ fn validate_container(
     }
     validate_restart(c, path, p);
     validate_resources(c, path, p);
+    let never = w.spec.restart_policy.as_deref() == Some("Never");
+    validate_resize_policy(c, path, plain_init, never, p);
     validate_ports(c, path, p);
     for (i, env) in c.env.iter().flatten().enumerate() {
         validate_env(env, &format!("{path}.env[{i}]"), manifest, p);

@@ -16,6 +16,58 @@ pub(super) fn validate_resources(c: &Container, path: &str, p: &mut Problems<'_>
     }
 }
 
+/// `resizePolicy` (KEP-1287): cpu and memory once each, `NotRequired` or `RestartContainer`;
+/// only `NotRequired` in a pod that never restarts, none on a regular init container (it is
+/// never resized).
+pub(super) fn validate_resize_policy(
+    c: &Container,
+    path: &str,
+    plain_init: bool,
+    never: bool,
+    p: &mut Problems<'_>,
+) {
+    let Some(policies) = &c.resize_policy else {
+        return;
+    };
+    if plain_init {
+        p.push(
+            &format!("{path}.resizePolicy"),
+            "Forbidden: may not be set for non-sidecar init containers",
+        );
+        return;
+    }
+    let mut seen = Vec::new();
+    for (i, policy) in policies.iter().enumerate() {
+        let at = format!("{path}.resizePolicy[{i}]");
+        let name = policy.resource_name.as_str();
+        if !matches!(name, "cpu" | "memory") {
+            p.push(
+                &format!("{at}.resourceName"),
+                format!("Unsupported value: {name:?}: supported values: \"cpu\", \"memory\""),
+            );
+        } else if seen.contains(&name) {
+            p.push(
+                &format!("{at}.resourceName"),
+                format!("Duplicate value: {name:?}"),
+            );
+        }
+        seen.push(name);
+        let restart = policy.restart_policy.as_str();
+        match restart {
+            "NotRequired" => {}
+            "RestartContainer" if never => p.push(
+                &format!("{at}.restartPolicy"),
+                "Invalid value: \"RestartContainer\": must be 'NotRequired' when `restartPolicy` is 'Never'",
+            ),
+            "RestartContainer" => {}
+            other => p.push(
+                &format!("{at}.restartPolicy"),
+                format!("Unsupported value: {other:?}: supported values: \"NotRequired\", \"RestartContainer\""),
+            ),
+        }
+    }
+}
+
 /// `resources` at `path`, of a container or (`pod_level`) of the pod, which may name only
 /// cpu and memory (KEP-2837).
 pub(super) fn validate_requirements(

@@ -64,6 +64,25 @@ pub fn decode_pod(text: &str) -> Result<PodRecord, RecordError> {
     }
 }
 
+/// The resources an in-place resize allocated, by container (the kubelet's allocation
+/// checkpoint): a pod taken up again keeps them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeRecord {
+    pub containers: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+pub fn encode_resize(r: &ResizeRecord) -> String {
+    encode("resize", r)
+}
+
+pub fn decode_resize(text: &str) -> Result<ResizeRecord, RecordError> {
+    match open(text, "resize")? {
+        Body::Json(at, json) => read_json(at, json),
+        Body::V1(_) => Err(RecordError::NotState),
+    }
+}
+
 pub fn encode_init(r: &InitRecord) -> String {
     encode("init", r)
 }

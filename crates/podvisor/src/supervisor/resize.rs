@@ -1,0 +1,533 @@
+//! In-place resize (KEP-1287): `PATCH /resize` as the API server takes it (the patch applied to
+//! the pod, `ValidatePodResize`'s checks), then what the kubelet does: admission against the
+//! node's capacity (`PodResizePending`, `Infeasible`), the new allocation saved in the state dir
+//! (its allocation checkpoint), and actuation: cgroups changed in place, pod and containers in
+//! the kubelet's order, or a restart where a container's `resizePolicy` asks for one
+//! (`PodResizeInProgress` until done; reason `Error` when a memory limit would fall below what
+//! is in use, tried again every 10 s).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{
+    ContainerResizePolicy, ContainerStatus, PodCondition, PodSpec, ResourceRequirements,
+};
+use serde_json::Value;
+
+use podvisor_core::clock::{Clock, Instant};
+use podvisor_core::lifecycle::{EventType, Input, InstanceId};
+use podvisor_core::spec::plan::RunPlan;
+use podvisor_core::spec::resize::{
+    admit_resize, check_resize, requirements, resize_action, ResizeAction,
+};
+use podvisor_core::spec::resources::{allocate, Resources};
+
+use super::persist::pod_note;
+use super::Supervisor;
+use crate::api::PatchKind;
+use crate::cgroup::Resource;
+use crate::state::record::{decode_resize, encode_resize, RecordError, ResizeRecord};
+use crate::state::{StateDir, StateError, StateFile};
+
+/// The state dir's file of the allocation a resize made.
+const RECORD: &str = "resize";
+/// How soon a resize that failed is tried again (the kubelet's pod resync).
+const RETRY: Duration = Duration::from_secs(10);
+
+/// What the kubelet keeps of resizes.
+#[derive(Debug, Default)]
+pub(super) struct Resizing {
+    /// Each container's `resizePolicy`, in the core's order.
+    policies: Vec<Vec<ContainerResizePolicy>>,
+    /// What each container's current instance has in its cgroup.
+    applied: Vec<Resources>,
+    /// `PodResizePending`: its reason and message.
+    pending: Option<(&'static str, String)>,
+    /// The last actuation failed: why (`PodResizeInProgress`, reason `Error`).
+    error: Option<String>,
+    /// When a failed actuation is tried again.
+    pub(super) retry_at: Option<Instant>,
+    /// When each resize condition began.
+    since: BTreeMap<&'static str, SystemTime>,
+}
+
+impl Resizing {
+    /// For a pod of `spec` whose containers run with `applied` (in the core's order).
+    pub(super) fn new(spec: &Value, applied: Vec<Resources>) -> Resizing {
+        let spec: Option<PodSpec> = serde_json::from_value(spec.clone()).ok();
+        let policies = spec
+            .iter()
+            .flat_map(|s| {
+                let init = s.init_containers.iter().flatten();
+                init.chain(&s.containers)
+                    .map(|c| c.resize_policy.clone().unwrap_or_default())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Resizing {
+            policies,
+            applied,
+            ..Default::default()
+        }
+    }
+
+    /// A new instance of container `i` started with `r`.
+    pub(super) fn started(&mut self, i: usize, r: Resources) {
+        if let Some(a) = self.applied.get_mut(i) {
+            *a = r;
+        }
+    }
+}
+
+/// Takes up the allocation an earlier run of this pod saved (`resumed`), into `spec` (the
+/// manifest's, as JSON) and so into the plan made from it; a new pod forgets it.
+pub fn take_up(
+    dir: &StateDir,
+    spec: &mut Value,
+    plan: &mut RunPlan,
+    resumed: bool,
+) -> Result<(), StateError> {
+    let file = StateFile::new(dir.path(), RECORD)?;
+    if !resumed {
+        return file.remove();
+    }
+    let Some(text) = file.read()? else {
+        return Ok(());
+    };
+    let record = decode_resize(&text).map_err(|e| file.refused(e))?;
+    for list in ["initContainers", "containers"] {
+        for c in spec[list].as_array_mut().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or_default().to_string();
+            if let Some(r) = record.containers.get(&name) {
+                c["resources"] = r.clone();
+            }
+        }
+    }
+    let parsed: PodSpec = serde_json::from_value(spec.clone()).map_err(|e| {
+        file.refused(RecordError::Field {
+            line: 2,
+            field: "containers".into(),
+            message: e.to_string(),
+        })
+    })?;
+    let allocation = allocate(&parsed);
+    for (x, (_, r)) in plan.exec.iter_mut().zip(&allocation.containers) {
+        x.resources = *r;
+    }
+    plan.pod_resources = allocation.pod;
+    Ok(())
+}
+
+/// A patch applied to the pod `doc` as the API server applies one of its kind.
+fn apply_patch(doc: &mut Value, kind: PatchKind, patch: &Value) -> Result<(), String> {
+    match kind {
+        PatchKind::Json => {
+            let p: json_patch::Patch =
+                serde_json::from_value(patch.clone()).map_err(|e| e.to_string())?;
+            json_patch::patch(doc, &p).map_err(|e| e.to_string())
+        }
+        PatchKind::Merge => {
+            json_patch::merge(doc, patch);
+            Ok(())
+        }
+        PatchKind::Strategic => {
+            strategic_merge(doc, patch);
+            Ok(())
+        }
+    }
+}
+
+/// A strategic merge patch, for what a pod's resize touches: objects merged key by key (`null`
+/// removes), lists of containers merged by `name` (an item not there is added), other lists
+/// replaced.
+fn strategic_merge(doc: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *doc = patch.clone();
+        return;
+    };
+    if !doc.is_object() {
+        *doc = Value::Object(Default::default());
+    }
+    for (k, v) in fields {
+        if v.is_null() {
+            doc.as_object_mut().map(|m| m.remove(k));
+            continue;
+        }
+        let by_name = matches!(k.as_str(), "containers" | "initContainers");
+        match (doc.get_mut(k), v) {
+            (Some(Value::Array(items)), Value::Array(patches)) if by_name => {
+                for p in patches {
+                    let name = &p["name"];
+                    match items.iter_mut().find(|i| &i["name"] == name) {
+                        Some(item) => strategic_merge(item, p),
+                        None => items.push(p.clone()),
+                    }
+                }
+            }
+            (Some(existing), _) if v.is_object() => strategic_merge(existing, v),
+            _ => {
+                doc[k] = v.clone();
+            }
+        }
+    }
+}
+
+/// The node's capacity: its CPUs in millicores, its memory in bytes.
+fn capacity() -> (u64, u64) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(u64::MAX, |kib| kib * 1024);
+    (cpus * 1000, memory)
+}
+
+impl Supervisor {
+    /// `PATCH /resize`: the patch applied, checked and accepted (the Pod, 200) or refused
+    /// (422, as the API server words it); then the kubelet's part.
+    pub(super) fn resize(&mut self, slot: usize, kind: PatchKind, body: &str) -> io::Result<()> {
+        let invalid = |why: String| format!("The Pod {:?} is invalid: {why}\n", self.info.name);
+        let patch: Value = match serde_json::from_str(body) {
+            Ok(v) => v,
+            Err(e) => {
+                let msg = format!("the patch is not JSON: {e}\n");
+                self.api.reply(slot, 400, &msg, &self.epoll);
+                return Ok(());
+            }
+        };
+        let mut doc = serde_json::json!({"spec": self.info.spec.clone()});
+        if let Err(e) = apply_patch(&mut doc, kind, &patch) {
+            let msg = invalid(format!("the patch cannot be applied: {e}"));
+            self.api.reply(slot, 422, &msg, &self.epoll);
+            return Ok(());
+        }
+        let new_json = doc["spec"].take();
+        let old: Result<PodSpec, _> = serde_json::from_value(self.info.spec.clone());
+        let new: Result<PodSpec, _> = serde_json::from_value(new_json.clone());
+        let (old, new) = match (old, new) {
+            (Ok(o), Ok(n)) => (o, n),
+            (_, Err(e)) | (Err(e), _) => {
+                self.api
+                    .reply(slot, 422, &invalid(format!("spec: {e}")), &self.epoll);
+                return Ok(());
+            }
+        };
+        let errors: Vec<String> = check_resize(&old, &new)
+            .into_iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect();
+        if !errors.is_empty() {
+            let why = match errors.as_slice() {
+                [one] => one.clone(),
+                many => format!("[{}]", many.join(", ")),
+            };
+            self.api.reply(slot, 422, &invalid(why), &self.epoll);
+            return Ok(());
+        }
+        if new_json != self.info.spec {
+            self.info.spec = new_json;
+            self.sync_resize(&new)?;
+        }
+        let body = format!("{}\n", self.status_json(false));
+        self.api.reply(slot, 200, &body, &self.epoll);
+        self.after_changes();
+        Ok(())
+    }
+
+    /// The kubelet's pod sync for a resize: admit the desired resources or say why not, then
+    /// actuate what was allocated.
+    fn sync_resize(&mut self, spec: &PodSpec) -> io::Result<()> {
+        let allocation = allocate(spec);
+        let (cpu, memory) = capacity();
+        if let Err(message) = admit_resize(&allocation, cpu, memory) {
+            if self.resizing.pending.as_ref().map(|p| &p.1) != Some(&message) {
+                self.note(EventType::Warning, "ResizeInfeasible", message.clone());
+            }
+            self.resizing.pending = Some(("Infeasible", message));
+            return Ok(());
+        }
+        self.resizing.pending = None;
+        let before: Vec<Resources> = self.plan.exec.iter().map(|x| x.resources).collect();
+        for (x, (_, r)) in self.plan.exec.iter_mut().zip(&allocation.containers) {
+            x.resources = *r;
+        }
+        self.plan.pod_resources = allocation.pod;
+        if let Err(e) = self.save_allocation(spec) {
+            // The allocation stands for this run; a run after a crash would not know it.
+            self.note(EventType::Warning, "ResizeError", e.to_string());
+        }
+        let changed: Vec<String> = (self.plan.exec.iter().zip(&before).enumerate())
+            .filter(|(_, (x, b))| x.resources != **b)
+            .map(|(i, _)| self.pod.containers()[i].name.clone())
+            .collect();
+        if !changed.is_empty() {
+            let message = format!("Pod resize accepted: containers {}", changed.join(", "));
+            self.note(EventType::Normal, "ResizeStarted", message);
+        }
+        self.actuate()
+    }
+
+    /// Saves the allocation (each container's resources as `spec` has them).
+    fn save_allocation(&self, spec: &PodSpec) -> Result<(), StateError> {
+        let mut record = ResizeRecord::default();
+        let init = spec.init_containers.iter().flatten();
+        for c in init.chain(&spec.containers) {
+            let r = c.resources.clone().unwrap_or_default();
+            let v = serde_json::to_value(r).unwrap_or_default();
+            record.containers.insert(c.name.clone(), v);
+        }
+        StateFile::new(self.dir.path(), RECORD)?.write(&encode_resize(&record))
+    }
+
+    /// Brings each running container's cgroup to what it is allocated, or restarts it where
+    /// its policy says so; a failure is `PodResizeInProgress` with reason `Error`, tried again
+    /// in 10 s.
+    pub(super) fn actuate(&mut self) -> io::Result<()> {
+        self.resizing.retry_at = None;
+        let mut in_place = Vec::new();
+        for (i, c) in self.pod.containers().iter().enumerate() {
+            let allocated = self.plan.exec[i].resources;
+            let id = InstanceId {
+                container: i,
+                instance: c.instance,
+            };
+            let running = self.instances.get(id).is_some();
+            let applied = self.resizing.applied[i];
+            let policies = &self.resizing.policies[i];
+            match resize_action(policies, &applied, &allocated) {
+                _ if !running => self.resizing.applied[i] = allocated,
+                ResizeAction::None => self.resizing.applied[i] = allocated,
+                ResizeAction::InPlace => in_place.push(i),
+                ResizeAction::Restart => {}
+            }
+        }
+        let restarts: Vec<usize> = (0..self.plan.exec.len())
+            .filter(|&i| {
+                let (applied, allocated) = (self.resizing.applied[i], self.plan.exec[i].resources);
+                resize_action(&self.resizing.policies[i], &applied, &allocated)
+                    == ResizeAction::Restart
+            })
+            .collect();
+        for i in restarts {
+            self.feed(Input::ResizeRestart(i))?;
+        }
+        if in_place.is_empty() {
+            self.resizing.error = None;
+            return Ok(());
+        }
+        match self.resize_in_place(&in_place) {
+            Ok(()) => {
+                for &i in &in_place {
+                    self.resizing.applied[i] = self.plan.exec[i].resources;
+                }
+                if self.resizing.error.take().is_some() || !in_place.is_empty() {
+                    let names: Vec<&str> = (in_place.iter())
+                        .map(|&i| self.pod.containers()[i].name.as_str())
+                        .collect();
+                    let message = format!("Pod resize completed: containers {}", names.join(", "));
+                    self.note(EventType::Normal, "ResizeCompleted", message);
+                }
+            }
+            Err(message) => {
+                if self.resizing.error.as_ref() != Some(&message) {
+                    self.note(EventType::Warning, "ResizeError", message.clone());
+                }
+                self.resizing.error = Some(message);
+                self.resizing.retry_at = Some(self.clock.now() + RETRY);
+            }
+        }
+        Ok(())
+    }
+
+    /// The cgroups of containers `which` (and the pod's) changed in place: memory, then cpu;
+    /// for each, a pod limit that grows first, decreases of containers before increases, a pod
+    /// limit that shrinks last (the kubelet's order, so that the pod's limit always holds its
+    /// containers'). A memory limit is never set below what is in use.
+    fn resize_in_place(&self, which: &[usize]) -> Result<(), String> {
+        let live = |i: usize| {
+            let c = &self.pod.containers()[i];
+            (self.instances.get(InstanceId {
+                container: i,
+                instance: c.instance,
+            }))
+            .and_then(|l| l.cgroup.as_ref())
+        };
+        let pod_cg = self.cgroups.pod.as_ref();
+        let pod_new = self.plan.pod_resources;
+        if let (Some(pod), Some(limit)) = (pod_cg, pod_new.memory_limit) {
+            if pod.memory_usage().is_some_and(|u| u >= limit) {
+                return Err(format!(
+                    "aborting attempt to set pod memory limit less than current memory usage for pod {}",
+                    self.info.name
+                ));
+            }
+        }
+        for &i in which {
+            let (Some(cg), Some(limit)) = (live(i), self.plan.exec[i].resources.memory_limit)
+            else {
+                continue;
+            };
+            let shrinking = self.resizing.applied[i]
+                .memory_limit
+                .is_none_or(|l| limit < l);
+            if let Some(usage) = cg.memory_usage().filter(|u| shrinking && *u >= limit) {
+                return Err(format!(
+                    "aborting attempt to set memory limit of container {} to {limit} bytes, less than its current memory usage ({usage} bytes)",
+                    self.pod.containers()[i].name
+                ));
+            }
+        }
+        let err = |e: crate::cgroup::CgroupError| e.to_string();
+        for what in [Resource::Memory, Resource::Cpu] {
+            let amount = |r: &Resources| match what {
+                Resource::Memory => r.memory_limit,
+                Resource::Cpu => r.cpu_limit.or(r.cpu_request),
+            };
+            let old_pod: Option<u64> = which
+                .iter()
+                .map(|&i| amount(&self.resizing.applied[i]))
+                .sum();
+            let new_pod: Option<u64> = which
+                .iter()
+                .map(|&i| amount(&self.plan.exec[i].resources))
+                .sum();
+            let grows = new_pod >= old_pod;
+            if grows {
+                pod_cg
+                    .map(|p| p.update(&pod_new, what))
+                    .transpose()
+                    .map_err(err)?;
+            }
+            let mut order: Vec<usize> = which.to_vec();
+            // Decreases first.
+            order.sort_by_key(|&i| {
+                amount(&self.plan.exec[i].resources) > amount(&self.resizing.applied[i])
+            });
+            for i in order {
+                if let Some(cg) = live(i) {
+                    cg.update(&self.plan.exec[i].resources, what).map_err(err)?;
+                }
+            }
+            if !grows {
+                pod_cg
+                    .map(|p| p.update(&pod_new, what))
+                    .transpose()
+                    .map_err(err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A resize that failed, tried again when its time comes.
+    pub(super) fn retry_resize(&mut self) -> io::Result<()> {
+        if self
+            .resizing
+            .retry_at
+            .is_some_and(|t| self.clock.now() >= t)
+        {
+            self.actuate()?;
+            self.after_changes();
+        }
+        Ok(())
+    }
+
+    /// An event of the pod's, from the shell.
+    fn note(&mut self, kind: EventType, reason: &str, message: String) {
+        self.pending
+            .push((SystemTime::now(), pod_note(kind, reason, message)));
+    }
+
+    /// Whether a running container's cgroup is not yet what it is allocated.
+    fn resize_in_progress(&self) -> bool {
+        (self.pod.containers().iter().enumerate()).any(|(i, _)| {
+            self.running(i)
+                && resize_action(
+                    &self.resizing.policies[i],
+                    &self.resizing.applied[i],
+                    &self.plan.exec[i].resources,
+                ) != ResizeAction::None
+        })
+    }
+
+    fn running(&self, i: usize) -> bool {
+        let c = &self.pod.containers()[i];
+        let id = InstanceId {
+            container: i,
+            instance: c.instance,
+        };
+        self.instances.get(id).is_some()
+    }
+
+    /// When each resize condition began (after a change).
+    pub(super) fn resize_conditions_changed(&mut self) {
+        let now = SystemTime::now();
+        let on = [
+            ("PodResizePending", self.resizing.pending.is_some()),
+            ("PodResizeInProgress", self.resize_in_progress()),
+        ];
+        for (kind, on) in on {
+            if on {
+                self.resizing.since.entry(kind).or_insert(now);
+            } else {
+                self.resizing.since.remove(kind);
+            }
+        }
+    }
+
+    /// The resize conditions (`PodResizePending`, `PodResizeInProgress`) and each container's
+    /// `allocatedResources` and `resources`, added to the Pod the API shows.
+    pub(super) fn resize_status(
+        &self,
+        conditions: &mut Vec<PodCondition>,
+        statuses: &mut [&mut ContainerStatus],
+    ) {
+        let in_progress = self.resize_in_progress();
+        let now = SystemTime::now();
+        let mut add = |kind: &'static str, on: bool, reason: Option<String>, message| {
+            if !on {
+                return;
+            }
+            let at = self.resizing.since.get(kind).copied().unwrap_or(now);
+            conditions.push(PodCondition {
+                type_: kind.into(),
+                status: "True".into(),
+                reason,
+                message,
+                last_transition_time: Some(crate::status::time(at)),
+                ..Default::default()
+            });
+        };
+        let pending = self.resizing.pending.clone();
+        add(
+            "PodResizePending",
+            pending.is_some(),
+            pending.as_ref().map(|p| p.0.to_string()),
+            pending.map(|p| p.1),
+        );
+        let error = self.resizing.error.clone();
+        add(
+            "PodResizeInProgress",
+            in_progress,
+            error.as_ref().map(|_| "Error".to_string()),
+            error,
+        );
+        for s in statuses {
+            let Some(i) = (self.pod.containers().iter()).position(|c| c.name == s.name) else {
+                continue;
+            };
+            let allocated = self.plan.exec[i].resources;
+            let actual = if self.running(i) {
+                self.resizing.applied[i]
+            } else {
+                allocated
+            };
+            s.allocated_resources = requirements(&allocated).requests;
+            s.resources =
+                Some(requirements(&actual)).filter(|r| *r != ResourceRequirements::default());
+        }
+    }
+}
