@@ -6,6 +6,7 @@
 
 mod addons;
 mod api;
+mod api_clients;
 mod architecture;
 mod cli;
 mod docker;

@@ -15,8 +15,10 @@
 //! | `PATCH /resize` | an in-place resize (KEP-1287): the body is a patch of the Pod as `kubectl patch --subresource resize` sends it (`Content-Type` strategic-merge, merge or JSON patch); answers the Pod (200) or why not (422) |
 //! | `POST /exec?container=NAME&command=ARG&command=...` | runs the command in the container with the descriptors passed with the request (`SCM_RIGHTS`: stdin, stdout, stderr, or stdout and stderr); answers once it ended: `{"exitCode":N}` (404 unknown container, 409 not running) |
 //!
-//! A slow or vanished client never holds the pod up: output is buffered up to a bound, and a
-//! client past it is dropped.
+//! A slow, vanished or hostile client never holds the pod up: at most 512 clients at once (the
+//! next are answered 503), a request must arrive whole within 10 s (else 408) and be at most
+//! 16 KiB (431, 413); output is buffered up to 8 MiB per client and 32 MiB in all, and a
+//! watcher past either is dropped, which `take_dropped` reports.
 //!
 //! With `--metrics-addr`, a second server of the same kind listens on TCP and answers only
 //! `GET /metrics` (Prometheus text): nothing that changes the pod is reachable over the network.
@@ -38,6 +40,12 @@ const KEEP_EVENTS: usize = 1000;
 const MAX_REQUEST: usize = 16 * 1024;
 /// Output buffered for one client before it is dropped as too slow.
 const MAX_BUFFERED: usize = 8 << 20;
+/// Output buffered for all clients together: past it, the one furthest behind is dropped.
+const MAX_BUFFERED_TOTAL: usize = 32 << 20;
+/// Clients served at once; the next are turned away (503).
+const MAX_CLIENTS: usize = 512;
+/// How long a client may take to send its request (and to take an answer).
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a client asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +118,10 @@ struct Conn {
     want_write: bool,
     /// Descriptors passed with the request (unix socket only).
     fds: Vec<OwnedFd>,
+    /// When it connected: a request not whole by `PATIENCE` is answered 408.
+    since: std::time::Instant,
+    /// The client shut its side: only writing is watched for.
+    read_closed: bool,
 }
 
 /// The listening socket and its clients.
@@ -125,6 +137,8 @@ pub struct Server {
     token_base: u64,
     /// Commands whose client went away before they ended: to be killed.
     abandoned: Vec<i32>,
+    /// Why watchers were dropped since `take_dropped` was last called.
+    dropped: Vec<String>,
 }
 
 impl Server {
@@ -155,6 +169,7 @@ impl Server {
             last_status: String::new(),
             token_base,
             abandoned: Vec::new(),
+            dropped: Vec::new(),
         })
     }
 
@@ -176,6 +191,7 @@ impl Server {
             last_status: String::new(),
             token_base,
             abandoned: Vec::new(),
+            dropped: Vec::new(),
         })
     }
 
@@ -216,6 +232,15 @@ impl Server {
                     Err(_) => return,
                 },
             };
+            if self.conns.len() - self.free.len() >= MAX_CLIENTS {
+                let mut s = stream;
+                let _ = s.write_all(&response(
+                    503,
+                    "text/plain; charset=utf-8",
+                    &format!("too many clients (at most {MAX_CLIENTS} at once)\n"),
+                ));
+                continue;
+            }
             let conn = Conn {
                 stream,
                 input: Vec::new(),
@@ -223,6 +248,8 @@ impl Server {
                 mode: Mode::Reading,
                 want_write: false,
                 fds: Vec::new(),
+                since: std::time::Instant::now(),
+                read_closed: false,
             };
             let slot = match self.free.pop() {
                 Some(s) => s,
@@ -262,8 +289,18 @@ impl Server {
             };
             match got {
                 Ok(0) => {
-                    // The client is gone (or done sending while we still read: same thing).
-                    if conn.mode == Mode::Reading || conn.mode != Mode::Closing {
+                    // Done sending: a whole request is answered all the same (a half-closed
+                    // connection); otherwise the client is gone.
+                    let whole = conn.mode == Mode::Reading && complete(&conn.input);
+                    if whole || conn.mode == Mode::Closing {
+                        conn.read_closed = true;
+                        let token = self.token_base | slot as u64;
+                        let _ = epoll.modify(conn.stream.as_raw_fd(), token, EV_WRITE);
+                    }
+                    if whole {
+                        break;
+                    }
+                    if conn.mode != Mode::Closing {
                         self.close(slot);
                     }
                     return None;
@@ -339,6 +376,8 @@ impl Server {
         if let Some(Some(conn)) = self.conns.get_mut(slot) {
             conn.output.extend_from_slice(&response(code, kind, body));
             conn.mode = Mode::Closing;
+            // It has `PATIENCE` again to take its answer.
+            conn.since = std::time::Instant::now();
             self.flush(slot, epoll);
         }
     }
@@ -410,14 +449,84 @@ impl Server {
     }
 
     fn send(&mut self, slot: usize, line: &str, epoll: &Epoll) {
-        if let Some(Some(conn)) = self.conns.get_mut(slot) {
-            if conn.output.len() + line.len() > MAX_BUFFERED {
-                self.close(slot);
-                return;
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.output.len() + line.len() > MAX_BUFFERED {
+            self.drop_slow(slot, "it");
+            return;
+        }
+        conn.output.extend_from_slice(line.as_bytes());
+        conn.output.push(b'\n');
+        let behind = conn.output.len();
+        self.flush(slot, epoll);
+        // Past 1 MiB behind, the total is looked at too (a few clients at most are so far).
+        if behind > 1 << 20 {
+            let total: usize = self.conns.iter().flatten().map(|c| c.output.len()).sum();
+            if total > MAX_BUFFERED_TOTAL {
+                let furthest = (self.conns.iter().enumerate())
+                    .filter_map(|(i, c)| Some((c.as_ref()?.output.len(), i)))
+                    .max();
+                if let Some((_, i)) = furthest {
+                    self.drop_slow(i, "the clients together");
+                }
             }
-            conn.output.extend_from_slice(line.as_bytes());
-            conn.output.push(b'\n');
-            self.flush(slot, epoll);
+        }
+    }
+
+    /// Drops a watcher that does not read what it is sent, saying why.
+    fn drop_slow(&mut self, slot: usize, who: &str) {
+        let Some(Some(conn)) = self.conns.get(slot) else {
+            return;
+        };
+        let what = match conn.mode {
+            Mode::WatchStatus => "a status watcher",
+            Mode::WatchEvents => "an events watcher",
+            _ => "a client",
+        };
+        let mib = conn.output.len() as f64 / f64::from(1u32 << 20);
+        self.dropped.push(format!(
+            "dropped {what} that left {mib:.1} MiB unread: {who} reached the bound of what is kept for slow clients ({} MiB each, {} MiB in all)",
+            MAX_BUFFERED >> 20,
+            MAX_BUFFERED_TOTAL >> 20
+        ));
+        self.close(slot);
+    }
+
+    /// Why watchers were dropped since the last call.
+    pub fn take_dropped(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// How long until a client's time runs out (see `expire`).
+    pub fn expires_in(&self) -> Option<std::time::Duration> {
+        (self.conns.iter().flatten())
+            .filter(|c| matches!(c.mode, Mode::Reading | Mode::Closing))
+            .map(|c| PATIENCE.saturating_sub(c.since.elapsed()))
+            .min()
+    }
+
+    /// Clients whose request did not arrive whole in time are answered 408; those that did not
+    /// take their answer in time are closed.
+    pub fn expire(&mut self, epoll: &Epoll) {
+        let late: Vec<(usize, bool)> = (self.conns.iter().enumerate())
+            .filter_map(|(i, c)| {
+                let c = c.as_ref()?;
+                let reading = c.mode == Mode::Reading;
+                (c.since.elapsed() >= PATIENCE && (reading || c.mode == Mode::Closing))
+                    .then_some((i, reading))
+            })
+            .collect();
+        for (slot, reading) in late {
+            if reading {
+                let why = format!(
+                    "the request did not arrive whole within {} s\n",
+                    PATIENCE.as_secs()
+                );
+                self.reply(slot, 408, &why, epoll);
+            } else {
+                self.close(slot);
+            }
         }
     }
 
@@ -445,7 +554,7 @@ impl Server {
             return;
         }
         let want = !conn.output.is_empty();
-        if want != conn.want_write {
+        if want != conn.want_write && !conn.read_closed {
             conn.want_write = want;
             let interest = if want { EV_READ | EV_WRITE } else { EV_READ };
             let _ = epoll.modify(conn.stream.as_raw_fd(), token, interest);
@@ -510,8 +619,13 @@ fn response(code: u16, kind: &str, body: &str) -> Vec<u8> {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         409 => "Conflict",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Entity",
         431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
         _ => "Error",
     };
     format!(
@@ -606,6 +720,15 @@ fn header(head: &str, name: &str) -> Option<String> {
             .eq_ignore_ascii_case(name)
             .then(|| v.trim().to_string())
     })
+}
+
+/// Whether `input` holds a whole request: its head, and the body its `Content-Length` says.
+fn complete(input: &[u8]) -> bool {
+    let Some(end) = input.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&input[..end]);
+    input.len() >= end + 4 + content_length(&head)
 }
 
 /// The `Content-Length` of a request (0 when it has none or it is not a number).
@@ -714,5 +837,35 @@ mod tests {
         assert_eq!(parse_request("GET /nope HTTP/1.1").unwrap_err().0, 404);
         assert_eq!(parse_request("garbage").unwrap_err().0, 400);
         assert_eq!(parse_request("GET /status SPDY/3").unwrap_err().0, 400);
+        let resize = |head: &str| match parse_request(head) {
+            Ok(Request::Resize { kind, .. }) => Ok(kind),
+            other => Err(other.map_err(|e| e.0)),
+        };
+        assert_eq!(resize("PATCH /resize HTTP/1.1"), Ok(PatchKind::Strategic));
+        assert_eq!(
+            resize("PATCH /resize HTTP/1.1\r\ncontent-type: application/json-patch+json"),
+            Ok(PatchKind::Json)
+        );
+        assert_eq!(
+            resize("PATCH /resize HTTP/1.1\r\nContent-Type: application/merge-patch+json"),
+            Ok(PatchKind::Merge)
+        );
+        assert_eq!(
+            resize("PATCH /resize HTTP/1.1\r\nContent-Type: text/plain"),
+            Err(Err(415))
+        );
+        assert_eq!(resize("GET /resize HTTP/1.1"), Err(Err(405)));
+    }
+
+    #[test]
+    fn a_request_is_whole_with_its_body() {
+        assert!(!complete(b"GET /status HTTP/1.1\r\n"));
+        assert!(complete(b"GET /status HTTP/1.1\r\n\r\n"));
+        assert!(!complete(
+            b"PATCH /resize HTTP/1.1\r\nContent-Length: 4\r\n\r\n{}"
+        ));
+        assert!(complete(
+            b"PATCH /resize HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+        ));
     }
 }

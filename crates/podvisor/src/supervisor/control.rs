@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::SystemTime;
 
-use podvisor_core::clock::Instant;
-use podvisor_core::lifecycle::{Input, InstanceId, Kind};
+use podvisor_core::clock::{Clock, Instant};
+use podvisor_core::lifecycle::{EventType, Input, InstanceId, Kind};
 
 use super::Supervisor;
 use crate::api::metrics::{render, ContainerSample, PodSample};
@@ -177,6 +177,27 @@ impl Supervisor {
             }
         }
         status::pod_json(&pod, &self.info.spec)
+    }
+
+    /// An event of the pod's, from the shell (announced with the turn's others).
+    pub(super) fn note(&mut self, kind: EventType, reason: &str, message: String) {
+        let event = super::persist::pod_note(kind, reason, message);
+        self.pending.push((SystemTime::now(), event));
+    }
+
+    /// When the next API client's time runs out (a request not whole, an answer not taken).
+    pub(super) fn clients_expire_at(&self) -> Option<Instant> {
+        let servers = std::iter::once(&self.api).chain(self.metrics.as_ref());
+        let soonest = servers.filter_map(|s| s.expires_in()).min()?;
+        Some(self.clock.now() + soonest)
+    }
+
+    /// Clients whose time ran out.
+    pub(super) fn expire_clients(&mut self) {
+        self.api.expire(&self.epoll);
+        if let Some(m) = self.metrics.as_mut() {
+            m.expire(&self.epoll);
+        }
     }
 
     /// After a step with events: condition transition times, and the status watchers.

@@ -33,7 +33,7 @@ use std::time::SystemTime;
 use slab::Slab;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{Effect, Hook, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::lifecycle::{Effect, EventType, Hook, Input, InstanceId, Phase, Pod, Signal};
 use podvisor_core::probe::ProbeKind;
 use podvisor_core::spec::plan::RunPlan;
 
@@ -392,6 +392,7 @@ impl Supervisor {
                 mount_retry,
                 self.size_check_at,
                 self.resizing.retry_at,
+                self.clients_expire_at(),
             ]
             .into_iter()
             .flatten()
@@ -441,6 +442,9 @@ impl Supervisor {
             }
         }
         self.kill_abandoned_execs();
+        for message in self.api.take_dropped() {
+            self.note(EventType::Warning, "WatcherDropped", message);
+        }
         if let Some(mut m) = self.metrics.take() {
             if ready.contains(&TOKEN_METRICS_LISTEN) {
                 m.accept(&self.epoll);
@@ -478,6 +482,7 @@ impl Supervisor {
             self.scan_children()?;
         }
         self.retry_resize()?;
+        self.expire_clients();
         for done in self.tasks.expire(now) {
             self.task_done(done)?;
         }

@@ -23,7 +23,6 @@ use podvisor_core::spec::resize::{
 };
 use podvisor_core::spec::resources::{allocate, Resources};
 
-use super::persist::pod_note;
 use super::Supervisor;
 use crate::api::PatchKind;
 use crate::cgroup::Resource;
@@ -433,12 +432,6 @@ impl Supervisor {
             self.after_changes();
         }
         Ok(())
-    }
-
-    /// An event of the pod's, from the shell.
-    fn note(&mut self, kind: EventType, reason: &str, message: String) {
-        self.pending
-            .push((SystemTime::now(), pod_note(kind, reason, message)));
     }
 
     /// Whether a running container's cgroup is not yet what it is allocated.
