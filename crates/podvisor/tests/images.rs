@@ -515,15 +515,28 @@ fn an_image_that_cannot_be_had_leaves_the_container_waiting_as_the_kubelet_says(
         assert!(run.wait().success());
         run.assert_no_leftovers();
     }
-    let bad = t.run(
-        "bad",
-        "  containers:\n  - name: app\n    image: 'Not An Image'\n",
-    );
-    assert_eq!(bad.code(), 2, "{bad:?}");
+    // A name that does not parse: admitted, the container waits (InvalidImageName), as the
+    // kubelet leaves it.
+    let mut bad = t
+        .pod(
+            "bad",
+            "  containers:\n  - name: app\n    image: 'Not An Image'\n",
+        )
+        .start();
+    wait_until("InvalidImageName", || {
+        t.waiting("bad").0 == "InvalidImageName"
+    });
+    let message = t.waiting("bad").1;
     assert!(
-        bad.stderr.contains("container \"app\": InvalidImageName"),
-        "{bad:?}"
+        message.starts_with("Failed to apply default image tag \"Not An Image\": couldn't parse image name \"Not An Image\": "),
+        "{message}"
     );
+    let events = t.out(&["events", "bad", "-o", "json"]).stdout;
+    assert!(events.contains("\"reason\":\"InspectFailed\""), "{events}");
+    assert!(events.contains("Error: InvalidImageName"), "{events}");
+    assert_eq!(t.out(&["stop", "bad"]).code(), 0);
+    assert!(bad.wait().success());
+    bad.assert_no_leftovers();
 }
 
 #[test]

@@ -155,6 +155,18 @@ impl Pod {
                     ],
                 )
             }
+            ImageFailure::InvalidName => {
+                // Tried again at each sync, with the same answer (the kubelet's
+                // `EnsureImageExists`): `InspectFailed`, then the start's `Failed`.
+                c.image.retry_at = Some(now + CONFIG_RETRY);
+                (
+                    WaitingReason::InvalidImageName,
+                    vec![
+                        ("InspectFailed", message.clone()),
+                        ("Failed", "Error: InvalidImageName".to_string()),
+                    ],
+                )
+            }
             ImageFailure::Create => {
                 c.image.retry_at = Some(now + CONFIG_RETRY);
                 (

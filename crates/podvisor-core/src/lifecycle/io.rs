@@ -112,6 +112,8 @@ pub enum ImageReport {
 pub enum ImageFailure {
     /// The pull failed (`ErrImagePull`, then `ImagePullBackOff` while the back-off lasts).
     Pull,
+    /// The image's name does not parse (`InvalidImageName`): nothing can be pulled or run.
+    InvalidName,
     /// Not present and the policy is `Never` (`ErrImageNeverPull`).
     NeverPull,
     /// The image is there but the container cannot be made from it (its user is not in its

@@ -18,6 +18,8 @@ pub enum WaitingReason {
     ImagePullBackOff,
     /// Not present, and the pull policy is `Never`.
     ErrImageNeverPull,
+    /// The image's name does not parse.
+    InvalidImageName,
 }
 
 impl WaitingReason {
@@ -32,6 +34,7 @@ impl WaitingReason {
             WaitingReason::ErrImagePull => "ErrImagePull",
             WaitingReason::ImagePullBackOff => "ImagePullBackOff",
             WaitingReason::ErrImageNeverPull => "ErrImageNeverPull",
+            WaitingReason::InvalidImageName => "InvalidImageName",
         }
     }
 }

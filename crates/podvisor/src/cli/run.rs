@@ -185,10 +185,6 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
         super::write_err(&format!("error: {}: {why}\n", a.file));
         return Err(2);
     }
-    if let Err(why) = crate::image::config::check_names(&run_plan) {
-        super::write_err(&format!("error: {}: {why}\n", a.file));
-        return Err(2);
-    }
     let meta = w.template_metadata.as_ref();
     let info = PodInfo {
         name: run_plan.pod.name.clone(),

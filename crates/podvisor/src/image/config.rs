@@ -7,34 +7,12 @@
 
 use oci_spec::image::ImageConfiguration;
 use podvisor_core::security::ImageUser;
-use podvisor_core::spec::plan::{ContainerExec, ImageRoot, RunPlan};
+use podvisor_core::spec::plan::{ContainerExec, ImageRoot};
 
 use super::{ImageError, ImageRecord, Store};
 
 /// containerd's PATH for an image that sets none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// What stops a pod from starting: an image name that does not parse (the kubelet's
-/// `InvalidImageName`).
-#[derive(Debug, thiserror::Error)]
-#[error("container {container:?}: InvalidImageName: {error}")]
-pub struct InvalidName {
-    pub container: String,
-    pub error: ImageError,
-}
-
-/// Checks the image names of the containers that run from their images.
-pub fn check_names(plan: &RunPlan) -> Result<(), InvalidName> {
-    for c in &plan.pod.containers {
-        if let Some(image) = &c.image {
-            super::normalize(image).map_err(|error| InvalidName {
-                container: c.name.clone(),
-                error,
-            })?;
-        }
-    }
-    Ok(())
-}
 
 /// `imagePullPolicy`, defaulted as the API server does: `Always` for `:latest` or no tag
 /// (`name` is normalized: no tag became `:latest`), `IfNotPresent` otherwise.
@@ -214,7 +192,7 @@ mod tests {
         }
     }
 
-    fn plan_of(containers: &str) -> RunPlan {
+    fn plan_of(containers: &str) -> podvisor_core::spec::plan::RunPlan {
         let text = format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, annotations: {{podvisor.io/root-from: image}}}}\nspec:\n  containers:\n{containers}"
         );

@@ -172,17 +172,26 @@ pub fn pod(
 
 /// `pod` as one line of JSON in kubectl's order, with `spec` (which `pod` leaves out).
 pub fn pod_json(pod: &K8sPod, spec: &serde_json::Value) -> String {
-    let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(pod) else {
-        return String::new();
-    };
-    let mut out = serde_json::Map::new();
-    for (k, v) in fields {
-        if k == "status" {
-            out.insert("spec".into(), spec.clone());
-        }
-        out.insert(k, v);
+    // Written straight from the typed Pod, in kubectl's order: no JSON tree is built for it
+    // (a status line of a pod of 100 containers goes out on every change to every watcher).
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Ordered<'a> {
+        api_version: &'a str,
+        kind: &'a str,
+        metadata: &'a ObjectMeta,
+        spec: &'a serde_json::Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<&'a PodStatus>,
     }
-    serde_json::Value::Object(out).to_string()
+    let ordered = Ordered {
+        api_version: "v1",
+        kind: "Pod",
+        metadata: &pod.metadata,
+        spec,
+        status: pod.status.as_ref(),
+    };
+    serde_json::to_string(&ordered).unwrap_or_default()
 }
 
 /// The manifest's metadata, with podvisor's own annotations (docs/state.md): each staged

@@ -79,6 +79,10 @@ impl Supervisor {
         let failed =
             |reason, message| vec![Input::Image(i, ImageReport::Failed { reason, message })];
         match config::decide(&images.store, &image, policy.as_deref()) {
+            Err(ImageError::Name { why, .. }) => failed(
+                ImageFailure::InvalidName,
+                format!("Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: {why}"),
+            ),
             Err(e) => failed(ImageFailure::Pull, e.to_string()),
             Ok(Decision::NeverPull) => {
                 failed(ImageFailure::NeverPull, config::never_pull_message(&image))

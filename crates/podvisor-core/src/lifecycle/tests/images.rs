@@ -133,3 +133,34 @@ fn never_without_the_image_waits_and_each_start_looks_again() {
             .to_string()
     ));
 }
+
+#[test]
+fn a_name_that_does_not_parse_waits_in_invalid_image_name_and_is_looked_at_again() {
+    let mut sim = Sim::new(pod_of_an_image(), vec![forever()]);
+    sim.image = Rc::new(|_, _| (0, Err(ImageFailure::InvalidName)));
+    sim.run(25_000);
+    assert_eq!(
+        sim.lines("ensure image"),
+        [
+            "t=0 ensure image app",
+            "t=10000 ensure image app",
+            "t=20000 ensure image app"
+        ]
+    );
+    assert!(sim
+        .events
+        .contains(&"t=0 InspectFailed app: no such host".to_string()));
+    assert!(sim
+        .events
+        .contains(&"t=0 Failed app: Error: InvalidImageName".to_string()));
+    let app = &sim.pod.containers()[0];
+    assert!(matches!(
+        app.state,
+        ContainerState::Waiting {
+            reason: WaitingReason::InvalidImageName,
+            ..
+        }
+    ));
+    assert_eq!(app.restart_count, 0);
+    assert_eq!(sim.pod.phase(), Phase::Pending);
+}
