@@ -295,7 +295,7 @@ impl Keeper {
         let slot = entry.key();
         let held = (|| -> io::Result<Held> {
             let path = self.dir.instance_log(&r.container, r.instance);
-            let file = LogFile::create(path, self.args.limits)?;
+            let file = LogFile::create(path, self.args.limits);
             let id = InstanceId {
                 container: slot,
                 instance: r.instance,

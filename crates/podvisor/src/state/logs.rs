@@ -39,31 +39,119 @@ impl Default for LogLimits {
 }
 
 /// The log file of one container instance, shared by its stdout and stderr.
+///
+/// Writing it never stops the pod, as a runtime's logger: output that cannot be written (a
+/// full disk, a removed or read-only directory) is dropped and counted, each write tries again,
+/// and a file removed under it is made again; what happened is told by `take_news`.
 #[derive(Debug)]
 pub struct LogFile {
     path: PathBuf,
-    file: File,
+    /// `None` while it cannot be opened.
+    file: Option<File>,
     size: u64,
     limits: LogLimits,
+    /// Bytes dropped since writing began to fail.
+    dropped: u64,
+    failing: bool,
+    /// A write has succeeded (`Written` was told).
+    written: bool,
+    news: Vec<LogNews>,
+}
+
+/// What happened to a log file's writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogNews {
+    /// Writing failed (why): output is dropped until it succeeds again.
+    Failing(String),
+    /// Writing succeeds again after `dropped` bytes were lost.
+    Recovered { dropped: u64 },
+    /// The file was removed under the run: a new one is written.
+    Replaced,
+    /// Its first write succeeded.
+    Written,
 }
 
 impl LogFile {
-    pub fn create(path: PathBuf, limits: LogLimits) -> io::Result<Rc<RefCell<LogFile>>> {
+    /// The log file at `path`, opened for appending (when it cannot be, the first write says
+    /// so and tries again).
+    pub fn create(path: PathBuf, limits: LogLimits) -> Rc<RefCell<LogFile>> {
+        let mut f = LogFile {
+            path,
+            file: None,
+            size: 0,
+            limits,
+            dropped: 0,
+            failing: false,
+            written: false,
+            news: Vec::new(),
+        };
+        if let Err(e) = f.open() {
+            f.fail(&e, 0);
+        }
+        Rc::new(RefCell::new(f))
+    }
+
+    /// What happened since the last call.
+    pub fn take_news(&mut self) -> Vec<LogNews> {
+        std::mem::take(&mut self.news)
+    }
+
+    fn open(&mut self) -> io::Result<()> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&path)?;
-        let size = file.metadata()?.len();
-        Ok(Rc::new(RefCell::new(LogFile {
-            path,
-            file,
-            size,
-            limits,
-        })))
+            .open(&self.path)?;
+        self.size = file.metadata()?.len();
+        self.file = Some(file);
+        Ok(())
     }
 
-    fn write(&mut self, lines: &[u8]) -> io::Result<()> {
-        self.file.write_all(lines)?;
+    fn fail(&mut self, e: &io::Error, lost: usize) {
+        if !self.failing {
+            self.failing = true;
+            self.news
+                .push(LogNews::Failing(format!("{}: {e}", self.path.display())));
+        }
+        self.dropped += lost as u64;
+    }
+
+    fn write(&mut self, lines: &[u8]) {
+        match self.try_write(lines) {
+            Ok(()) if self.failing => {
+                self.failing = false;
+                self.written = true;
+                let dropped = std::mem::take(&mut self.dropped);
+                self.news.push(LogNews::Recovered { dropped });
+            }
+            Ok(()) if !self.written => {
+                self.written = true;
+                self.news.push(LogNews::Written);
+            }
+            Ok(()) => {}
+            Err(e) => self.fail(&e, lines.len()),
+        }
+    }
+
+    fn try_write(&mut self, lines: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        // A file unlinked under us (its directory removed) is written no more: a new one is.
+        let gone = match &self.file {
+            Some(f) => f.metadata()?.nlink() == 0,
+            None => true,
+        };
+        if gone {
+            let replaced = self.file.take().is_some();
+            self.open()?;
+            if replaced {
+                self.news.push(LogNews::Replaced);
+            }
+        }
+        if let Some(file) = self.file.as_mut() {
+            file.write_all(lines)?;
+        }
         self.size += lines.len() as u64;
         if self.size >= self.limits.max_size {
             self.rotate()?;
@@ -79,7 +167,9 @@ impl LogFile {
             PathBuf::from(p)
         };
         if keep == 1 {
-            self.file.set_len(0)?;
+            if let Some(f) = &self.file {
+                f.set_len(0)?;
+            }
             self.size = 0;
             return Ok(());
         }
@@ -88,12 +178,8 @@ impl LogFile {
             let _ = std::fs::rename(name(k), name(k + 1));
         }
         std::fs::rename(&self.path, name(1))?;
-        self.file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
-        self.size = 0;
-        Ok(())
+        self.file = None;
+        self.open()
     }
 }
 
@@ -126,6 +212,11 @@ impl LogStream {
 
     pub fn fd(&self) -> RawFd {
         self.pipe.as_raw_fd()
+    }
+
+    /// What happened to its file's writes since the last call (see `LogFile`).
+    pub fn take_news(&self) -> Vec<LogNews> {
+        self.file.borrow_mut().take_news()
     }
 
     /// Reads what the pipe has. `Ok(false)` at end of output (the stream is done).
@@ -175,7 +266,7 @@ impl LogStream {
             out.extend_from_slice(&data[..=nl]);
             data = &data[nl + 1..];
             if out.len() >= FLUSH_AT {
-                self.file.borrow_mut().write(out)?;
+                self.file.borrow_mut().write(out);
                 out.clear();
             }
         }
@@ -187,10 +278,10 @@ impl LogStream {
             out.push(b'\n');
             self.partial.drain(..MAX_LINE);
         }
-        if out.is_empty() {
-            return Ok(());
+        if !out.is_empty() {
+            self.file.borrow_mut().write(out);
         }
-        self.file.borrow_mut().write(out)
+        Ok(())
     }
 
     /// The rest of an output that did not end with a newline, as a partial line.
@@ -205,7 +296,8 @@ impl LogStream {
         out.extend_from_slice(&self.partial);
         out.push(b'\n');
         self.partial.clear();
-        self.file.borrow_mut().write(out)
+        self.file.borrow_mut().write(out);
+        Ok(())
     }
 }
 
@@ -321,7 +413,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("podvisor-logs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let file = LogFile::create(dir.join("0.log"), LogLimits::default()).unwrap();
+        let file = LogFile::create(dir.join("0.log"), LogLimits::default());
         let (read, write) = sys::pipe().unwrap();
         let id = InstanceId {
             container: 0,

@@ -205,6 +205,7 @@ pub fn run(
     let envs = base_envs.iter().map(|v| os_env(v)).collect();
     let counters = Counters::new(&info.namespace, &info.name);
     let applied = plan.exec.iter().map(|x| x.resources).collect();
+    let containers = plan.exec.len();
     let resizing = resize::Resizing::new(&info.spec, applied);
     let mut sup = Supervisor {
         pod: taken.pod,
@@ -255,6 +256,7 @@ pub fn run(
         finished: None,
         scan_due: None,
         resizing,
+        log_failing: vec![false; containers],
     };
     for note in &taken.notes {
         let line = sup.events.emit(SystemTime::now(), note);
@@ -371,6 +373,8 @@ struct Supervisor {
     scan_due: Option<Instant>,
     /// In-place resizes: what each container's cgroup has, and the resize conditions.
     resizing: resize::Resizing,
+    /// Which containers' logs cannot be written now (said once, see `drain_log`).
+    log_failing: Vec<bool>,
 }
 
 impl Supervisor {

@@ -200,7 +200,17 @@ impl Supervisor {
         let result = self.save();
         self.counters.state_write(began.elapsed());
         match result {
-            Ok(()) => self.save_failing = false,
+            Ok(()) if self.save_failing => {
+                self.save_failing = false;
+                let note = pod_note(
+                    EventType::Normal,
+                    "StateSaved",
+                    "The state is saved again".into(),
+                );
+                let line = self.events.emit(SystemTime::now(), &note);
+                self.api.event(line, &self.epoll);
+            }
+            Ok(()) => {}
             Err(e) => {
                 // Keep it marked so that the next turn tries again.
                 self.pod.mark_changed();

@@ -15,7 +15,7 @@ use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
 use crate::probe::{Done, ExecContext, Owner};
 use crate::process::sys::{self, BindMount, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
-use crate::state::logs::{tail_text, LogFile, LogStream};
+use crate::state::logs::{tail_text, LogFile, LogNews, LogStream};
 
 impl Supervisor {
     /// Starts a probe attempt or hook; the input to feed when it ended at once.
@@ -104,7 +104,9 @@ impl Supervisor {
         };
         let exec = &self.plan.exec[id.container];
         let name = &self.plan.pod.containers[id.container].name;
-        std::fs::create_dir_all(self.dir.container_logs(name))?;
+        // (Its log file makes the directory too, and says so when it cannot: a full or
+        // read-only disk never stops a start.)
+        let _ = std::fs::create_dir_all(self.dir.container_logs(name));
         let log_path = self.dir.instance_log(name, id.instance);
         // Under live restore the keeper makes the pipes and holds their read ends.
         let pipes = match self.live_restore {
@@ -176,7 +178,7 @@ impl Supervisor {
             Ok((pipes, pid, keeper)) => {
                 // Under a keeper, the keeper reads the pipes and writes the log.
                 if let Some((out_read, err_read)) = pipes {
-                    let file = LogFile::create(log_path, self.log_limits)?;
+                    let file = LogFile::create(log_path, self.log_limits);
                     let out = LogStream::new(id, out_read, "stdout", file.clone());
                     self.add_log(out)?;
                     self.add_log(LogStream::new(id, err_read, "stderr", file))?;
@@ -281,10 +283,51 @@ impl Supervisor {
 
     /// Takes what log stream `slot` has; a stream that has ended goes.
     pub(super) fn drain_log(&mut self, slot: usize) -> io::Result<()> {
-        if let Some(log) = self.logs.get_mut(slot) {
-            if !log.drain(&mut self.log_scratch)? {
-                self.logs.remove(slot);
+        let Some(log) = self.logs.get_mut(slot) else {
+            return Ok(());
+        };
+        let open = log.drain(&mut self.log_scratch)?;
+        let (news, owner) = (log.take_news(), log.owner);
+        if !open {
+            self.logs.remove(slot);
+        }
+        let name = self.plan.pod.containers[owner.container].name.clone();
+        for n in news {
+            // Told once per container until its output is written again (each new instance
+            // of a crash-looping container would say it again).
+            let failing = &mut self.log_failing[owner.container];
+            match n {
+                LogNews::Failing(_) if *failing => continue,
+                LogNews::Failing(_) => *failing = true,
+                LogNews::Recovered { .. } | LogNews::Written if !*failing => continue,
+                LogNews::Recovered { .. } | LogNews::Written => *failing = false,
+                LogNews::Replaced => {}
             }
+            let (kind, reason, message) = match n {
+                LogNews::Failing(why) => (
+                    EventType::Warning,
+                    "LogWriteFailed",
+                    format!("Cannot write the log of container {name}: {why}; its output is dropped until it can be written again"),
+                ),
+                LogNews::Recovered { dropped } => (
+                    EventType::Normal,
+                    "LogWriteRecovered",
+                    format!("The log of container {name} is written again; {dropped} bytes of its output were dropped"),
+                ),
+                LogNews::Written => (
+                    EventType::Normal,
+                    "LogWriteRecovered",
+                    format!("The log of container {name} is written again (its new instance's)"),
+                ),
+                LogNews::Replaced => (
+                    EventType::Warning,
+                    "LogFileReplaced",
+                    format!("The log file of container {name} was removed while it ran; a new one is written"),
+                ),
+            };
+            let mut event = super::persist::pod_note(kind, reason, message);
+            event.object = name.clone();
+            self.pending.push((std::time::SystemTime::now(), event));
         }
         Ok(())
     }
