@@ -180,7 +180,11 @@ impl Keeper {
             return Ok(());
         };
         if let Some(s) = h.streams[k].as_mut() {
-            if !s.drain(&mut self.scratch)? {
+            let open = s.drain(&mut self.scratch)?;
+            // A keeper tells no events: what its log writes meet goes untold (they are tried
+            // again all the same).
+            drop(s.take_news());
+            if !open {
                 let _ = epoll.delete(s.fd());
                 h.streams[k] = None;
             }
