@@ -22,6 +22,7 @@ pub mod restart;
 #[cfg(feature = "spec")]
 pub mod seccomp;
 pub mod security;
+pub mod signals;
 #[cfg(feature = "spec")]
 pub mod spec;
 pub mod stage;

@@ -113,7 +113,7 @@ fn stop_signal(c: &Container) -> String {
         Some(s) => format!("{s} (lifecycle.stopSignal; needs the gate ContainerStopSignals)"),
         None => format!(
             "{} (the image's STOPSIGNAL when it runs from an image that has one)",
-            super::signals::DEFAULT_STOP_SIGNAL
+            crate::signals::DEFAULT_STOP_SIGNAL
         ),
     }
 }

@@ -15,7 +15,6 @@ pub mod plan;
 pub mod resize;
 pub mod resources;
 pub mod security;
-pub mod signals;
 pub mod validate;
 pub mod volumes;
 

@@ -110,7 +110,7 @@ impl ContainerExec {
     /// The signal that stops it, by the runtimes' order: its `lifecycle.stopSignal`, else
     /// its image's `StopSignal`, else SIGTERM; as (name, number).
     pub fn stop_signal(&self) -> (String, i32) {
-        use super::signals::{name_of, number, DEFAULT_STOP_SIGNAL};
+        use crate::signals::{name_of, number, DEFAULT_STOP_SIGNAL};
         let image = self.image.as_ref().and_then(|i| i.stop_signal.as_deref());
         match self.stop_signal.as_deref().or(image).and_then(number) {
             Some(n) => (name_of(n), n),

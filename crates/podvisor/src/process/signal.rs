@@ -1,41 +1,7 @@
-//! Signal names and numbers as users write them: `TERM`, `SIGTERM`, `15`, `RTMIN+3`.
+//! Signal names and numbers as users write them: `TERM`, `SIGTERM`, `15`, `RTMIN+3` (the
+//! table is the core's, `podvisor_core::signals`; the real-time range is the C library's).
 
-/// Linux signal names, without the `SIG` prefix.
-const NAMES: &[(&str, i32)] = &[
-    ("HUP", libc::SIGHUP),
-    ("INT", libc::SIGINT),
-    ("QUIT", libc::SIGQUIT),
-    ("ILL", libc::SIGILL),
-    ("TRAP", libc::SIGTRAP),
-    ("ABRT", libc::SIGABRT),
-    ("IOT", libc::SIGIOT),
-    ("BUS", libc::SIGBUS),
-    ("FPE", libc::SIGFPE),
-    ("KILL", libc::SIGKILL),
-    ("USR1", libc::SIGUSR1),
-    ("SEGV", libc::SIGSEGV),
-    ("USR2", libc::SIGUSR2),
-    ("PIPE", libc::SIGPIPE),
-    ("ALRM", libc::SIGALRM),
-    ("TERM", libc::SIGTERM),
-    ("STKFLT", libc::SIGSTKFLT),
-    ("CHLD", libc::SIGCHLD),
-    ("CONT", libc::SIGCONT),
-    ("STOP", libc::SIGSTOP),
-    ("TSTP", libc::SIGTSTP),
-    ("TTIN", libc::SIGTTIN),
-    ("TTOU", libc::SIGTTOU),
-    ("URG", libc::SIGURG),
-    ("XCPU", libc::SIGXCPU),
-    ("XFSZ", libc::SIGXFSZ),
-    ("VTALRM", libc::SIGVTALRM),
-    ("PROF", libc::SIGPROF),
-    ("WINCH", libc::SIGWINCH),
-    ("IO", libc::SIGIO),
-    ("POLL", libc::SIGPOLL),
-    ("PWR", libc::SIGPWR),
-    ("SYS", libc::SIGSYS),
-];
+use podvisor_core::signals;
 
 /// The signals tini accepts for `-p`, spelled as tini spells them (with `SIG`).
 pub const TINI_PDEATHSIG_NAMES: &[&str] = &[
@@ -69,51 +35,20 @@ pub const TINI_PDEATHSIG_NAMES: &[&str] = &[
     "SIGSYS",
 ];
 
-fn rt_min() -> i32 {
-    libc::SIGRTMIN()
-}
-
-fn rt_max() -> i32 {
-    libc::SIGRTMAX()
-}
-
 /// Parses a signal by name (with or without `SIG`, any case), by number, or as `RTMIN+N` /
-/// `RTMAX-N`. Returns `None` for anything else, including 0 and numbers past `SIGRTMAX`.
+/// `RTMAX-N` counted from the C library's real-time range. Returns `None` for anything else,
+/// including 0 and numbers past `SIGRTMAX`.
 pub fn parse_signal(text: &str) -> Option<i32> {
-    let upper = text.trim().to_ascii_uppercase();
-    if let Ok(n) = upper.parse::<i32>() {
-        return (1..=rt_max()).contains(&n).then_some(n);
-    }
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    if let Some((_, n)) = NAMES.iter().find(|(k, _)| *k == name) {
-        return Some(*n);
-    }
-    let rt = |base: i32, rest: &str, sign: i32| -> Option<i32> {
-        let offset: i32 = if rest.is_empty() {
-            0
-        } else {
-            rest.parse().ok()?
-        };
-        let n = base + sign * offset;
-        (rt_min()..=rt_max()).contains(&n).then_some(n)
-    };
-    if let Some(rest) = name.strip_prefix("RTMIN") {
-        return rt(rt_min(), rest.strip_prefix('+').unwrap_or(rest), 1);
-    }
-    if let Some(rest) = name.strip_prefix("RTMAX") {
-        return rt(rt_max(), rest.strip_prefix('-').unwrap_or(rest), -1);
-    }
-    None
+    signals::parse_with(text, libc::SIGRTMIN(), libc::SIGRTMAX())
 }
 
 /// A signal's conventional name (`SIGTERM`, `SIGRTMIN+2`), for messages.
 pub fn signal_name(sig: i32) -> String {
-    // IOT and POLL are aliases: the first name listed for a number wins.
-    if let Some((name, _)) = NAMES.iter().find(|(_, n)| *n == sig) {
-        return format!("SIG{name}");
+    if let Some(name) = signals::named(sig) {
+        return name.to_string();
     }
-    if (rt_min()..=rt_max()).contains(&sig) {
-        return format!("SIGRTMIN+{}", sig - rt_min());
+    if (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&sig) {
+        return format!("SIGRTMIN+{}", sig - libc::SIGRTMIN());
     }
     format!("signal {sig}")
 }

@@ -55,7 +55,7 @@ fn validate_stop_signal(signal: &str, path: &str, os: Option<&str>, p: &mut Prob
             return;
         }
         Some("windows") => vec!["SIGKILL".to_string(), "SIGTERM".to_string()],
-        Some(_) => crate::spec::signals::linux_stop_signals(),
+        Some(_) => crate::signals::linux_stop_signals(),
     };
     let supported: Vec<&str> = supported.iter().map(String::as_str).collect();
     crate::spec::security::one_of(Some(signal), &supported, path, p);

@@ -1,6 +1,8 @@
-//! Signal names as the Kubernetes API and the runtimes write them (`SIGTERM`, `SIGRTMIN+1`;
-//! an image's `STOPSIGNAL` may also say `TERM` or `15`), and their numbers on Linux as
-//! runtimes parse them (moby's signal map: the real-time signals from glibc's `SIGRTMIN`, 34).
+//! Linux signal names and numbers, one table for every face: as the Kubernetes API and the
+//! runtimes write them (`SIGTERM`, `SIGRTMIN+1`; an image's `STOPSIGNAL` may also say `TERM`
+//! or `15`), parsed as runtimes parse them (moby's signal map: the real-time signals from
+//! glibc's `SIGRTMIN`, 34), and as users of `podvisor init` write them (`-s`, `-p`), where the
+//! real-time signals count from the C library's `SIGRTMIN` at run time (`parse_with`).
 
 /// The stop signal when neither the container nor its image names one.
 pub const DEFAULT_STOP_SIGNAL: &str = "SIGTERM";
@@ -58,12 +60,20 @@ pub fn linux_stop_signals() -> Vec<String> {
     all
 }
 
-/// The number of signal `name` (`SIGQUIT`, `QUIT`, `3`, `SIGRTMIN+2`), if Linux has it.
+/// The number of signal `name` (`SIGQUIT`, `QUIT`, `3`, `SIGRTMIN+2`), if Linux has it, with
+/// the runtimes' real-time range (34 to 64).
 pub fn number(name: &str) -> Option<i32> {
-    if let Ok(n) = name.parse::<i32>() {
-        return (1..=RTMAX).contains(&n).then_some(n);
+    parse_with(name, RTMIN, RTMAX)
+}
+
+/// The number of signal `name` (any case, with or without `SIG`, surrounding spaces allowed),
+/// by number, or as `RTMIN+N` / `RTMAX-N` counted from `rtmin` and `rtmax`; `None` for
+/// anything else, 0 and numbers past `rtmax` included.
+pub fn parse_with(name: &str, rtmin: i32, rtmax: i32) -> Option<i32> {
+    let upper = name.trim().to_ascii_uppercase();
+    if let Ok(n) = upper.parse::<i32>() {
+        return (1..=rtmax).contains(&n).then_some(n);
     }
-    let upper = name.to_ascii_uppercase();
     let full = match upper.starts_with("SIG") {
         true => upper,
         false => format!("SIG{upper}"),
@@ -77,18 +87,23 @@ pub fn number(name: &str) -> Option<i32> {
             _ => rest.parse::<i32>().ok()?,
         };
         let n = base + sign * n;
-        (RTMIN..=RTMAX).contains(&n).then_some(n)
+        (rtmin..=rtmax).contains(&n).then_some(n)
     };
     match (full.strip_prefix("SIGRTMIN"), full.strip_prefix("SIGRTMAX")) {
-        (Some(rest), _) => rt(rest.strip_prefix('+').unwrap_or(rest), RTMIN, 1),
-        (_, Some(rest)) => rt(rest.strip_prefix('-').unwrap_or(rest), RTMAX, -1),
+        (Some(rest), _) => rt(rest.strip_prefix('+').unwrap_or(rest), rtmin, 1),
+        (_, Some(rest)) => rt(rest.strip_prefix('-').unwrap_or(rest), rtmax, -1),
         _ => None,
     }
 }
 
+/// The name of a named signal (`SIGTERM`; the first of aliases), if it is one.
+pub fn named(n: i32) -> Option<&'static str> {
+    NAMED.iter().find(|(_, m)| *m == n).map(|(name, _)| *name)
+}
+
 /// The API's name of signal number `n` (the first name it has).
 pub fn name_of(n: i32) -> String {
-    if let Some((name, _)) = NAMED.iter().find(|(_, m)| *m == n) {
+    if let Some(name) = named(n) {
         return name.to_string();
     }
     match n {
