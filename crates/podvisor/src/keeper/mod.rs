@@ -56,6 +56,8 @@ pub fn main(args: &[OsString]) -> i32 {
         held: Slab::new(),
         clients: Vec::new(),
         scratch: Vec::new(),
+        // Looked up once: what the keeper inherited does not change while it lives.
+        ignored: sys::defaults_for_ignored(),
     };
     match keeper.keep() {
         Ok(()) => 0,
@@ -96,6 +98,9 @@ struct Keeper {
     clients: Vec<Channel>,
     /// Where the containers' output lines are put together (`LogStream::drain`).
     scratch: Vec<u8>,
+    /// The default disposition of each signal the keeper was started ignoring: its
+    /// containers start with none ignored.
+    ignored: Vec<sys::SigAction>,
 }
 
 impl Keeper {
@@ -290,7 +295,7 @@ impl Keeper {
         // No signal ignored in the container, as the run starts its own (see `supervisor`).
         let inherited = Inherited {
             mask,
-            actions: sys::defaults_for_ignored(),
+            actions: self.ignored.clone(),
         };
         let argv: Vec<OsString> = r.argv.into_iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &inherited)?;
