@@ -38,7 +38,13 @@ impl Tmpfs {
 }
 
 impl Drop for Tmpfs {
+    /// The cgroups the state dir records go first (a run killed by a failing test leaves
+    /// them, and the record is on this tmpfs), then the tmpfs.
     fn drop(&mut self) {
+        let record = std::fs::read_to_string(self.0.join("cgroups")).unwrap_or_default();
+        for line in record.lines().filter(|l| l.starts_with("/sys/fs/cgroup/")) {
+            remove_cgroup_tree(Path::new(line));
+        }
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
