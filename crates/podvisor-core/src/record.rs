@@ -47,6 +47,13 @@ pub struct ContainerRecord {
     pub name: String,
     pub restart_count: u32,
     pub instance: u32,
+    /// Instance numbers taken without a start (a stray's, killed at a take-over): the
+    /// container was started before only if `instance` is above it.
+    #[cfg_attr(
+        feature = "supervision",
+        serde(default, skip_serializing_if = "is_zero")
+    )]
+    pub skipped: u32,
     pub next: NextRecord,
     pub stage: Option<Stage>,
     pub disabled_at: Option<u32>,
@@ -121,4 +128,9 @@ pub struct ProcessRecord {
 pub struct InitRecord {
     /// Container starts counted so far.
     pub starts: u32,
+}
+
+#[cfg(feature = "supervision")]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -16,6 +16,7 @@ mod escalation;
 mod examples;
 mod exec;
 mod explain;
+mod failpoints;
 mod fuzzing;
 mod grpc;
 mod guest_v2;

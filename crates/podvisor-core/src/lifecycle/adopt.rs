@@ -32,6 +32,19 @@ impl Pod {
     /// At admission: each survivor taken over (`Adopted`, its probes begin) or its exit while
     /// podvisor was away recorded at its own finish time.
     pub(super) fn admit_survivors(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        // Told as a keeper's death is: the kubelet's word for a container it cannot find.
+        for i in std::mem::take(&mut self.unlocated) {
+            let Some(ContainerState::Terminated {
+                message: Some(m), ..
+            }) = &self.containers[i].last_state
+            else {
+                continue;
+            };
+            let text = format!("Container {}: {m}", self.containers[i].name);
+            let mut e = self.container_event(i, EventType::Warning, "ContainerStatusUnknown", text);
+            set_exit_code(&mut e, 137);
+            fx.push(e);
+        }
         for (i, found) in std::mem::take(&mut self.adopted) {
             let id = InstanceId {
                 container: i,

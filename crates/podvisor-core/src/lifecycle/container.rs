@@ -35,6 +35,8 @@ pub struct ContainerStatus {
     pub(super) next: Next,
     /// Some instance of this container has been started (in the `started` sense).
     pub(super) ever_started: bool,
+    /// Instance numbers taken without a start (see `Pod::skip_instances`).
+    pub(super) skipped: u32,
     pub(super) backoff: Backoff,
     /// Its restarts since the last whole-pod restart (for `podRestart`).
     pub(super) window: RestartWindow,
@@ -97,6 +99,7 @@ impl ContainerStatus {
             process: Process::Down,
             next: Next::First,
             ever_started: false,
+            skipped: 0,
             backoff: Backoff::default(),
             window: RestartWindow::default(),
             probes: Vec::new(),

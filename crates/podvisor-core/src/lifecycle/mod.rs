@@ -85,6 +85,8 @@ pub struct Pod {
     resumed: Option<resume::Resumed>,
     /// Containers that outlived the last run, taken over at admission (see `adopt`).
     adopted: Vec<(usize, Survivor)>,
+    /// Containers a resume could not locate (told at admission, see `adopt`).
+    unlocated: Vec<usize>,
     /// Something the saved record holds has changed (see `take_changed`).
     changed: bool,
     /// The `now` of the latest step.
@@ -110,6 +112,7 @@ impl Pod {
             slow_deadline: None,
             resumed: None,
             adopted: Vec::new(),
+            unlocated: Vec::new(),
             changed: true,
             last_now: Instant::ZERO,
         }

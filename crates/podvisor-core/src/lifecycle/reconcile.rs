@@ -245,7 +245,7 @@ impl Pod {
                         c.last_state = Some(c.state.clone());
                     }
                     c.restart_count += 1;
-                } else if c.instance > 0 {
+                } else if c.instance > c.skipped {
                     // Started again by a whole-pod restart: restartCount only ever grows.
                     c.restart_count += 1;
                 }

@@ -58,6 +58,7 @@ impl Pod {
                 name: c.name.clone(),
                 restart_count: c.restart_count,
                 instance: c.instance,
+                skipped: c.skipped,
                 next: match c.next {
                     Next::First | Next::Now => NextRecord::First,
                     Next::ByPolicy => NextRecord::Policy,
@@ -115,6 +116,7 @@ impl Pod {
             saved_by: record.saved_by,
         });
         let mut adopted = Vec::new();
+        let mut unlocated = Vec::new();
         for i in 0..pod.containers.len() {
             let Some(r) = record
                 .containers
@@ -131,6 +133,7 @@ impl Pod {
             let c = &mut pod.containers[i];
             c.restart_count = r.restart_count;
             c.instance = r.instance;
+            c.skipped = r.skipped;
             c.stage = r.stage;
             c.judgement = Judgement {
                 disabled_at: r.disabled_at,
@@ -173,6 +176,7 @@ impl Pod {
                     });
                     c.state = waiting;
                     c.next = Next::First;
+                    unlocated.push(i);
                 }
                 (StateRecord::Waiting, NextRecord::First) => {
                     c.last_state = last;
@@ -199,6 +203,7 @@ impl Pod {
             }
         }
         pod.adopted = adopted;
+        pod.unlocated = unlocated;
         if record.restarting_all {
             // The run ended during an in-place restart of every container: what it was killing
             // went with it, so the teardown is over and the pod starts again from its first init

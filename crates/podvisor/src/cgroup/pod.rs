@@ -139,6 +139,7 @@ impl PodCgroup {
             }
             Ok(())
         })();
+        crate::process::failpoint::hit("cgroup.created");
         let cg = InstanceCgroup {
             version: self.version,
             dirs,
@@ -158,6 +159,7 @@ impl PodCgroup {
         if cg.remove().is_err() {
             self.pending.push(cg);
         }
+        crate::process::failpoint::hit("cgroup.removed");
     }
 
     fn retry_pending(&mut self) {

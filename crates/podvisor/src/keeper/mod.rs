@@ -30,6 +30,7 @@ use std::time::SystemTime;
 use podvisor_core::lifecycle::InstanceId;
 use slab::Slab;
 
+use crate::process::failpoint;
 use crate::process::sys::{
     self, ChildSetup, ContainerIo, Epoll, Inherited, Namespaces, PidSetup, Reaped, SigSet,
     SignalFd, EV_READ,
@@ -231,6 +232,7 @@ impl Keeper {
             };
             // A run that is gone hears nothing: the container is held anyway.
             let _ = c.send(&answer);
+            failpoint::hit("keeper.answered");
         }
         open
     }
@@ -299,6 +301,7 @@ impl Keeper {
         };
         let argv: Vec<OsString> = r.argv.into_iter().map(OsString::from).collect();
         let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &inherited)?;
+        failpoint::hit("keeper.spawned");
         drop((out_write, err_write, cgroups));
         let entry = self.held.vacant_entry();
         let slot = entry.key();
@@ -341,6 +344,7 @@ impl Keeper {
         let Some(mut h) = self.held.try_remove(slot) else {
             return Ok(());
         };
+        failpoint::hit("keeper.exit.reaped");
         let finished = crate::state::record::millis(SystemTime::now());
         let _ = sys::send_signal(-h.pid, libc::SIGKILL);
         for s in h.streams.iter_mut().flatten() {
@@ -363,6 +367,7 @@ impl Keeper {
         record
             .write(&note.encode(self.args.protocol))
             .map_err(io::Error::other)?;
+        failpoint::hit("keeper.exit.noted");
         let exited = Message::Exited(InstanceName {
             container: h.name,
             instance: h.instance,

@@ -3,5 +3,6 @@
 
 pub mod descendants;
 pub mod errno;
+pub mod failpoint;
 pub mod signal;
 pub mod sys;

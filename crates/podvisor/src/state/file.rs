@@ -109,10 +109,20 @@ impl StateFile {
             .map_err(|e| io("write it", e))?;
         f.sync_data().map_err(|e| io("fsync it", e))?;
         drop(f);
+        self.failpoint("synced");
         std::fs::rename(&self.tmp, &self.path).map_err(|e| io("rename it into place", e))?;
+        self.failpoint("renamed");
         self.dir
             .sync_all()
             .map_err(|e| io("fsync its directory", e))
+    }
+
+    /// Failpoint `state.NAME.STEP` (NAME the file's name).
+    fn failpoint(&self, step: &str) {
+        if cfg!(debug_assertions) {
+            let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+            crate::process::failpoint::hit(&format!("state.{name}.{step}"));
+        }
     }
 
     /// Removes the file (durably: the directory is fsynced); none is fine.

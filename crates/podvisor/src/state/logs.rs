@@ -178,6 +178,7 @@ impl LogFile {
             let _ = std::fs::rename(name(k), name(k + 1));
         }
         std::fs::rename(&self.path, name(1))?;
+        crate::process::failpoint::hit("log.rotated");
         self.file = None;
         self.open()
     }

@@ -12,12 +12,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use podvisor_core::clock::Instant;
-use podvisor_core::lifecycle::{Input, InstanceId, Survivor};
+use podvisor_core::lifecycle::{Event, EventType, Input, InstanceId, Survivor};
 use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
 use slab::Slab;
 
 use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_KEEPER};
+use crate::process::failpoint;
 use crate::process::sys::{self, ContainerIo, Exec, Namespaces, PidSetup, EV_READ};
 use crate::state::keeper::{
     self, Channel, ExitNote, InstanceName, KeeperArgs, KeptNamespaces, Message, StartRequest,
@@ -55,6 +56,14 @@ pub struct Adopted {
     pub process: ProcessRecord,
 }
 
+/// A container instance a keeper holds that the record does not know.
+#[derive(Debug)]
+pub struct Stray {
+    pub container: String,
+    pub instance: u32,
+    pub pid: i32,
+}
+
 /// What was found of the containers a record says were running.
 #[derive(Debug, Default)]
 pub struct Found {
@@ -64,7 +73,7 @@ pub struct Found {
     pub keepers: Vec<(i32, Channel)>,
     /// Containers a keeper holds that the record does not know (started just before the run
     /// before was killed, never saved): killed once the pod is taken up.
-    pub strays: Vec<i32>,
+    pub strays: Vec<Stray>,
     /// Exit records read and sockets of keepers gone: removed once the pod is taken up.
     pub stale_files: Vec<PathBuf>,
 }
@@ -155,8 +164,30 @@ pub fn find(dir: &StateDir, record: &PodRecord, names: &[String]) -> Result<Foun
             found.stale_files.push(file.path().to_path_buf());
         }
     }
-    found.strays = holds.into_values().map(|(_, pid)| pid).collect();
+    found.strays = (holds.into_iter())
+        .map(|((container, instance), (_, pid))| Stray {
+            container,
+            instance,
+            pid,
+        })
+        .collect();
     Ok(found)
+}
+
+impl Found {
+    /// A stray's instance number is used (its exit note and log file carry it): the next
+    /// instance of its container is numbered after it, never the same (the numbers skipped
+    /// are no starts: they count no restart).
+    pub fn number_after_strays(&self, record: &mut PodRecord) {
+        for s in &self.strays {
+            if let Some(c) = record.containers.iter_mut().find(|c| c.name == s.container) {
+                if s.instance > c.instance {
+                    c.skipped += s.instance - c.instance;
+                    c.instance = s.instance;
+                }
+            }
+        }
+    }
 }
 
 /// What the keepers alive hold: (container, instance) → (keeper, pid).
@@ -264,9 +295,15 @@ impl Supervisor {
         let keeper = *keeper;
         let asked = control
             .send(&Message::Start(Box::new(request)))
-            .and_then(|()| control.recv());
+            .and_then(|()| {
+                failpoint::hit("run.start.asked");
+                control.recv()
+            });
         match asked {
-            Ok(Message::Started { pid }) => Ok((pid, keeper)),
+            Ok(Message::Started { pid }) => {
+                failpoint::hit("run.start.answered");
+                Ok((pid, keeper))
+            }
             Ok(Message::Failed(why)) => Err(why.into_error()),
             Ok(other) => Err(io::Error::other(format!(
                 "start it in its keeper: it said {other:?}"
@@ -304,6 +341,7 @@ impl Supervisor {
         let exec = keeper_exec(&args, self.keeper_exe.as_ref())?;
         let pid = sys::spawn_detached(&exec, &[args.control, args.events])?;
         drop((control_end, events_end));
+        failpoint::hit("run.keeper.spawned");
         self.pids.insert(pid, PidOwner::Keeper);
         self.listen_to_keeper(pid, Channel::speaking(events, protocol))?;
         // A keeper answers a start at once; one that does not is given up on.
@@ -358,7 +396,7 @@ impl Supervisor {
             .map_err(|e| e.to_string())
             .and_then(|f| {
                 let note = read_note(&f);
-                let _ = f.remove();
+                self.notes_read.push(f);
                 note
             });
         let oom = self.instance_ended(id);
@@ -372,7 +410,9 @@ impl Supervisor {
             ),
             Err(e) => Input::Lost(id, format!("its keeper's {e}")),
         };
-        self.feed(input)
+        self.feed(input)?;
+        failpoint::hit("run.exit.told");
+        Ok(())
     }
 
     /// A keeper's connection (`slot`) is readable: the exits it tells, or its end.
@@ -393,14 +433,14 @@ impl Supervisor {
             instance,
         } in exited
         {
-            match self.plan.pod.containers.iter().position(|c| c.name == name) {
-                Some(container) => {
-                    let id = InstanceId {
-                        container,
-                        instance,
-                    };
-                    self.instance_gone(id)?;
-                }
+            let id = (self.plan.pod.containers.iter())
+                .position(|c| c.name == name)
+                .map(|container| InstanceId {
+                    container,
+                    instance,
+                });
+            match id.filter(|id| self.instances.get(*id).is_some()) {
+                Some(id) => self.instance_gone(id)?,
                 // Not ours (a stray killed at take-up): its note goes.
                 None => {
                     if let Ok(note) = self.dir.exit_note(&name, instance) {
@@ -419,9 +459,26 @@ impl Supervisor {
     /// namespaces and environment as a start would have set them, and the keepers'
     /// connections. What a keeper holds that the record does not know is killed.
     pub(super) fn adopt(&mut self, found: &mut Found) -> io::Result<()> {
-        for pid in found.strays.drain(..) {
-            let _ = sys::send_signal(-pid, libc::SIGKILL);
+        for stray in found.strays.drain(..) {
+            let _ = sys::send_signal(-stray.pid, libc::SIGKILL);
+            let restart_count = (self.pod.containers().iter())
+                .find(|c| c.name == stray.container)
+                .map(|c| c.restart_count);
+            let event = Event {
+                kind: EventType::Warning,
+                reason: "Killing".into(),
+                message: format!(
+                    "Killed container {} (pid {}): the previous run started it after it last saved the pod's state, and was killed before it could; it starts again as a new instance",
+                    stray.container, stray.pid
+                ),
+                object: stray.container,
+                exit_code: None,
+                restart_count,
+                stage: None,
+            };
+            self.pending.push((std::time::SystemTime::now(), event));
         }
+        failpoint::hit("run.adopt.greeted");
         for (keeper, conn) in found.keepers.drain(..) {
             self.listen_to_keeper(keeper, conn)?;
         }
@@ -450,6 +507,7 @@ impl Supervisor {
             instance.open_namespaces();
             self.instances.hold(id, instance);
         }
+        failpoint::hit("run.adopt.held");
         Ok(())
     }
 }

@@ -214,6 +214,7 @@ pub fn run(
         state,
         boot: boot_id(),
         save_failing: false,
+        notes_read: Vec::new(),
         probe_tries: HashMap::new(),
         info,
         api,
@@ -307,6 +308,10 @@ struct Supervisor {
     boot: String,
     /// The last write of the record failed (reported once until one succeeds).
     save_failing: bool,
+    /// Exit notes of keepers that were read into the pod: removed once the record that
+    /// counts their exits is saved (or removed), never before, so that a crash between
+    /// leaves the note for the next run to read.
+    notes_read: Vec<StateFile>,
     /// Tries so far of probe attempts that errored (see `task_finished`).
     probe_tries: HashMap<(InstanceId, ProbeKind), u32>,
     info: PodInfo,
@@ -709,7 +714,10 @@ impl Supervisor {
                         }
                     }
                     Effect::Event(event) => self.pending.push((SystemTime::now(), event)),
-                    Effect::WipeVolumes => self.volumes.wipe()?,
+                    Effect::WipeVolumes => {
+                        self.volumes.wipe()?;
+                        crate::process::failpoint::hit("run.volumes.wiped");
+                    }
                     Effect::Finished(phase) => self.finished = Some(phase),
                     Effect::RunProbe(id, kind, due) => {
                         self.counters.probe_start(self.clock.now() - due);

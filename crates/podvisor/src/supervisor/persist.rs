@@ -89,7 +89,7 @@ pub fn take_up(
         Some(r) if r.ended.is_some() => None,
         other => other,
     };
-    let Some(record) = record else {
+    let Some(mut record) = record else {
         return Ok(TakenUp {
             pod: Pod::new(plan.pod.clone()),
             resumed: false,
@@ -102,6 +102,7 @@ pub fn take_up(
         let names: Vec<String> = plan.pod.containers.iter().map(|c| c.name.clone()).collect();
         // Before anything is killed: a keeper this podvisor cannot adopt refuses the run.
         found = super::keep::find(dir, &record, &names)?;
+        found.number_after_strays(&mut record);
         for c in &record.containers {
             let Some(p) = c.process else { continue };
             if found.survivors.contains_key(&c.name) {
@@ -184,9 +185,17 @@ impl Supervisor {
             eprintln!("podvisor: {e}");
         }
         if self.deleted {
-            if let Err(e) = self.state.remove() {
-                eprintln!("podvisor: {e}");
+            match self.state.remove() {
+                Ok(()) => self.forget_notes_read(),
+                Err(e) => eprintln!("podvisor: {e}"),
             }
+        }
+    }
+
+    /// The exit notes read so far are counted in the record on disk: they go.
+    fn forget_notes_read(&mut self) {
+        for note in self.notes_read.drain(..) {
+            let _ = note.remove();
         }
     }
 
@@ -199,6 +208,9 @@ impl Supervisor {
         let began = std::time::Instant::now();
         let result = self.save();
         self.counters.state_write(began.elapsed());
+        if result.is_ok() {
+            self.forget_notes_read();
+        }
         match result {
             Ok(()) if self.save_failing => {
                 self.save_failing = false;

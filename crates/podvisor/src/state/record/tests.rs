@@ -19,6 +19,7 @@ fn sample() -> PodRecord {
         ended: None,
         containers: vec![
             ContainerRecord {
+                skipped: 0,
                 name: "app".into(),
                 restart_count: 7,
                 instance: 8,
@@ -48,6 +49,7 @@ fn sample() -> PodRecord {
                 process: None,
             },
             ContainerRecord {
+                skipped: 0,
                 name: "side".into(),
                 restart_count: 0,
                 instance: 1,

@@ -159,6 +159,7 @@ fn container_field(
 /// A container's record before its fields are read.
 fn named(name: &str) -> ContainerRecord {
     ContainerRecord {
+        skipped: 0,
         name: name.to_string(),
         restart_count: 0,
         instance: 0,

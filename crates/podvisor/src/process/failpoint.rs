@@ -1,0 +1,56 @@
+//! Failpoints: named steps where a debug build kills its own process (SIGKILL, as `kill -9`
+//! would) when a test asks for it, so that the tests can check what a crash at each step
+//! leaves behind (`tests/failpoints.rs`). A release build compiles every point away.
+//!
+//! `PODVISOR_FAILPOINT=NAME[@N]` kills the process the Nth time (the first by default) it
+//! passes the point NAME. With `PODVISOR_FAILPOINT_MARK=PATH` the kill happens only when PATH
+//! can be created (it must not exist): the run and the keepers it starts share the
+//! environment, so the mark makes the point fire once across all of them, and tells the test
+//! that it fired. The points are listed in `docs/testing.md`.
+
+/// The variable naming the armed point.
+pub const ENV: &str = "PODVISOR_FAILPOINT";
+/// The variable naming the mark file.
+pub const MARK_ENV: &str = "PODVISOR_FAILPOINT_MARK";
+
+/// Passes the point `name`: the process is killed here if the point is armed (debug builds).
+#[cfg(debug_assertions)]
+pub fn hit(name: &str) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<(String, u32)>> = OnceLock::new();
+    static PASSED: AtomicU32 = AtomicU32::new(0);
+    let Some((point, nth)) = ARMED.get_or_init(armed) else {
+        return;
+    };
+    if point != name || PASSED.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
+        return;
+    }
+    if let Some(mark) = std::env::var_os(MARK_ENV) {
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(mark);
+        if made.is_err() {
+            return;
+        }
+    }
+    let _ = super::sys::send_signal(super::sys::getpid(), libc::SIGKILL);
+    // SIGKILL is not blocked or caught: nothing runs after it.
+    unreachable!("failpoint {name}: SIGKILL returned");
+}
+
+/// Passes the point `name` (release builds: nothing).
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn hit(_name: &str) {}
+
+/// The point and count `ENV` names, if any.
+#[cfg(debug_assertions)]
+fn armed() -> Option<(String, u32)> {
+    let spec = std::env::var(ENV).ok()?;
+    match spec.split_once('@') {
+        Some((name, n)) => Some((name.to_string(), n.parse().ok()?)),
+        None => Some((spec, 1)),
+    }
+}
