@@ -13,15 +13,8 @@ use crate::status::EventLine;
 /// `podvisor events`' arguments: the last 1,000 events, oldest first.
 #[derive(Debug, clap::Args)]
 pub struct EventsArgs {
-    /// The pod's state dir (default: found by POD under the default base)
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// The pod's namespace
-    #[arg(short, long, value_name = "NAMESPACE")]
-    namespace: Option<String>,
-    /// The pod, `NAME` or `NAMESPACE/NAME`, running or ended (default: the only running pod)
-    #[arg(value_name = "POD")]
-    pod: Option<String>,
+    #[command(flatten)]
+    target: super::PodTarget,
     /// JSON lines instead of text
     #[arg(short, long, value_name = "FORMAT", value_parser = ["json"])]
     output: Option<String>,
@@ -34,15 +27,8 @@ pub struct EventsArgs {
 /// grace, SIGKILL), after which the pod is deleted (its record removed).
 #[derive(Debug, clap::Args)]
 pub struct StopArgs {
-    /// The pod's state dir (default: found by POD under the default base)
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// The pod's namespace
-    #[arg(short, long, value_name = "NAMESPACE")]
-    namespace: Option<String>,
-    /// The pod, `NAME` or `NAMESPACE/NAME` (default: the only running pod)
-    #[arg(value_name = "POD")]
-    pod: Option<String>,
+    #[command(flatten)]
+    target: super::PodTarget,
     /// Do not wait until the run has ended
     #[arg(long)]
     no_wait: bool,
@@ -52,15 +38,8 @@ pub struct StopArgs {
 /// resize of the running pod's containers' cpu and memory.
 #[derive(Debug, clap::Args)]
 pub struct PatchArgs {
-    /// The pod's state dir (default: found by POD under the default base)
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// The pod's namespace
-    #[arg(short, long, value_name = "NAMESPACE")]
-    namespace: Option<String>,
-    /// The pod, `NAME` or `NAMESPACE/NAME` (default: the only running pod)
-    #[arg(value_name = "POD")]
-    pod: Option<String>,
+    #[command(flatten)]
+    target: super::PodTarget,
     /// The subresource to patch: `resize` (the only one that may change a running pod)
     #[arg(long, value_name = "NAME", value_parser = ["resize"], required = true)]
     subresource: String,
@@ -115,7 +94,7 @@ fn event_line(e: &EventLine) -> String {
 pub fn events(c: EventsArgs) -> i32 {
     let json = c.output.is_some();
     exit_code((|| {
-        let dir = client::find_pod(c.state_dir, c.pod.as_deref(), c.namespace.as_deref())?;
+        let dir = c.target.find()?;
         let print = |line: &str| -> std::io::Result<()> {
             let out = if json {
                 format!("{line}\n")
@@ -143,7 +122,7 @@ pub fn events(c: EventsArgs) -> i32 {
 
 pub fn stop(c: StopArgs) -> i32 {
     exit_code((|| {
-        let dir = client::find_pod(c.state_dir, c.pod.as_deref(), c.namespace.as_deref())?;
+        let dir = c.target.find()?;
         client::call(&dir, "POST", "/stop")?;
         if c.no_wait {
             return Ok(());
@@ -166,7 +145,7 @@ pub fn stop(c: StopArgs) -> i32 {
 
 pub fn patch(c: PatchArgs) -> i32 {
     exit_code((|| {
-        let dir = client::find_pod(c.state_dir, c.pod.as_deref(), c.namespace.as_deref())?;
+        let dir = c.target.find()?;
         // YAML is JSON's superset: kubectl takes either.
         let value: serde_json::Value = serde_saphyr::from_str(&c.patch)
             .map_err(|e| ClientError(format!("error: unable to parse {:?}: {e}", c.patch)))?;

@@ -53,6 +53,35 @@ pub const BUILD: &str = if cfg!(feature = "full") {
     "init-only"
 };
 
+/// Which pod a client command reaches (`status`, `events`, `stop`, `patch`): its state dir,
+/// or its name under the state base.
+#[cfg(feature = "full")]
+#[derive(Debug, clap::Args)]
+pub struct PodTarget {
+    /// The pod's state dir (default: found by POD under the default base)
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
+    /// The pod's namespace
+    #[arg(short, long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The pod, `NAME` or `NAMESPACE/NAME` (default: the only running pod, else the only pod
+    /// there is; an ended pod is shown as it ended)
+    #[arg(value_name = "POD")]
+    pod: Option<String>,
+}
+
+#[cfg(feature = "full")]
+impl PodTarget {
+    /// The pod's state dir (`client::find_pod`).
+    pub fn find(self) -> Result<std::path::PathBuf, crate::client::ClientError> {
+        crate::client::find_pod(
+            self.state_dir,
+            self.pod.as_deref(),
+            self.namespace.as_deref(),
+        )
+    }
+}
+
 /// A client command's exit code: 0, or 1 with the error on stderr.
 #[cfg(feature = "full")]
 pub fn exit_code(r: Result<(), crate::client::ClientError>) -> i32 {

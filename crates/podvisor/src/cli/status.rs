@@ -11,15 +11,8 @@ use crate::status::ApiPod;
 /// `podvisor status`' and `podvisor describe`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The pod's state dir (default: found by POD under the default base)
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// The pod's namespace
-    #[arg(short, long, value_name = "NAMESPACE")]
-    namespace: Option<String>,
-    /// The pod, `NAME` or `NAMESPACE/NAME`, running or ended (default: the only running pod)
-    #[arg(value_name = "POD")]
-    pod: Option<String>,
+    #[command(flatten)]
+    target: super::PodTarget,
     /// Output format
     #[arg(short, long, value_enum, value_name = "FORMAT")]
     output: Option<Format>,
@@ -46,7 +39,7 @@ pub fn main(a: StatusArgs, describe: bool) -> i32 {
     };
     let format = a.output.unwrap_or(default);
     exit_code((|| {
-        let dir = client::find_pod(a.state_dir, a.pod.as_deref(), a.namespace.as_deref())?;
+        let dir = a.target.find()?;
         run(dir, format, a.watch)
     })())
 }
