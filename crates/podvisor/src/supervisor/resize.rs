@@ -287,7 +287,7 @@ impl Supervisor {
     /// in 10 s.
     pub(super) fn actuate(&mut self) -> io::Result<()> {
         self.resizing.retry_at = None;
-        let mut in_place = Vec::new();
+        let (mut in_place, mut restarts) = (Vec::new(), Vec::new());
         for (i, c) in self.pod.containers().iter().enumerate() {
             let allocated = self.plan.exec[i].resources;
             let id = InstanceId {
@@ -301,16 +301,9 @@ impl Supervisor {
                 _ if !running => self.resizing.applied[i] = allocated,
                 ResizeAction::None => self.resizing.applied[i] = allocated,
                 ResizeAction::InPlace => in_place.push(i),
-                ResizeAction::Restart => {}
+                ResizeAction::Restart => restarts.push(i),
             }
         }
-        let restarts: Vec<usize> = (0..self.plan.exec.len())
-            .filter(|&i| {
-                let (applied, allocated) = (self.resizing.applied[i], self.plan.exec[i].resources);
-                resize_action(&self.resizing.policies[i], &applied, &allocated)
-                    == ResizeAction::Restart
-            })
-            .collect();
         for i in restarts {
             self.feed(Input::ResizeRestart(i))?;
         }
