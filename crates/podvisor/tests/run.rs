@@ -271,6 +271,20 @@ data: {greeting: hello}
 }
 
 #[test]
+fn a_container_gets_the_runtimes_umask_not_the_shells() {
+    // runc gives 0022 when the spec names no umask; podvisor started under 077 does the same.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: app, command: [sh, -c, umask]}\n",
+    ));
+    let out = r
+        .cmd_under(&["sh", "-c", "umask 077; exec \"$0\" \"$@\""], &[])
+        .output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(r.log_lines("app", 1), ["0022"]);
+}
+
+#[test]
 fn a_command_that_cannot_run_is_a_start_error() {
     // The pod fails (exit 1) with a StartError (128) whose message says why.
     let start_error = |containers: &str| -> String {

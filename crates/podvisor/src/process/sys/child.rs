@@ -312,6 +312,9 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
             check_step(ret as libc::c_int, c"close_range")?;
         }
         check_step(libc::setsid(), c"setsid")?;
+        // The file mode mask a runtime gives when the spec names none (runc: 0022), not the
+        // one of the shell podvisor was started from.
+        libc::umask(0o022);
         // If podvisor itself is killed outright, the container's main process goes too
         // (its group is killed with it by podvisor only while podvisor lives).
         let pdeath = libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
