@@ -60,16 +60,19 @@ pub fn have(program: &str, needed_for: &str) -> bool {
     found
 }
 
-/// A directory with `tini` and `dumb-init` links to the podvisor binary.
+/// A directory with `tini` and `dumb-init` links to the podvisor binary: under the build's
+/// own temporary directory (`target/tmp`), so that nothing is left in /tmp; each link is
+/// replaced atomically (made aside, renamed), so that test runs side by side never see none.
 pub fn persona_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("podvisor-personas-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("personas");
         std::fs::create_dir_all(&dir).unwrap();
         for name in ["tini", "dumb-init"] {
-            let link = dir.join(name);
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(podvisor(), &link).unwrap();
+            let aside = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&aside);
+            std::os::unix::fs::symlink(podvisor(), &aside).unwrap();
+            std::fs::rename(&aside, dir.join(name)).unwrap();
         }
         dir
     })
