@@ -72,20 +72,31 @@ fn pod_of(containers: &str) -> String {
 
 #[test]
 fn a_full_state_dir_never_stops_the_pod_and_it_recovers_when_there_is_room() {
+    full_state_dir(&[]);
+}
+
+#[test]
+fn under_live_restore_the_keeper_tells_what_its_log_writes_meet() {
+    // The keeper writes the logs (and the exit notes, which fail too: those exits are lost,
+    // the pod goes on).
+    full_state_dir(&["--live-restore"]);
+}
+
+fn full_state_dir(extra: &[&str]) {
     let Some((r, disk)) = on_a_tmpfs() else {
         return;
     };
     let state = r.dir.file("state");
-    let mut p = r
-        .cmd(&[
-            "--backoff-initial",
-            "100ms",
-            "--backoff-max",
-            "100ms",
-            "--log-max-size",
-            "2Mi",
-        ])
-        .start();
+    let mut args = vec![
+        "--backoff-initial",
+        "100ms",
+        "--backoff-max",
+        "100ms",
+        "--log-max-size",
+        "2Mi",
+    ];
+    args.extend(extra);
+    let mut p = r.cmd(&args).start();
     // Full: the talker's log, the crash loop's logs and records fail; the pod runs on.
     let failed = r.wait_event("talk", "LogWriteFailed", 1);
     assert!(
@@ -116,7 +127,21 @@ fn a_full_state_dir_never_stops_the_pod_and_it_recovers_when_there_is_room() {
     let record = saved_record(&state.join("podvisor.state"));
     let crash = &record["containers"][1];
     assert!(crash["restartCount"].as_u64().unwrap() >= 3, "{record}");
-    stop(&mut p);
+    // The talker ran all along: nothing the disk did stopped it (nor its keeper).
+    assert_eq!(
+        r.find("talk", "Started").len(),
+        1,
+        "{:#?}",
+        r.reasons("talk")
+    );
+    if extra.contains(&"--live-restore") {
+        // SIGTERM would leave the pod to its keeper: `podvisor stop` ends it.
+        assert_eq!(client(&r, &["stop"]).code(), 0);
+        assert_eq!(p.wait().code(), Some(0), "{:?}", p.stderr);
+        p.assert_no_leftovers();
+    } else {
+        stop(&mut p);
+    }
     drop(disk);
 }
 

@@ -36,10 +36,10 @@ use crate::process::sys::{
     SignalFd, EV_READ,
 };
 use crate::state::keeper::{
-    Channel, ExitNote, Held as HeldName, Hello, InstanceName, KeeperArgs, Message, StartFailure,
-    StartRequest,
+    Channel, ExitNote, Held as HeldName, Hello, InstanceName, KeeperArgs, LogReport, Message,
+    StartFailure, StartRequest,
 };
-use crate::state::logs::{LogFile, LogStream};
+use crate::state::logs::{LogFile, LogNews, LogStream};
 use crate::state::StateDir;
 use crate::stdio::write_err;
 
@@ -185,17 +185,34 @@ impl Keeper {
         let Some(h) = self.held.get_mut(slot) else {
             return Ok(());
         };
+        let mut news = Vec::new();
         if let Some(s) = h.streams[k].as_mut() {
             let open = s.drain(&mut self.scratch)?;
-            // A keeper tells no events: what its log writes meet goes untold (they are tried
-            // again all the same).
-            drop(s.take_news());
+            news = s.take_news();
             if !open {
                 let _ = epoll.delete(s.fd());
                 h.streams[k] = None;
             }
         }
+        let (name, instance) = (h.name.clone(), h.instance);
+        self.tell_log_news(&name, instance, news);
         Ok(())
+    }
+
+    /// Tells the runs connected what happened to an instance's log writes (they make the
+    /// events; a keeper of protocol 1 says nothing of it).
+    fn tell_log_news(&mut self, container: &str, instance: u32, news: Vec<LogNews>) {
+        if self.args.protocol < 2 {
+            return;
+        }
+        for news in news {
+            let report = Message::Log(LogReport {
+                container: container.to_string(),
+                instance,
+                news,
+            });
+            self.clients.retain_mut(|c| c.send(&report).is_ok());
+        }
     }
 
     /// A connected run's end is readable: a run says nothing, so what comes is its end
@@ -347,10 +364,13 @@ impl Keeper {
         failpoint::hit("keeper.exit.reaped");
         let finished = crate::state::record::millis(SystemTime::now());
         let _ = sys::send_signal(-h.pid, libc::SIGKILL);
+        let mut news = Vec::new();
         for s in h.streams.iter_mut().flatten() {
             let _ = epoll.delete(s.fd());
             s.finish(&mut self.scratch)?;
+            news.extend(s.take_news());
         }
+        self.tell_log_news(&h.name, h.instance, news);
         let note = ExitNote {
             pid: h.pid,
             exit,
@@ -360,13 +380,13 @@ impl Keeper {
                 .is_some_and(crate::cgroup::oom_kills_in),
             finished,
         };
-        let record = self
-            .dir
-            .exit_note(&h.name, h.instance)
-            .map_err(io::Error::other)?;
-        record
-            .write(&note.encode(self.args.protocol))
-            .map_err(io::Error::other)?;
+        // A note that cannot be written (a full disk) loses this exit only: the runs hear of
+        // it all the same and report it lost; the other containers are held on.
+        let written = (self.dir.exit_note(&h.name, h.instance))
+            .and_then(|record| record.write(&note.encode(self.args.protocol)));
+        if let Err(e) = written {
+            write_err(&format!("podvisor keeper {}: {e}\n", sys::getpid()));
+        }
         failpoint::hit("keeper.exit.noted");
         let exited = Message::Exited(InstanceName {
             container: h.name,

@@ -58,8 +58,9 @@ pub struct LogFile {
     news: Vec<LogNews>,
 }
 
-/// What happened to a log file's writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What happened to a log file's writes (a keeper tells it to the runs connected to it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LogNews {
     /// Writing failed (why): output is dropped until it succeeds again.
     Failing(String),

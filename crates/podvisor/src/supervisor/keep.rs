@@ -422,10 +422,20 @@ impl Supervisor {
         };
         let keeper = *keeper;
         let open = conn.fill_ready();
-        let mut exited = Vec::new();
+        let (mut exited, mut logs) = (Vec::new(), Vec::new());
         while let Some(message) = conn.take() {
-            if let Ok(Message::Exited(instance)) = message {
-                exited.push(instance);
+            // What this run does not know (a newer keeper's message) is passed over.
+            match message {
+                Ok(Message::Exited(instance)) => exited.push(instance),
+                Ok(Message::Log(report)) => logs.push(report),
+                _ => {}
+            }
+        }
+        for report in logs {
+            let container =
+                (self.plan.pod.containers.iter()).position(|c| c.name == report.container);
+            if let Some(container) = container {
+                self.tell_log_news(container, vec![report.news]);
             }
         }
         for InstanceName {

@@ -291,11 +291,18 @@ impl Supervisor {
         if !open {
             self.logs.remove(slot);
         }
-        let name = self.plan.pod.containers[owner.container].name.clone();
+        self.tell_log_news(owner.container, news);
+        Ok(())
+    }
+
+    /// Events for what happened to container `container`'s log writes (here, or in the keeper
+    /// that writes them).
+    pub(super) fn tell_log_news(&mut self, container: usize, news: Vec<LogNews>) {
+        let name = self.plan.pod.containers[container].name.clone();
         for n in news {
             // Told once per container until its output is written again (each new instance
             // of a crash-looping container would say it again).
-            let failing = &mut self.log_failing[owner.container];
+            let failing = &mut self.log_failing[container];
             match n {
                 LogNews::Failing(_) if *failing => continue,
                 LogNews::Failing(_) => *failing = true,
@@ -329,7 +336,6 @@ impl Supervisor {
             event.object = name.clone();
             self.pending.push((std::time::SystemTime::now(), event));
         }
-        Ok(())
     }
 }
 

@@ -8,7 +8,9 @@
 //!   `failed`. Only the run that started a keeper starts containers in it; once that end
 //!   closes, the keeper starts nothing more and ends when the last container it holds has
 //!   exited.
-//! - the **events** pair: the keeper sends `exited` once that instance's exit note is written.
+//! - the **events** pair: the keeper sends `exited` once that instance's exit note is written,
+//!   and `log` when what happened to an instance's log writes changes (they fail, they are
+//!   written again, the file was removed and is made again).
 //! - the keeper's **socket** (`StateDir::keeper_socket`, 0600; only root or its own user may
 //!   connect), there for as long as the keeper runs: on each connection it sends `hello` (its
 //!   protocol, its pid, what it holds), then `exited` as instances end. A run that takes the
@@ -22,7 +24,8 @@
 //! reads is its hello, its `exited` messages and its exit notes; a run never starts
 //! containers in a keeper it did not start, so `start` is only ever read by a keeper of its
 //! own release. Version 1 was lines of text (`v1`); a keeper started with protocol 1 still
-//! speaks it, so that adopting a keeper of that release is tested.
+//! speaks it, so that adopting a keeper of that release is tested. A run passes over a
+//! message it does not know, so one can be added without a new version (`log` was, in 2).
 
 mod v1;
 
@@ -63,6 +66,17 @@ pub enum Message {
     Failed(StartFailure),
     /// Keeper → everyone connected: this instance has exited; its exit note is written.
     Exited(InstanceName),
+    /// Keeper → everyone connected: what happened to this instance's log writes.
+    Log(LogReport),
+}
+
+/// What happened to an instance's log writes, as the keeper that writes them tells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogReport {
+    pub container: String,
+    pub instance: u32,
+    pub news: super::logs::LogNews,
 }
 
 /// A keeper's hello: its protocol, its pid and what it holds.
