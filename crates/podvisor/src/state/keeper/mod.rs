@@ -519,6 +519,54 @@ mod tests {
     }
 
     #[test]
+    fn log_news_read_back_and_a_message_a_run_does_not_know_is_passed_over() {
+        use crate::state::logs::LogNews;
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut out = Channel::speaking(a, 2);
+        let news = [
+            LogNews::Failing("No space left on device".into()),
+            LogNews::Recovered { dropped: 8001 },
+            LogNews::Replaced,
+            LogNews::Written,
+        ];
+        for n in &news {
+            let report = LogReport {
+                container: "app".into(),
+                instance: 3,
+                news: n.clone(),
+            };
+            out.send(&Message::Log(report)).unwrap();
+        }
+        // A newer keeper's message: this run reads it as not one of its own, and goes on.
+        (&out.stream).write_all(b"{\"later\":{}}\n").unwrap();
+        out.send(&Message::Exited(InstanceName {
+            container: "app".into(),
+            instance: 3,
+        }))
+        .unwrap();
+        drop(out);
+        let mut conn = Channel::speaking(b, 2);
+        let (mut got, mut unknown) = (Vec::new(), 0);
+        loop {
+            match conn.recv() {
+                Ok(m) => got.push(m),
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+                // The line is read all the same: what follows it is not lost.
+                Err(_) => unknown += 1,
+            }
+        }
+        assert_eq!(unknown, 1);
+        let logs: Vec<LogNews> = (got.iter())
+            .filter_map(|m| match m {
+                Message::Log(r) => Some(r.news.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(logs, news);
+        assert!(matches!(got.last(), Some(Message::Exited(_))), "{got:?}");
+    }
+
+    #[test]
     fn a_hello_of_an_unknown_protocol_is_read_far_enough_to_refuse_it() {
         let (a, b) = UnixStream::pair().unwrap();
         (&a).write_all(b"{\"hello\":{\"protocol\":9,\"keeper\":5,\"what\":[1]}}\n")
