@@ -220,19 +220,25 @@ fn check_restarts(r: &PodRun, container: &str, runs: &TempDir, who: Dies) {
 /// the leaders of their process groups (not a child forked to run `sleep`, still `sh`).
 fn processes(tag: &str) -> usize {
     let needle = format!("FP_TAG={tag}\0");
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    live_pids()
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sh")
                 && leads_group(*pid)
-                && std::fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
+                && holds(&format!("/proc/{pid}/environ"), &needle)
                 && !is_zombie(*pid)
         })
         .count()
+}
+
+/// Every process's pid.
+fn live_pids() -> impl Iterator<Item = i32> {
+    (std::fs::read_dir("/proc").into_iter().flatten().flatten())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+}
+
+/// Whether the file at `path` (a `/proc` file) holds `needle`.
+fn holds(path: &str, needle: &str) -> bool {
+    std::fs::read(path).is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
 }
 
 /// Whether `pid` leads its process group (a container's first process does).
@@ -318,16 +324,8 @@ fn nothing_left(r: &PodRun, tag: &str, cgroups: &[String]) {
 /// How many keepers of `state` are alive.
 fn keepers_of(state: &Path) -> usize {
     let needle = format!("keeper\0{}\0", state.display());
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
-                && !is_zombie(*pid)
-        })
+    live_pids()
+        .filter(|pid| holds(&format!("/proc/{pid}/cmdline"), &needle) && !is_zombie(*pid))
         .count()
 }
 
