@@ -49,8 +49,11 @@ impl Drop for Tmpfs {
     }
 }
 
+/// The talker asks for CPU: a BestEffort container's share (cpu.shares 2) starves on a
+/// loaded machine, and the disk would not fill within the tests' patience.
 const TALKER: &str = "  - name: talk
-    command: [sh, -c, 'while true; do head -c 8000 /dev/zero | tr \"\\0\" x; echo; sleep 0.01; done']
+    command: [sh, -c, 'while true; do head -c 32000 /dev/zero | tr \"\\0\" x; echo; sleep 0.01; done']
+    resources: {requests: {cpu: 500m}}
   - name: crash
     command: [sh, -c, 'echo crashing; exit 1']
 ";
