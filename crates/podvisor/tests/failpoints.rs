@@ -41,16 +41,19 @@ enum Dies {
 
 /// `seq` prints a number every 10 ms; `crash` says hello and exits 3 after 200 ms. Each
 /// carries `FP_TAG` in its environment, so that its processes can be counted, and first
-/// appends its pid to `NAME.runs` in `dir`, so that its executions can be counted.
+/// appends its pid to `NAME.runs` in `dir`, so that its executions can be counted. Each asks
+/// for CPU, so that a loaded machine does not starve it (a BestEffort share is tiny).
 fn pod(tag: &str, dir: &Path) -> String {
     let spec = format!(
         "  containers:
   - name: seq
     command: [sh, -c, 'read p _ < /proc/self/stat; echo $p >> {d}/seq.runs; i=0; while true; do echo $i; i=$((i+1)); sleep 0.01; done']
     env: [{{name: FP_TAG, value: {tag}-seq}}]
+    resources: {{requests: {{cpu: 200m}}}}
   - name: crash
     command: [sh, -c, 'read p _ < /proc/self/stat; echo $p >> {d}/crash.runs; echo up; sleep 0.2; exit 3']
     env: [{{name: FP_TAG, value: {tag}-crash}}]
+    resources: {{requests: {{cpu: 200m}}}}
 ",
         d = dir.display()
     );
@@ -268,8 +271,10 @@ fn check_logs(r: &PodRun, container: &str) {
             text += &std::fs::read_to_string(dir.join(format!("{i}.log.{k}"))).unwrap_or_default();
         }
         text += &std::fs::read_to_string(dir.join(format!("{i}.log"))).unwrap();
+        // Its stdout (a stop's SIGTERM may make the shell say `Terminated` on stderr).
         let numbers: Vec<u64> = text
             .lines()
+            .filter(|l| l.split(' ').nth(1) == Some("stdout"))
             .map(|l| {
                 let line = l.splitn(4, ' ').nth(3).unwrap_or_default();
                 line.parse()
