@@ -2,7 +2,8 @@
 //! crash-looping every 2 s, so that statuses and events change all the time; `--idle`: none):
 //! top's own CPU and
 //! peak RSS, and the supervisors' CPU with and without top attached, in one run (windows
-//! without, with, without; the two without are averaged). top runs in a tmux terminal.
+//! without, with, without; the two without are averaged). top runs in a tmux terminal, and
+//! beside it `--watchers N` (default 5) `podvisor status -w -o json` on each pod.
 
 use super::*;
 
@@ -20,6 +21,8 @@ pub fn top_bench(args: &[String]) {
         "sleep 1; exit 1"
     };
     let window = Duration::from_secs(if quick { 5 } else { 20 });
+    let watchers: usize =
+        arg_value(args, "--watchers").map_or(5, |n| n.parse().expect("--watchers N"));
     let dir = std::env::temp_dir().join(format!("podvisor-bench-top-{}", std::process::id()));
     let root = dir.join("root");
     let mut runs = start_pods(&podvisor, &dir, &root, crash);
@@ -70,12 +73,29 @@ pub fn top_bench(args: &[String]) {
         let screen = tmux(&["capture-pane", "-p", "-t", "top"]);
         String::from_utf8_lossy(&screen.stdout).contains("pods 10")
     });
+    let mut watching = Vec::new();
+    for p in 0..PODS {
+        for _ in 0..watchers {
+            let child = Command::new(&podvisor)
+                .args(["status", "-w", "-o", "json", "--state-dir"])
+                .arg(root.join("bench").join(format!("p{p}")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("podvisor status -w");
+            watching.push(child);
+        }
+    }
     std::thread::sleep(Duration::from_secs(2));
     let top_before = cpu_ns(top);
     let with = measure(&supervisors);
     let top_cpu = (cpu_ns(top) - top_before) as f64 / 1e9;
     let top_hwm = vm_hwm_kb(top).unwrap_or(0.0);
     tmux(&["kill-server"]);
+    for mut w in watching {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
     std::thread::sleep(Duration::from_secs(1));
     let without_2 = measure(&supervisors);
 
@@ -112,7 +132,8 @@ pub fn top_bench(args: &[String]) {
     );
     println!(
         "{:<58} {:>9.3} s",
-        "10 supervisors' CPU with top attached", with
+        format!("10 supervisors' CPU with top and {watchers} status -w per pod"),
+        with
     );
     if without > 0.0 {
         println!("{:<58} {:>9.2}", "ratio with / without", with / without);
