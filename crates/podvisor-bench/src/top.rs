@@ -73,19 +73,7 @@ pub fn top_bench(args: &[String]) {
         let screen = tmux(&["capture-pane", "-p", "-t", "top"]);
         String::from_utf8_lossy(&screen.stdout).contains("pods 10")
     });
-    let mut watching = Vec::new();
-    for p in 0..PODS {
-        for _ in 0..watchers {
-            let child = Command::new(&podvisor)
-                .args(["status", "-w", "-o", "json", "--state-dir"])
-                .arg(root.join("bench").join(format!("p{p}")))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("podvisor status -w");
-            watching.push(child);
-        }
-    }
+    let watching = watch_pods(&podvisor, &root, watchers);
     std::thread::sleep(Duration::from_secs(2));
     let top_before = cpu_ns(top);
     let with = measure(&supervisors);
@@ -141,6 +129,24 @@ pub fn top_bench(args: &[String]) {
         println!("{:<58} {:>12}", "ratio with / without", "n/a (no CPU)");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `n` `podvisor status -w -o json` on each pod.
+fn watch_pods(podvisor: &Path, root: &Path, n: usize) -> Vec<std::process::Child> {
+    let mut watching = Vec::new();
+    for p in 0..PODS {
+        for _ in 0..n {
+            let child = Command::new(podvisor)
+                .args(["status", "-w", "-o", "json", "--state-dir"])
+                .arg(root.join("bench").join(format!("p{p}")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("podvisor status -w");
+            watching.push(child);
+        }
+    }
+    watching
 }
 
 /// The 10 pods, each with one container running `crash` and 99 sleeping: each run and its
