@@ -2,6 +2,7 @@
 //! nothing left behind (every `output()` scans for leftovers).
 
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
@@ -449,6 +450,31 @@ fn the_web_example_serves_and_stops() {
         .collect();
     assert_eq!(exits, ["app", "log-shipper"]);
     assert_eq!(listing(), before, "after the run");
+}
+
+#[test]
+fn a_client_looking_at_the_lock_as_the_run_starts_does_not_turn_it_away() {
+    // `flock` holds the state dir's lock for 200 ms (as a client asking whether a run is
+    // there holds it for a moment): the run waits for it, and starts.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: app, command: ['true']}\n",
+    ));
+    let state = r.dir.file("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let lock = state.join("podvisor.lock");
+    let mut held = Run::new("flock").arg(&lock).args(["sleep", "0.2"]).start();
+    wait_until("flock holds the lock", || {
+        Command::new("flock")
+            .args(["-n", "-E", "9"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .is_ok_and(|s| s.code() == Some(9))
+    });
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(held.wait().success());
 }
 
 #[test]

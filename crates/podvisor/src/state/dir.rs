@@ -8,6 +8,8 @@ use super::{StateError, StateFile};
 use crate::process::sys;
 
 /// The saved record's file name.
+/// How long a run tries the state dir's lock before it says another run holds it.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 const RECORD: &str = "podvisor.state";
 /// The lock a run holds for as long as it lasts, with its pid in it.
 use super::LOCK;
@@ -120,7 +122,10 @@ impl StateDir {
         self.root.join(LOCK)
     }
 
-    /// One pod per state dir: an exclusive lock on `podvisor.lock`, holding our pid.
+    /// One pod per state dir: an exclusive lock on `podvisor.lock`, holding our pid. A client
+    /// that asks whether a run holds it takes it for a moment (`is_running`): the lock is
+    /// tried for `LOCK_PATIENCE` before the state dir is said to be in use, so that a run
+    /// started while a client looks is not turned away.
     pub fn lock(&self) -> Result<Lock, LockError> {
         let path = self.lock_path();
         let mut file = std::fs::OpenOptions::new()
@@ -129,7 +134,13 @@ impl StateDir {
             .create(true)
             .truncate(false)
             .open(&path)?;
-        if !sys::try_lock(&file)? {
+        let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+        let mut locked = sys::try_lock(&file)?;
+        while !locked && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            locked = sys::try_lock(&file)?;
+        }
+        if !locked {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
             return Err(LockError::InUse(StateDirInUse {
