@@ -212,3 +212,43 @@ fn containers_not_found_are_lost_as_before() {
     assert_eq!(next.pod.containers()[1].restart_count, 0);
     assert_eq!(next.pod.containers()[2].restart_count, 1);
 }
+
+#[test]
+fn a_lost_container_is_told_when_the_pod_is_taken_up() {
+    let (p, record) = saved_at(5_000, forever());
+    let mut next = adopt(p, &record, &[("side", Survivor::Running)], 7_000);
+    next.run(9_000);
+    let lost: Vec<_> = (next.events.iter())
+        .filter(|e| e.contains(" ContainerStatusUnknown "))
+        .collect();
+    assert_eq!(
+        lost,
+        ["t=7000 ContainerStatusUnknown app: Container app: The container could not be located when podvisor resumed the pod: it was running when the previous run ended"],
+        "{:#?}",
+        next.events
+    );
+}
+
+#[test]
+fn instance_numbers_skipped_for_a_stray_count_no_restart() {
+    // The app had not started when the record was saved; a stray took instance 1 (the shell
+    // killed it): the app starts as instance 2, its first start, restartCount 0.
+    let (p, mut record) = saved_at(0, forever());
+    let app = record
+        .containers
+        .iter_mut()
+        .find(|c| c.name == "app")
+        .unwrap();
+    assert_eq!(app.instance, 0, "{app:?}");
+    app.instance = 1;
+    app.skipped = 1;
+    let mut next = adopt(p, &record, &[], 1_000);
+    next.run(5_000);
+    assert_eq!(
+        next.lines("spawn app"),
+        ["t=1010 spawn app#2"],
+        "{:#?}",
+        next.log
+    );
+    assert_eq!(next.pod.containers()[2].restart_count, 0);
+}
