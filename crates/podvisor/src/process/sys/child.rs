@@ -336,6 +336,10 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
         for (from, to) in stdio.into_iter().zip(0..) {
             check_step(libc::dup2(from, to), c"dup2")?;
         }
+        // Nothing but its stdio reaches the program, whatever else was open (a descriptor
+        // someone let podvisor inherit without close-on-exec): runc does the same.
+        let ret = libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        check_step(ret as libc::c_int, c"close_range")?;
         if plan.terminal {
             // Its session (setsid above) gets the terminal as its controlling terminal.
             check_step(libc::ioctl(0, libc::TIOCSCTTY, 0), c"take its terminal")?;
