@@ -396,7 +396,7 @@ impl Supervisor {
             .map_err(|e| e.to_string())
             .and_then(|f| {
                 let note = read_note(&f);
-                self.notes_read.push(f);
+                self.notes_read.push(id);
                 note
             });
         let oom = self.instance_ended(id);

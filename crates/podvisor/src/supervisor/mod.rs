@@ -310,8 +310,9 @@ struct Supervisor {
     save_failing: bool,
     /// Exit notes of keepers that were read into the pod: removed once the record that
     /// counts their exits is saved (or removed), never before, so that a crash between
-    /// leaves the note for the next run to read.
-    notes_read: Vec<StateFile>,
+    /// leaves the note for the next run to read. By instance, not as open files: a disk that
+    /// stays full keeps them waiting, and must not cost a descriptor each.
+    notes_read: Vec<InstanceId>,
     /// Tries so far of probe attempts that errored (see `task_finished`).
     probe_tries: HashMap<(InstanceId, ProbeKind), u32>,
     info: PodInfo,

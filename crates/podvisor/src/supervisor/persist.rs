@@ -194,8 +194,11 @@ impl Supervisor {
 
     /// The exit notes read so far are counted in the record on disk: they go.
     fn forget_notes_read(&mut self) {
-        for note in self.notes_read.drain(..) {
-            let _ = note.remove();
+        for id in std::mem::take(&mut self.notes_read) {
+            let name = &self.plan.pod.containers[id.container].name;
+            if let Ok(note) = self.dir.exit_note(name, id.instance) {
+                let _ = note.remove();
+            }
         }
     }
 
