@@ -111,7 +111,7 @@ fn a_volume_kind_podvisor_does_not_provide_is_refused() {
     assert_eq!(out.code(), 2);
     assert_eq!(
         errors(&out),
-        ["v.yaml:6:5: spec.volumes[0]: Unsupported value: volume \"data\": podvisor provides emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes"]
+        ["v.yaml:6:5: spec.volumes[0]: Unsupported value: volume \"data\": podvisor provides emptyDir, hostPath, configMap, secret, downwardAPI, projected and image volumes"]
     );
 }
 

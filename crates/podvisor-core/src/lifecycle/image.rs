@@ -121,66 +121,86 @@ impl Pod {
         fx: &mut Vec<Effect>,
     ) {
         self.changed = true;
-        let c = &mut self.containers[i];
-        c.image.asked = false;
-        c.image.told = false;
-        let (waiting, events) = match reason {
-            ImageFailure::Pull => {
-                let backoff = c
-                    .image
-                    .backoff
-                    .map_or(IMAGE_BACKOFF_FIRST, |b| (b * 2).min(IMAGE_BACKOFF_MAX));
-                c.image.backoff = Some(backoff);
-                c.image.retry_at = Some(now + backoff);
-                c.image.failed = Some(message.clone());
-                c.image.failed_at = Some(now);
-                (
-                    WaitingReason::ErrImagePull,
-                    vec![
-                        (
-                            "Failed",
-                            format!("Failed to pull image {image:?}: {message}"),
-                        ),
-                        ("Failed", "Error: ErrImagePull".to_string()),
-                    ],
-                )
-            }
-            ImageFailure::NeverPull => {
-                c.image.retry_at = Some(now + CONFIG_RETRY);
-                (
-                    WaitingReason::ErrImageNeverPull,
-                    vec![
-                        ("ErrImageNeverPull", message.clone()),
-                        ("Failed", "Error: ErrImageNeverPull".to_string()),
-                    ],
-                )
-            }
-            ImageFailure::InvalidName => {
-                // Tried again at each sync, with the same answer (the kubelet's
-                // `EnsureImageExists`): `InspectFailed`, then the start's `Failed`.
-                c.image.retry_at = Some(now + CONFIG_RETRY);
-                (
-                    WaitingReason::InvalidImageName,
-                    vec![
-                        ("InspectFailed", message.clone()),
-                        ("Failed", "Error: InvalidImageName".to_string()),
-                    ],
-                )
-            }
-            ImageFailure::Create => {
-                c.image.retry_at = Some(now + CONFIG_RETRY);
-                (
-                    WaitingReason::CreateContainerError,
-                    vec![("Failed", format!("Error: {message}"))],
-                )
-            }
-        };
-        c.state = ContainerState::Waiting {
-            reason: waiting,
+        let failure = note_failure(&mut self.containers[i].image, now, image, reason, &message);
+        self.containers[i].state = ContainerState::Waiting {
+            reason: failure.waiting,
             message: Some(message),
         };
-        for (reason, text) in events {
+        if let Some((reason, text)) = failure.manager {
             fx.push(self.container_event(i, EventType::Warning, reason, text));
         }
+        fx.push(self.container_event(i, EventType::Warning, "Failed", failure.start));
+    }
+}
+
+/// What a failed try leaves: the container's waiting reason, the image manager's event (reason,
+/// message) and the start's error event.
+pub(super) struct Failure {
+    pub(super) waiting: WaitingReason,
+    pub(super) manager: Option<(&'static str, String)>,
+    pub(super) start: String,
+}
+
+/// The back-off bookkeeping of a failed try of `image` (the kubelet's image manager: a failed
+/// pull backs off 10 s doubling to 300 s; `Never`, a bad name or an unusable image are looked at
+/// again at each sync), and what it leaves.
+pub(super) fn note_failure(
+    pull: &mut ImagePull,
+    now: Instant,
+    image: &str,
+    reason: ImageFailure,
+    message: &str,
+) -> Failure {
+    pull.asked = false;
+    pull.told = false;
+    let (waiting, manager, start) = match reason {
+        ImageFailure::Pull => {
+            let backoff = pull
+                .backoff
+                .map_or(IMAGE_BACKOFF_FIRST, |b| (b * 2).min(IMAGE_BACKOFF_MAX));
+            pull.backoff = Some(backoff);
+            pull.retry_at = Some(now + backoff);
+            pull.failed = Some(message.to_string());
+            pull.failed_at = Some(now);
+            (
+                WaitingReason::ErrImagePull,
+                Some((
+                    "Failed",
+                    format!("Failed to pull image {image:?}: {message}"),
+                )),
+                "Error: ErrImagePull".to_string(),
+            )
+        }
+        ImageFailure::NeverPull => {
+            pull.retry_at = Some(now + CONFIG_RETRY);
+            (
+                WaitingReason::ErrImageNeverPull,
+                Some(("ErrImageNeverPull", message.to_string())),
+                "Error: ErrImageNeverPull".to_string(),
+            )
+        }
+        ImageFailure::InvalidName => {
+            // Tried again at each sync, with the same answer (the kubelet's
+            // `EnsureImageExists`): `InspectFailed`, then the start's `Failed`.
+            pull.retry_at = Some(now + CONFIG_RETRY);
+            (
+                WaitingReason::InvalidImageName,
+                Some(("InspectFailed", message.to_string())),
+                "Error: InvalidImageName".to_string(),
+            )
+        }
+        ImageFailure::Create => {
+            pull.retry_at = Some(now + CONFIG_RETRY);
+            (
+                WaitingReason::CreateContainerError,
+                None,
+                format!("Error: {message}"),
+            )
+        }
+    };
+    Failure {
+        waiting,
+        manager,
+        start,
     }
 }

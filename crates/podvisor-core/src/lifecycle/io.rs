@@ -86,6 +86,8 @@ pub enum Input {
     RestartPod,
     /// How `Effect::EnsureImage` for this container went.
     Image(usize, ImageReport),
+    /// How `Effect::EnsureVolumeImage` for this image volume went (`non_root` is not looked at).
+    VolumeImage(usize, ImageReport),
 }
 
 /// What the shell says of a container's image before a start (the kubelet's
@@ -174,4 +176,8 @@ pub enum Effect {
     /// Make sure container `i`'s image is there for its next start, pulling it as its policy
     /// says, and report `Input::Image`.
     EnsureImage(usize),
+    /// Make sure the image of image volume `v` (`PodPlan::image_volumes`) is there, pulling it
+    /// as its `pullPolicy` says, and report `Input::VolumeImage`. Asked once per pod (and again
+    /// after a whole-pod restart), before the first start of a container that mounts it.
+    EnsureVolumeImage(usize),
 }

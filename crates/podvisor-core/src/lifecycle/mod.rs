@@ -24,6 +24,7 @@ mod adopt;
 mod container;
 mod hooks;
 mod image;
+mod image_volume;
 mod io;
 mod phase;
 mod plan;
@@ -91,6 +92,8 @@ pub struct Pod {
     changed: bool,
     /// The `now` of the latest step.
     last_now: Instant,
+    /// Where each image volume's image stands (`PodPlan::image_volumes`).
+    volume_images: Vec<image_volume::VolumePull>,
 }
 
 impl Pod {
@@ -98,6 +101,7 @@ impl Pod {
         let containers = (0..plan.containers.len())
             .map(|i| ContainerStatus::new(&plan.containers[i].name, initial_waiting(&plan, i)))
             .collect();
+        let volume_images = vec![image_volume::VolumePull::default(); plan.image_volumes.len()];
         Pod {
             plan,
             containers,
@@ -115,6 +119,7 @@ impl Pod {
             unlocated: Vec::new(),
             changed: true,
             last_now: Instant::ZERO,
+            volume_images,
         }
     }
 
@@ -214,6 +219,11 @@ impl Pod {
                 consider(t);
             }
         }
+        for v in &self.volume_images {
+            if let Some(t) = v.pull.deadline() {
+                consider(t);
+            }
+        }
         if let Some(t) = self.next_blame() {
             consider(t);
         }
@@ -277,6 +287,7 @@ impl Pod {
             }
             Input::RestartPod => self.restart_pod(now, &mut fx),
             Input::Image(i, report) => self.image_report(now, i, report, &mut fx),
+            Input::VolumeImage(v, report) => self.volume_image_report(now, v, report, &mut fx),
         }
         self.slow_deadline = None;
         self.settle(now, &mut fx);

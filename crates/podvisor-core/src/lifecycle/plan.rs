@@ -72,6 +72,10 @@ pub struct ContainerPlan {
     /// sure it is there (`Effect::EnsureImage`). `None`: it runs on the host's root.
     #[cfg_attr(feature = "spec", serde(default))]
     pub image: Option<String>,
+    /// The pod's image volumes it mounts (indexes into `PodPlan::image_volumes`): each is made
+    /// sure of before its starts (`Effect::EnsureVolumeImage`).
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub image_volumes: Vec<usize>,
 }
 
 impl ContainerPlan {
@@ -90,6 +94,7 @@ impl ContainerPlan {
             staged: false,
             non_root: None,
             image: None,
+            image_volumes: Vec::new(),
         }
     }
 }
@@ -120,6 +125,9 @@ pub struct PodPlan {
     /// that exits while the pod terminates, before its turn to stop, is restarted.
     #[cfg_attr(feature = "spec", serde(default))]
     pub sidecars_restart_in_termination: bool,
+    /// The references of the pod's image volumes (`volumes[].image.reference`), in order.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub image_volumes: Vec<String>,
 }
 
 /// Staged instrumentation as the state machine needs it: when stages change, and how long a

@@ -233,7 +233,12 @@ impl Pod {
             NextStart::Restart { wait, .. } => wait.is_none_or(|(_, until)| now >= until),
             _ => false,
         };
-        if starts && (self.config_blocks(i, now, fx) || self.image_blocks(i, now, fx)) {
+        let blocked = |pod: &mut Pod, fx: &mut Vec<Effect>| {
+            pod.config_blocks(i, now, fx)
+                || pod.volume_images_block(i, now, fx)
+                || pod.image_blocks(i, now, fx)
+        };
+        if starts && blocked(self, fx) {
             return true;
         }
         match decision {

@@ -217,6 +217,7 @@ impl Pod {
                 self.containers[i].start_over(waiting, !stopping.in_place);
             }
             if !stopping.in_place {
+                self.refresh_volume_images();
                 fx.push(Effect::WipeVolumes);
             }
             self.reconcile(now, fx);

@@ -267,6 +267,13 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .as_ref()
         .and_then(|s| s.spec.pod_restart.as_ref())
         .and_then(|r| r.policy().ok());
+    // The pod's image volumes, in order: each container names those it mounts.
+    let image_volumes: Vec<(&str, String)> = (w.spec.volumes.iter().flatten())
+        .filter_map(|v| {
+            let reference = v.image.as_ref()?.reference.clone().unwrap_or_default();
+            Some((v.name.as_str(), reference))
+        })
+        .collect();
     let mut containers = Vec::new();
     let mut exec = Vec::new();
     for (_, kind, c) in super::containers_in_order(&w.spec, "spec") {
@@ -277,6 +284,12 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         p.non_root = x.security.non_root(ImageUser::root());
         if root_from_image {
             p.image = Some(c.image.clone().unwrap_or_default());
+        }
+        for m in c.volume_mounts.iter().flatten() {
+            let v = image_volumes.iter().position(|(n, _)| *n == m.name);
+            if let Some(v) = v.filter(|v| !p.image_volumes.contains(v)) {
+                p.image_volumes.push(v);
+            }
         }
         containers.push(p);
         exec.push(x);
@@ -325,6 +338,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             // The shell seeds it (podvisor run); a plan alone is deterministic.
             probe_jitter_seed: None,
             sidecars_restart_in_termination: false,
+            image_volumes: image_volumes.into_iter().map(|(_, r)| r).collect(),
         },
         exec,
         staged_env: staged.map(|s| s.staged_env()).unwrap_or_default(),
@@ -372,6 +386,7 @@ fn container_plan(
         staged: staged.is_some_and(|s| s.selects(&c.name)),
         non_root: None,
         image: None,
+        image_volumes: Vec::new(),
     }
 }
 

@@ -74,6 +74,13 @@ pub enum VolumePlan {
         name: String,
         files: Vec<(String, Vec<u8>, u32)>,
     },
+    /// An image's files, read-only (`volumes[].image`): `reference` as written, `pull_policy`
+    /// as written (`None`: the API server's default, by its tag).
+    Image {
+        name: String,
+        reference: String,
+        pull_policy: Option<String>,
+    },
 }
 
 impl VolumePlan {
@@ -81,13 +88,14 @@ impl VolumePlan {
         match self {
             VolumePlan::EmptyDir { name, .. }
             | VolumePlan::HostPath { name, .. }
-            | VolumePlan::Files { name, .. } => name,
+            | VolumePlan::Files { name, .. }
+            | VolumePlan::Image { name, .. } => name,
         }
     }
 }
 
-/// What podvisor provides for a volume: emptyDir, hostPath, configMap and secret; other kinds
-/// are left out (validation has said so).
+/// What podvisor provides for a volume: emptyDir, hostPath, configMap, secret, downwardAPI,
+/// projected and image; other kinds are left out (validation has said so).
 pub(super) fn volume_plan(
     v: &k8s_openapi::api::core::v1::Volume,
     manifest: &Manifest,
@@ -103,6 +111,13 @@ pub(super) fn volume_plan(
             name,
             memory: e.medium.as_deref() == Some("Memory"),
             size_limit,
+        });
+    }
+    if let Some(i) = &v.image {
+        return Some(VolumePlan::Image {
+            name,
+            reference: i.reference.clone().unwrap_or_default(),
+            pull_policy: i.pull_policy.clone(),
         });
     }
     if let Some(h) = &v.host_path {

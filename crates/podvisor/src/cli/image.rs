@@ -268,6 +268,10 @@ fn in_use() -> Result<std::collections::BTreeSet<String>, String> {
         let statuses = (status.init_container_statuses.iter().flatten())
             .chain(status.container_statuses.iter().flatten());
         used.extend(statuses.filter_map(|c| image::normalize(&c.image).ok()));
+        // Its image volumes' images too.
+        let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+        let references = volumes.filter_map(|v| v.image.as_ref()?.reference.as_deref());
+        used.extend(references.filter_map(|r| image::normalize(r).ok()));
     }
     Ok(used)
 }

@@ -216,6 +216,13 @@ impl Store {
     /// The unpacked layers of an image, top first (as an overlay's `lowerdir` lists them).
     /// With the base layer (`base_layer`) last.
     pub fn lower_dirs(&self, image: &ImageRecord) -> Result<Vec<PathBuf>, ImageError> {
+        let mut dirs = self.layer_dirs(image)?;
+        dirs.push(self.base_layer());
+        Ok(dirs)
+    }
+
+    /// The unpacked layers of an image, top first, and nothing else (an image volume's).
+    pub fn layer_dirs(&self, image: &ImageRecord) -> Result<Vec<PathBuf>, ImageError> {
         let mut dirs = Vec::new();
         for layer in image.layers.iter().rev() {
             let dir = self.layer_path(&layer.diff_id)?;
@@ -229,7 +236,6 @@ impl Store {
             }
             dirs.push(dir);
         }
-        dirs.push(self.base_layer());
         Ok(dirs)
     }
 

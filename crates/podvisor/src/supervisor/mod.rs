@@ -700,6 +700,7 @@ impl Supervisor {
                         queue.push_back(input);
                     }
                     Effect::EnsureImage(i) => queue.extend(self.ensure_image(i)),
+                    Effect::EnsureVolumeImage(v) => queue.extend(self.ensure_volume_image(v)),
                     Effect::LogTail(id) => {
                         let event = self.log_tail(id)?;
                         self.pending.push((SystemTime::now(), event));

@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use podvisor_core::clock::{Clock, Instant};
 use podvisor_core::lifecycle::{EventType, Input};
 use podvisor_core::spec::plan::RunPlan;
+use podvisor_core::spec::volumes::VolumePlan;
 
 use super::{persist, volumes, RunError, Supervisor};
 use crate::cgroup::Unenforceable;
@@ -66,6 +67,20 @@ pub(super) fn root_layer(
             field: "image (podvisor.io/root-from: image)",
             needs: "root",
             why: "a root made of an image's layers is mounted as root in this release; run as root, or give the pod the host's root (podvisor.io/root-from: host)".into(),
+        }
+        .into());
+    }
+    let image_volume = (plan.volumes.iter())
+        .find(|v| matches!(v, VolumePlan::Image { .. }))
+        .map(|v| v.name());
+    if let (true, Some(volume)) = (sys::getuid() != 0, image_volume) {
+        let user = (plan.exec.iter().zip(&plan.pod.containers))
+            .find(|(x, _)| x.mounts.iter().any(|m| m.volume == volume));
+        return Err(Unenforceable {
+            container: user.map_or_else(String::new, |(_, c)| c.name.clone()),
+            field: "volumes[].image",
+            needs: "root",
+            why: format!("image volume {volume:?} is an overlay of the image store's layers, mounted as root in this release; run as root"),
         }
         .into());
     }
@@ -171,6 +186,7 @@ fn image_files(plan: &RunPlan, state_dir: &StateDir) -> Result<Vec<sys::BindMoun
             source: path,
             target: std::path::Path::new("/etc").join(name),
             read_only: false,
+            lower: Vec::new(),
         });
     }
     Ok(mounts)

@@ -22,6 +22,8 @@ pub struct Volumes {
     ownership: VolumeOwnership,
     /// Mount points podvisor created, to remove at the end (deepest last created first).
     created: Vec<PathBuf>,
+    /// The unpacked layers (top first) of each image volume whose image is there, by name.
+    images: std::collections::BTreeMap<String, Vec<PathBuf>>,
 }
 
 impl Volumes {
@@ -57,6 +59,7 @@ impl Volumes {
             plans: plans.to_vec(),
             ownership: ownership.clone(),
             created: Vec::new(),
+            images: std::collections::BTreeMap::new(),
         };
         for p in plans {
             v.make(p)?;
@@ -79,6 +82,9 @@ impl Volumes {
             }
             // Checked (and made) by `set_up_host_paths`, before the pod is admitted.
             VolumePlan::HostPath { .. } => Ok(()),
+            // The image store's layers, once the image is there (`image_ready`); fsGroup does
+            // not apply to what is read-only and shared (the kubelet's image volumes).
+            VolumePlan::Image { .. } => Ok(()),
             VolumePlan::Files { name, files } => {
                 let root = self.dir.join(name);
                 std::fs::create_dir_all(&root)?;
@@ -233,8 +239,22 @@ impl Volumes {
             let Some(plan) = self.plans.iter().find(|p| p.name() == m.volume) else {
                 return Err(format!("volume {:?} is not provided", m.volume));
             };
+            let mut lower = Vec::new();
             let mut source = match plan {
                 VolumePlan::HostPath { path, .. } => PathBuf::from(path),
+                VolumePlan::Image { reference, .. } => {
+                    let Some(layers) = self.images.get(&m.volume) else {
+                        return Err(format!(
+                            "image volume {:?}: image {reference:?} is not there yet",
+                            m.volume
+                        ));
+                    };
+                    // One layer is bound; several are stacked by an overlay (which needs two).
+                    if layers.len() > 1 {
+                        lower = layers.clone();
+                    }
+                    layers[0].clone()
+                }
                 _ => self.dir.join(&m.volume),
             };
             if let Some(sub) = &m.sub_path {
@@ -258,7 +278,9 @@ impl Volumes {
             }
             // configMap, secret, downwardAPI and projected volumes are always read-only,
             // whatever the mount says (the kubelet since 1.10).
-            let read_only = m.read_only || matches!(plan, VolumePlan::Files { .. });
+            // An image volume is read-only too (the kubelet's image volumes).
+            let read_only =
+                m.read_only || matches!(plan, VolumePlan::Files { .. } | VolumePlan::Image { .. });
             let target = PathBuf::from(&m.path);
             if !private && !target.exists() {
                 self.create_mount_point(&target, source.is_dir())
@@ -268,9 +290,15 @@ impl Volumes {
                 source,
                 target,
                 read_only,
+                lower,
             });
         }
         Ok(out)
+    }
+
+    /// Image volume `name`'s image is there: its unpacked layers, top first (at least one).
+    pub fn image_ready(&mut self, name: &str, layers: Vec<PathBuf>) {
+        self.images.insert(name.to_string(), layers);
     }
 
     fn create_mount_point(&mut self, target: &Path, dir: bool) -> io::Result<()> {

@@ -121,3 +121,4 @@ mod layout;
 mod local;
 mod pulls;
 mod registry;
+mod volumes;

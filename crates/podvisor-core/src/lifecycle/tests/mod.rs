@@ -14,6 +14,7 @@ use crate::stage::Stage;
 mod adopt;
 mod config;
 mod escalation;
+mod image_volumes;
 mod images;
 mod probes;
 mod random;
@@ -84,11 +85,17 @@ struct Sim {
     /// whether it pulls (`Ok(true)`), finds it there (`Ok(false)`) or fails.
     image: ImageScript,
     image_checks: Vec<u32>,
+    /// Image volume v's checks go through `image` as container `VOLUME + v`.
+    volume_checks: Vec<u32>,
 }
+
+/// Where image volumes' checks are numbered in `Sim::image`.
+const VOLUME: usize = 1000;
 
 impl Sim {
     fn new(plan: PodPlan, scripts: Vec<Script>) -> Sim {
         let n = scripts.len();
+        let volumes = plan.image_volumes.len();
         Sim {
             pod: Pod::new(plan),
             now: Instant::ZERO,
@@ -104,6 +111,7 @@ impl Sim {
             stages: vec![],
             image: Rc::new(|_, _| (0, Ok(false))),
             image_checks: vec![0; n],
+            volume_checks: vec![0; volumes],
         }
     }
 
@@ -240,6 +248,28 @@ impl Sim {
                 self.pending
                     .push((self.now + ms(takes), Input::Image(i, report)));
             }
+            Effect::EnsureVolumeImage(v) => {
+                self.log.push(format!("t={t} ensure volume image {v}"));
+                self.volume_checks[v] += 1;
+                let (takes, how) = (self.image)(VOLUME + v, self.volume_checks[v]);
+                let report = match how {
+                    Ok(pulls) => {
+                        if pulls {
+                            self.feed(Input::VolumeImage(v, ImageReport::Pulling));
+                        }
+                        ImageReport::Ready {
+                            pulled: pulls.then(|| "pulled".to_string()),
+                            non_root: None,
+                        }
+                    }
+                    Err(reason) => ImageReport::Failed {
+                        reason,
+                        message: "no such host".into(),
+                    },
+                };
+                self.pending
+                    .push((self.now + ms(takes), Input::VolumeImage(v, report)));
+            }
         }
     }
 
@@ -316,6 +346,7 @@ fn plan(policy: RestartPolicy, containers: &[(&str, Kind)]) -> PodPlan {
         pod_restart: None,
         probe_jitter_seed: None,
         sidecars_restart_in_termination: false,
+        image_volumes: Vec::new(),
     }
 }
 

@@ -120,17 +120,19 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
             || v.config_map.is_some()
             || v.secret.is_some()
             || v.downward_api.is_some()
-            || v.projected.is_some();
+            || v.projected.is_some()
+            || v.image.is_some();
         if !provided {
             p.push(
                 &format!("volumes[{i}]"),
                 format!(
-                    "Unsupported value: volume {:?}: podvisor provides emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes",
+                    "Unsupported value: volume {:?}: podvisor provides emptyDir, hostPath, configMap, secret, downwardAPI, projected and image volumes",
                     v.name
                 ),
             );
         }
     }
+    validate_image_volumes(spec, p);
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let Some(e) = &v.empty_dir else { continue };
         if let Some(m) = e.medium.as_deref().filter(|m| !matches!(*m, "" | "Memory")) {
@@ -397,6 +399,47 @@ fn validate_env_from(c: &Container, path: &str, manifest: &Manifest, p: &mut Pro
         for (field, kind, name, optional, found) in config_map.into_iter().chain(secret) {
             let at = format!("{at}.{field}.name");
             key_ref(p, &at, kind, name, None, optional, Some(found));
+        }
+    }
+}
+
+/// Image volumes as `validateImageVolumeSource`: a reference, a known pull policy; and their
+/// mounts, which podvisor makes of the whole image (no `subPath` yet).
+fn validate_image_volumes(spec: &PodSpec, p: &mut Problems<'_>) {
+    let mut images = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let Some(image) = &v.image else { continue };
+        images.insert(v.name.as_str());
+        if image
+            .reference
+            .as_deref()
+            .is_none_or(|r| r.trim().is_empty())
+        {
+            p.push(&format!("volumes[{i}].image.reference"), "Required value");
+        }
+        let policy = image.pull_policy.as_deref();
+        if let Some(policy) = policy.filter(|x| !matches!(*x, "Always" | "IfNotPresent" | "Never"))
+        {
+            p.push(
+                &format!("volumes[{i}].image.pullPolicy"),
+                format!("Unsupported value: {policy:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\""),
+            );
+        }
+    }
+    if images.is_empty() {
+        return;
+    }
+    for (path, _, c) in super::containers_in_order(spec, "") {
+        let path = path.trim_start_matches('.');
+        for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+            let sub = [m.sub_path.as_deref(), m.sub_path_expr.as_deref()];
+            let sub = sub.into_iter().flatten().find(|s| !s.is_empty());
+            if let (true, Some(sub)) = (images.contains(m.name.as_str()), sub) {
+                p.push(
+                    &format!("{path}.volumeMounts[{i}].subPath"),
+                    format!("Unsupported value: {sub:?}: podvisor mounts an image volume whole (no subPath yet)"),
+                );
+            }
         }
     }
 }

@@ -19,6 +19,9 @@ pub(super) struct MountSpec {
     pub(super) make_file: bool,
     /// Recursive bind; read-only applies to everything below it too (a carried host mount).
     pub(super) recursive_read_only: bool,
+    /// Not null: an overlay with these options (`lowerdir=…`, no upper layer, so read-only)
+    /// is mounted at `target` instead (an image volume of several layers).
+    pub(super) overlay: *const libc::c_char,
 }
 
 /// One step of building a rootless root, as the child reads it.
@@ -704,6 +707,11 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
                 return -1;
             }
             libc::close(fd);
+        }
+        if !m.overlay.is_null() {
+            let overlay = c"overlay".as_ptr();
+            let data = m.overlay.cast::<libc::c_void>();
+            return libc::mount(overlay, m.target, overlay, libc::MS_RDONLY, data);
         }
         let bind = libc::MS_BIND | libc::MS_REC;
         if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {

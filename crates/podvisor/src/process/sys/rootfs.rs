@@ -82,13 +82,34 @@ pub struct BindMount {
     pub source: std::path::PathBuf,
     pub target: std::path::PathBuf,
     pub read_only: bool,
+    /// An image volume of several layers: a read-only overlay of these directories (top
+    /// first) is mounted at `target` instead of binding `source` (its top layer).
+    #[cfg_attr(
+        feature = "full",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub lower: Vec<std::path::PathBuf>,
+}
+
+/// One mount of `MountStrings`, as C strings.
+pub(super) struct MountString {
+    pub(super) source: CString,
+    pub(super) target: CString,
+    pub(super) read_only: bool,
+    /// Directories to make first, in order.
+    pub(super) dirs: Vec<CString>,
+    /// Make the target as an empty file.
+    pub(super) file: bool,
+    /// Read-only applies below it too (a carried host mount).
+    pub(super) recursive_read_only: bool,
+    /// An overlay's options (`lowerdir=…`): mounted instead of a bind of `source`.
+    pub(super) overlay: Option<CString>,
 }
 
 /// What the parent prepares for a container's mounts, kept alive until the child has exec'd.
 #[derive(Default)]
 pub(super) struct MountStrings {
-    /// (source, target, read_only, dirs to make, make the target as a file, recursive ro)
-    pub(super) mounts: Vec<(CString, CString, bool, Vec<CString>, bool, bool)>,
+    pub(super) mounts: Vec<MountString>,
     pub(super) root: Option<[CString; 6]>,
     pub(super) root_read_only: bool,
     /// An image's root: its upper layer is fresh at each start already, so no /tmp is made.
@@ -221,14 +242,15 @@ impl MountStrings {
         let mut out = MountStrings::default();
         let Some(root) = root else {
             for m in mounts {
-                out.mounts.push((
-                    c(&m.source)?,
-                    c(&m.target)?,
-                    m.read_only,
-                    Vec::new(),
-                    false,
-                    false,
-                ));
+                out.mounts.push(MountString {
+                    source: c(&m.source)?,
+                    target: c(&m.target)?,
+                    read_only: m.read_only,
+                    dirs: Vec::new(),
+                    file: false,
+                    recursive_read_only: false,
+                    overlay: overlay_option(m)?,
+                });
             }
             return Ok(out);
         };
@@ -270,14 +292,15 @@ impl MountStrings {
         // Rootless, the host's mounts come in with the top-level entries.
         let carry = root.carry.iter().filter(|_| root.rootless.is_none());
         for (path, read_only) in carry {
-            out.mounts.push((
-                c(path)?,
-                c(&inside(path))?,
-                false,
-                Vec::new(),
-                false,
-                *read_only,
-            ));
+            out.mounts.push(MountString {
+                source: c(path)?,
+                target: c(&inside(path))?,
+                read_only: false,
+                dirs: Vec::new(),
+                file: false,
+                recursive_read_only: *read_only,
+                overlay: None,
+            });
         }
         for m in mounts {
             out.mounts.push(volume_in_root(m, &inside)?);
@@ -309,7 +332,7 @@ fn lower_option(lower_dirs: &[std::path::PathBuf]) -> String {
 fn volume_in_root(
     m: &BindMount,
     inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
-) -> io::Result<(CString, CString, bool, Vec<CString>, bool, bool)> {
+) -> io::Result<MountString> {
     let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
     let target = inside(&m.target);
     let mut dirs = Vec::new();
@@ -323,14 +346,23 @@ fn volume_in_root(
     if !is_file {
         dirs.push(c(&target)?);
     }
-    Ok((
-        c(&m.source)?,
-        c(&target)?,
-        m.read_only,
+    Ok(MountString {
+        source: c(&m.source)?,
+        target: c(&target)?,
+        read_only: m.read_only,
         dirs,
-        is_file,
-        false,
-    ))
+        file: is_file,
+        recursive_read_only: false,
+        overlay: overlay_option(m)?,
+    })
+}
+
+/// The overlay options of an image volume of several layers (`None`: a bind mount).
+fn overlay_option(m: &BindMount) -> io::Result<Option<CString>> {
+    if m.lower.is_empty() {
+        return Ok(None);
+    }
+    c_string(format!("lowerdir={}", lower_option(&m.lower)).as_bytes()).map(Some)
 }
 
 /// The steps that build a rootless root from the host's top-level entries (`inside` maps a

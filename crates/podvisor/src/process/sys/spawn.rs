@@ -296,20 +296,21 @@ impl MountPtrs {
         let dir_ptrs: Vec<Vec<*const libc::c_char>> = strings
             .mounts
             .iter()
-            .map(|m| m.3.iter().map(|d| d.as_ptr()).collect())
+            .map(|m| m.dirs.iter().map(|d| d.as_ptr()).collect())
             .collect();
         let mounts = strings
             .mounts
             .iter()
             .zip(&dir_ptrs)
-            .map(|((s, t, ro, _, file, rro), dirs)| MountSpec {
-                source: s.as_ptr(),
-                target: t.as_ptr(),
-                read_only: *ro,
+            .map(|(m, dirs)| MountSpec {
+                source: m.source.as_ptr(),
+                target: m.target.as_ptr(),
+                read_only: m.read_only,
                 make_dirs: dirs.as_ptr(),
                 make_dir_count: dirs.len(),
-                make_file: *file,
-                recursive_read_only: *rro,
+                make_file: m.file,
+                recursive_read_only: m.recursive_read_only,
+                overlay: m.overlay.as_ref().map_or(std::ptr::null(), |o| o.as_ptr()),
             })
             .collect();
         let steps = strings

@@ -1,0 +1,156 @@
+//! Image volumes (`volumes[].image`, GA in Kubernetes 1.36): an image's files mounted
+//! read-only in the containers that mount the volume. As the kubelet pulls them in `SyncPod`
+//! (pkg/kubelet/kuberuntime, `getImageVolumes`), an image volume is a pod's, not a container's:
+//! made sure of once for the pod (and again after a whole-pod restart, which refreshes what the
+//! pod shares), before the first start of a container that mounts it; its `Pulling`, `Pulled`,
+//! `Failed` and `BackOff` events are the pod's. A container that mounts a volume whose image
+//! cannot be had waits (`ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`,
+//! `InvalidImageName`) with a `Failed` "Error: …" event of its own, as `toKubeContainerImageVolumes`
+//! fails its start; the pod's other containers go on.
+
+use super::container::ImagePull;
+use super::image::{note_failure, BACKOFF_SAID_AFTER};
+use super::io::{Effect, EventType, ImageReport};
+use super::state::{ContainerState, WaitingReason};
+use super::Pod;
+use crate::clock::Instant;
+
+/// Where an image volume's image stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct VolumePull {
+    pub(super) pull: ImagePull,
+    /// Containers held back by it since it was last asked for: told how it went.
+    pub(super) waiting: Vec<usize>,
+}
+
+impl Pod {
+    /// `true` while an image volume container `i` mounts holds its start back.
+    pub(super) fn volume_images_block(
+        &mut self,
+        i: usize,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        let mut blocks = false;
+        for v in self.plan.containers[i].image_volumes.clone() {
+            let Some(volume) = self.volume_images.get_mut(v) else {
+                continue;
+            };
+            if volume.pull.ready {
+                continue;
+            }
+            blocks = true;
+            if !volume.waiting.contains(&i) {
+                volume.waiting.push(i);
+            }
+            if volume.pull.asked {
+                continue;
+            }
+            if volume.pull.retry_at.is_some_and(|at| now < at) {
+                self.volume_backing_off(v, i, now, fx);
+                continue;
+            }
+            volume.pull.asked = true;
+            fx.push(Effect::EnsureVolumeImage(v));
+        }
+        blocks
+    }
+
+    /// Volume `v`'s pull failed and its back-off lasts: once the failure has settled, the
+    /// pod's `BackOff` (once per failure) and container `i` in `ImagePullBackOff`.
+    fn volume_backing_off(&mut self, v: usize, i: usize, now: Instant, fx: &mut Vec<Effect>) {
+        let image = self.plan.image_volumes[v].clone();
+        let pull = &self.volume_images[v].pull;
+        let settled = pull
+            .failed_at
+            .is_some_and(|t| now >= t + BACKOFF_SAID_AFTER);
+        let Some(error) = pull.failed.clone().filter(|_| settled) else {
+            return;
+        };
+        if !pull.told {
+            self.volume_images[v].pull.told = true;
+            let message = format!("Back-off pulling image {image:?}");
+            fx.push(self.pod_event(EventType::Normal, "BackOff", message));
+        }
+        let told = matches!(
+            self.containers[i].state,
+            ContainerState::Waiting {
+                reason: WaitingReason::ImagePullBackOff,
+                ..
+            }
+        );
+        if !told {
+            self.changed = true;
+            self.containers[i].state = ContainerState::Waiting {
+                reason: WaitingReason::ImagePullBackOff,
+                message: Some(format!(
+                    "Back-off pulling image {image:?}: ErrImagePull: {error}"
+                )),
+            };
+            let error = "Error: ImagePullBackOff".to_string();
+            fx.push(self.container_event(i, EventType::Warning, "Failed", error));
+        }
+    }
+
+    /// What the shell said of image volume `v`'s image.
+    pub(super) fn volume_image_report(
+        &mut self,
+        now: Instant,
+        v: usize,
+        report: ImageReport,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(image) = self.plan.image_volumes.get(v).cloned() else {
+            return;
+        };
+        if !self.volume_images[v].pull.asked {
+            return;
+        }
+        match report {
+            ImageReport::Pulling => {
+                let message = format!("Pulling image {image:?}");
+                fx.push(self.pod_event(EventType::Normal, "Pulling", message));
+            }
+            ImageReport::Ready { pulled, .. } => {
+                let volume = &mut self.volume_images[v];
+                volume.pull = ImagePull {
+                    ready: true,
+                    ..ImagePull::default()
+                };
+                volume.waiting.clear();
+                let message = pulled.unwrap_or_else(|| {
+                    format!("Container image {image:?} already present on machine")
+                });
+                fx.push(self.pod_event(EventType::Normal, "Pulled", message));
+            }
+            ImageReport::Failed { reason, message } => {
+                self.changed = true;
+                let volume = &mut self.volume_images[v];
+                let failure = note_failure(&mut volume.pull, now, &image, reason, &message);
+                let waiting = std::mem::take(&mut volume.waiting);
+                if let Some((reason, text)) = failure.manager {
+                    fx.push(self.pod_event(EventType::Warning, reason, text));
+                }
+                for i in waiting {
+                    if self.containers[i].live() {
+                        continue;
+                    }
+                    self.containers[i].state = ContainerState::Waiting {
+                        reason: failure.waiting,
+                        message: Some(message.clone()),
+                    };
+                    let start = failure.start.clone();
+                    fx.push(self.container_event(i, EventType::Warning, "Failed", start));
+                }
+            }
+        }
+    }
+
+    /// A whole-pod restart: every image volume is made sure of again (an `Always` volume sees
+    /// its tag's newest image), its back-off kept.
+    pub(super) fn refresh_volume_images(&mut self) {
+        for volume in &mut self.volume_images {
+            volume.pull.ready = false;
+        }
+    }
+}

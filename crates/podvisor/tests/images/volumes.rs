@@ -1,0 +1,186 @@
+//! Image volumes (`volumes[].image`): an image's files mounted read-only in the containers
+//! that mount the volume, of a host-root pod and of a pod of images alike; the pull's events are
+//! the pod's; a volume whose image is absent holds back only its containers; prune keeps what a
+//! running pod's volumes use; without root the run is refused, naming the volume.
+
+use serde_json::json;
+
+use super::layout::{layered, Compression, Entry, Layout};
+use super::Images;
+use crate::harness::*;
+
+/// A host-root pod (no annotation) of `spec`.
+fn host_pod(t: &Images, name: &str, spec: &str) -> std::path::PathBuf {
+    let manifest = t.dir.file(&format!("{name}.yaml"));
+    std::fs::write(
+        &manifest,
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n{spec}"),
+    )
+    .unwrap();
+    manifest
+}
+
+#[test]
+fn an_image_volume_shows_the_images_layers_read_only_in_host_and_image_roots() {
+    let bb = require!();
+    let t = Images::new();
+    // Three layers with a whiteout and an opaque directory; and one of a single layer.
+    assert_eq!(t.load(&layered(t.dir.file("layout"), &bb)).code(), 0);
+    let one = Layout::new(t.dir.file("one"))
+        .layer(
+            Compression::Gzip,
+            &[
+                Entry::Dir("conf"),
+                Entry::File("conf/app.ini", b"one layer\n", 0o644),
+            ],
+        )
+        .finish("registry.test/one:v1", json!({"config": {}}));
+    assert_eq!(t.load(&one).code(), 0);
+    let mnt = t.dir.file("mnt");
+    let script = format!(
+        "ls {m}/tools/data; ls {m}/tools/opaque; cat {m}/tools/srv/ready {m}/conf/conf/app.ini; \
+         touch {m}/tools/x 2>/dev/null || echo read-only; touch {m}/conf/x 2>/dev/null || echo read-only; \
+         exec sleep 600",
+        m = mnt.display()
+    );
+    let manifest = host_pod(
+        &t,
+        "vols",
+        &format!(
+            "  volumes:\n  - name: tools\n    image: {{reference: registry.test/layered:v1}}\n  - name: conf\n    image: {{reference: registry.test/one:v1, pullPolicy: Never}}\n  containers:\n  - name: app\n    command: [/bin/sh, -c, {script:?}]\n    volumeMounts:\n    - {{name: tools, mountPath: {m}/tools}}\n    - {{name: conf, mountPath: {m}/conf, readOnly: false}}\n",
+            m = mnt.display()
+        ),
+    );
+    let mut run = t.podvisor(&["run", "-q"]).arg(&manifest).start();
+    wait_until("app has looked", || {
+        t.out(&["logs", "vols", "app"])
+            .stdout
+            .contains("read-only\nread-only")
+    });
+    assert_eq!(
+        t.out(&["logs", "vols", "app"]).stdout,
+        "kept\nnew\nready\none layer\nread-only\nread-only"
+    );
+    // The pull is the pod's; the image is not the container's (it runs on the host's root).
+    let events = t.out(&["events", "vols"]).stdout;
+    assert!(
+        events.contains("Pulled      pod           Container image \"registry.test/layered:v1\" already present on machine"),
+        "{events}"
+    );
+    // `podvisor exec` joins the container's mounts: it sees the volume too.
+    let exec = t.out(&[
+        "exec",
+        "vols",
+        "--",
+        "cat",
+        &format!("{}/tools/srv/ready", mnt.display()),
+    ]);
+    assert_eq!(exec.stdout, "ready", "{exec:?}");
+    // Prune keeps the images a running pod's volumes use.
+    let other = Layout::new(t.dir.file("other"))
+        .layer(Compression::None, &[Entry::File("x", b"x", 0o644)])
+        .finish("registry.test/other:v1", json!({"config": {}}));
+    assert_eq!(t.load(&other).code(), 0);
+    let pruned = t.out(&["image", "prune"]);
+    assert_eq!(
+        pruned.stdout, "Deleted: registry.test/other:v1",
+        "{pruned:?}"
+    );
+    assert_eq!(t.out(&["stop", "vols"]).code(), 0);
+    assert!(run.wait().success());
+    run.assert_no_leftovers();
+    // The mount points podvisor made on the host for the run are gone with it.
+    assert!(!mnt.exists(), "{} is left", mnt.display());
+
+    // A pod of images: the volume inside its root, beside the image's own files.
+    let run = t.run(
+        "inside",
+        "  restartPolicy: Never\n  volumes:\n  - name: tools\n    image: {reference: registry.test/one:v1}\n  containers:\n  - name: app\n    image: registry.test/layered:v1\n    command: [/bin/sh, -c, 'cat /tools/conf/app.ini /srv/ready']\n    volumeMounts: [{name: tools, mountPath: /tools}]\n",
+    );
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert_eq!(t.out(&["logs", "inside", "app"]).stdout, "one layer\nready");
+}
+
+#[test]
+fn an_absent_volume_image_holds_back_only_the_containers_that_mount_it() {
+    let bb = require!();
+    let t = Images::new();
+    let mnt = t.dir.file("mnt");
+    let manifest = host_pod(
+        &t,
+        "later",
+        &format!(
+            "  volumes:\n  - name: tools\n    image: {{reference: registry.test/layered:v1, pullPolicy: Never}}\n  containers:\n  - name: app\n    command: [/bin/sh, -c, 'cat {m}/srv/ready; exec sleep 600']\n    volumeMounts: [{{name: tools, mountPath: {m}}}]\n  - name: other\n    command: [sleep, '600']\n",
+            m = mnt.display()
+        ),
+    );
+    let mut run = t.podvisor(&["run", "-q"]).arg(&manifest).start();
+    wait_until("app waits in ErrImageNeverPull", || {
+        t.waiting("later").0 == "ErrImageNeverPull"
+    });
+    let status = t.out(&["status", "later", "-o", "json"]).stdout;
+    let pod: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert!(
+        pod["status"]["containerStatuses"][1]["state"]["running"].is_object(),
+        "{status}"
+    );
+    let events = t.out(&["events", "later"]).stdout;
+    assert!(
+        events.contains("ErrImageNeverPull   pod") || events.contains("ErrImageNeverPull  pod"),
+        "{events}"
+    );
+    assert!(events.contains("Error: ErrImageNeverPull"), "{events}");
+    // Loaded meanwhile: the next look (every 10 s) finds it, and app starts.
+    assert_eq!(t.load(&layered(t.dir.file("layout"), &bb)).code(), 0);
+    wait_until("app has read the volume", || {
+        t.out(&["logs", "later", "app"]).stdout == "ready"
+    });
+    let pod: serde_json::Value =
+        serde_json::from_str(&t.out(&["status", "later", "-o", "json"]).stdout).unwrap();
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(t.out(&["stop", "later"]).code(), 0);
+    assert!(run.wait().success());
+    run.assert_no_leftovers();
+}
+
+#[test]
+fn image_volumes_are_checked_before_the_run_and_refused_without_root() {
+    let t = Images::new();
+    let bad = host_pod(
+        &t,
+        "bad",
+        "  volumes:\n  - name: a\n    image: {pullPolicy: Sometimes}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a, subPath: x}]\n",
+    );
+    let out = t.podvisor(&["validate"]).arg(&bad).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    for expected in [
+        "spec.volumes[0].image.reference: Required value",
+        "spec.volumes[0].image.pullPolicy: Unsupported value: \"Sometimes\"",
+        "spec.containers[0].volumeMounts[0].subPath: Unsupported value: \"x\": podvisor mounts an image volume whole",
+    ] {
+        assert!(out.stderr.contains(expected), "{expected}\n{out:?}");
+    }
+    if !is_root() {
+        return;
+    }
+    // As nobody, from files nobody can read.
+    let base = format!("/tmp/podvisor-image-volume-{}", std::process::id());
+    let manifest = format!("{base}.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: good}\nspec:\n  volumes:\n  - name: a\n    image: {reference: registry.test/layered:v1}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a}]\n",
+    )
+    .unwrap();
+    let out = Run::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(podvisor())
+        .args(["run", "-q", "--state-dir", &base, &manifest])
+        .output();
+    let _ = std::fs::remove_file(&manifest);
+    let _ = std::fs::remove_dir_all(&base);
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("volumes[].image") && out.stderr.contains("image volume \"a\""),
+        "{out:?}"
+    );
+}
