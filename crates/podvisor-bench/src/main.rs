@@ -40,11 +40,15 @@
 //! `podvisor-bench live-restore`: keepers' start cost, memory and idle CPU, and the time to
 //! adopt 100 running containers, beside a status read and horust's RSS.
 //!
+//! `podvisor-bench image-memory`: 100 containers of one image beside the same 100 on the
+//! host's root, under `--live-restore`: run + keeper PSS and the mean start.
+//!
 //! `podvisor-bench docker`: `docker run --rm IMAGE true` with podvisor as ENTRYPOINT, with
 //! `--init` and with no init; the static PID 1 build's size and RSS beside tini-static.
 
 mod api;
 mod docker;
+mod images;
 mod init;
 mod live;
 mod probes;
@@ -78,9 +82,10 @@ fn main() {
         Some("top") => top::top_bench(&args[1..]),
         Some("live-restore") => live::live_bench(&args[1..]),
         Some("security") => security::security_bench(&args[1..]),
+        Some("image-memory") => images::image_memory_bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top|live-restore|security [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
+                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top|live-restore|security|image-memory [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
             );
             std::process::exit(2);
         }

@@ -364,7 +364,7 @@ impl BusyboxImage {
         .unwrap();
         let tag = crate::docker::unique("busybox");
         let out = Run::new("docker")
-            .args(["build", "-q", "-t", &tag])
+            .args(["build", "-q", "--no-cache", "-t", &tag])
             .arg(&ctx)
             .output();
         assert_eq!(out.code(), 0, "docker build: {out:?}");

@@ -332,7 +332,7 @@ fn a_docker_save_archive_of_the_engine_here_runs() {
     .unwrap();
     let tag = format!("{}:v1", crate::docker::unique("saved"));
     let built = Run::new("docker")
-        .args(["build", "-q", "-t", &tag])
+        .args(["build", "-q", "--no-cache", "-t", &tag])
         .arg(&ctx)
         .output();
     let archive = t.dir.file("saved.tar");

@@ -90,10 +90,11 @@ pub(super) fn push(t: &Images, reference: &str, word: &str) {
 }
 
 /// Builds the image of the Docker context `ctx`, pushes it as `reference` and removes it from
-/// the engine.
+/// the engine. Without the build cache: tests build at once, and one's `rmi` can remove a cached
+/// parent another's build is using ("unknown parent image ID").
 pub(super) fn push_context(ctx: &Path, reference: &str) {
     let built = Run::new("docker")
-        .args(["build", "-q", "-t", reference])
+        .args(["build", "-q", "--no-cache", "-t", reference])
         .arg(ctx)
         .output();
     let pushed = Run::new("docker").args(["push", "-q", reference]).output();
