@@ -229,48 +229,38 @@ impl Sim {
                 let name = self.pod.plan().containers[i].name.clone();
                 self.log.push(format!("t={t} ensure image {name}"));
                 self.image_checks[i] += 1;
-                let (takes, how) = (self.image)(i, self.image_checks[i]);
-                let report = match how {
-                    Ok(pulls) => {
-                        if pulls {
-                            self.feed(Input::Image(i, ImageReport::Pulling));
-                        }
-                        ImageReport::Ready {
-                            pulled: pulls.then(|| "pulled".to_string()),
-                            non_root: None,
-                        }
-                    }
-                    Err(reason) => ImageReport::Failed {
-                        reason,
-                        message: "no such host".into(),
-                    },
-                };
-                self.pending
-                    .push((self.now + ms(takes), Input::Image(i, report)));
+                let n = self.image_checks[i];
+                self.answer_image(i, n, &|r| Input::Image(i, r));
             }
             Effect::EnsureVolumeImage(v) => {
                 self.log.push(format!("t={t} ensure volume image {v}"));
                 self.volume_checks[v] += 1;
-                let (takes, how) = (self.image)(VOLUME + v, self.volume_checks[v]);
-                let report = match how {
-                    Ok(pulls) => {
-                        if pulls {
-                            self.feed(Input::VolumeImage(v, ImageReport::Pulling));
-                        }
-                        ImageReport::Ready {
-                            pulled: pulls.then(|| "pulled".to_string()),
-                            non_root: None,
-                        }
-                    }
-                    Err(reason) => ImageReport::Failed {
-                        reason,
-                        message: "no such host".into(),
-                    },
-                };
-                self.pending
-                    .push((self.now + ms(takes), Input::VolumeImage(v, report)));
+                let n = self.volume_checks[v];
+                self.answer_image(VOLUME + v, n, &|r| Input::VolumeImage(v, r));
             }
         }
+    }
+
+    /// Answers the `n`-th image check of `which` (a container, or `VOLUME + v`) as `image`
+    /// says: `Pulling` at once when it pulls, the end when the check takes.
+    fn answer_image(&mut self, which: usize, n: u32, input: &dyn Fn(ImageReport) -> Input) {
+        let (takes, how) = (self.image)(which, n);
+        let report = match how {
+            Ok(pulls) => {
+                if pulls {
+                    self.feed(input(ImageReport::Pulling));
+                }
+                ImageReport::Ready {
+                    pulled: pulls.then(|| "pulled".to_string()),
+                    non_root: None,
+                }
+            }
+            Err(reason) => ImageReport::Failed {
+                reason,
+                message: "no such host".into(),
+            },
+        };
+        self.pending.push((self.now + ms(takes), input(report)));
     }
 
     /// Runs until the pod finishes or `limit` ms pass.
