@@ -96,8 +96,10 @@ impl Images {
 
 impl Drop for Images {
     fn drop(&mut self) {
+        // `--no-prune`: the untagged layers beneath are the build cache another test's build
+        // may be standing on at this moment ("No such image" in its next step).
         let _ = Command::new("docker")
-            .args(["rmi", "-f"])
+            .args(["rmi", "-f", "--no-prune"])
             .arg(format!("podvisor-app:{}", self.tag))
             .arg(format!("podvisor:{}", self.tag))
             .stdout(Stdio::null())
