@@ -7,7 +7,7 @@
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -138,6 +138,16 @@ pub struct Run {
     in_namespace: bool,
 }
 
+/// Where a `podvisor run` keeps its pod's state: what names its cgroups (their names end
+/// with a hash of the state dir), so that a test can look for the ones it left.
+#[derive(Debug, Default, Clone)]
+struct StateDirs {
+    /// `--state-dir DIR`.
+    dirs: Vec<PathBuf>,
+    /// `PODVISOR_STATE_BASE`: a state dir per pod under it (`BASE/NAMESPACE/POD`).
+    base: Option<PathBuf>,
+}
+
 impl Run {
     /// `program args...` as a plain child of the test.
     pub fn new(program: impl AsRef<OsStr>) -> Run {
@@ -207,9 +217,12 @@ impl Run {
             }
         });
         let stdin = child.stdin.take();
+        let pod_state = ends_a_pod(&self.cmd);
         Proc {
             child,
             tag: self.tag,
+            pod_state,
+            ended: None,
             lines: rx,
             stdout: Vec::new(),
             stderr: Vec::new(),
@@ -264,6 +277,10 @@ impl Output {
 pub struct Proc {
     child: Child,
     tag: String,
+    /// For a `podvisor run` that ends its pod (not `--live-restore`): its state dirs.
+    pod_state: Option<StateDirs>,
+    /// How it ended, once a wait saw it.
+    ended: Option<ExitStatus>,
     lines: Receiver<Line>,
     pub stdout: Vec<String>,
     pub stderr: Vec<String>,
@@ -360,6 +377,7 @@ impl Proc {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
+                self.ended = Some(status);
                 return status;
             }
             assert!(
@@ -375,17 +393,23 @@ impl Proc {
 
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        match self.child.try_wait().unwrap() {
+            Some(status) => {
+                self.ended = Some(status);
+                false
+            }
+            None => true,
+        }
     }
 
     /// Fails the test if any process carrying this run's tag is still there (zombies too),
     /// after giving the kernel a moment to finish tearing down.
-    pub fn assert_no_leftovers(&self) {
+    pub fn assert_no_leftovers(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let left = tagged(&self.tag);
             if left.is_empty() {
-                return;
+                break;
             }
             if Instant::now() > deadline {
                 let described: Vec<String> = left.iter().map(|p| describe(*p)).collect();
@@ -393,7 +417,133 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // A run that ended its pod leaves none of the pod's cgroups either. (One killed by a
+        // signal leaves them to the next run on its state dir, which removes them first.)
+        self.running();
+        let Some(state) = &self.pod_state else {
+            return;
+        };
+        if self.ended.is_some_and(|s| s.signal().is_some()) {
+            return;
+        }
+        loop {
+            let left = leftover_cgroups(state);
+            if left.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                // Removed here, so that a failing test leaves nothing either.
+                for dir in &left {
+                    remove_cgroup(dir);
+                }
+                panic!(
+                    "cgroups left behind: {left:?} (the run's stderr: {:?})",
+                    self.stderr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
+}
+
+/// Whether a process holds the flock on `file`, asked with flock(1), so that tests need no
+/// `unsafe`.
+fn lock_is_held(file: &Path) -> bool {
+    file.exists()
+        && !Command::new("flock")
+            .args(["-n", "-E", "75"])
+            .arg(file)
+            .arg("true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// Kills what is in cgroup `dir` and its children and removes them, deepest first.
+fn remove_cgroup(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup(&e.path());
+        }
+    }
+    for _ in 0..250 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace().filter_map(|p| p.parse().ok()) {
+            send(pid, "KILL");
+        }
+        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The state dirs of `cmd` when it is a `podvisor run` that ends its pod when it ends (not
+/// `--live-restore`, whose keepers hold the pod's cgroups for the next run).
+fn ends_a_pod(cmd: &Command) -> Option<StateDirs> {
+    let args: Vec<&OsStr> = cmd.get_args().collect();
+    let program = std::iter::once(cmd.get_program()).chain(args.iter().copied());
+    let at = program.collect::<Vec<_>>().windows(2).position(|w| {
+        Path::new(w[0]).file_name() == Some(OsStr::new("podvisor")) && w[1] == "run"
+    })?;
+    if args.iter().any(|a| *a == "--live-restore") {
+        return None;
+    }
+    let mut state = StateDirs::default();
+    for pair in args[at..].windows(2) {
+        if pair[0] == "--state-dir" {
+            state.dirs.push(PathBuf::from(pair[1]));
+        }
+    }
+    state.base = cmd
+        .get_envs()
+        .find(|(k, _)| *k == "PODVISOR_STATE_BASE")
+        .and_then(|(_, v)| v.map(PathBuf::from));
+    (!state.dirs.is_empty() || state.base.is_some()).then_some(state)
+}
+
+/// The cgroups (pod and container cgroups, systemd scopes) of pods kept in `state`'s dirs:
+/// their names end with the hash of the state dir (`podvisor::cgroup::pod_cgroup_name`).
+fn leftover_cgroups(state: &StateDirs) -> Vec<PathBuf> {
+    let mut dirs = state.dirs.clone();
+    if let Some(base) = &state.base {
+        // BASE/NAMESPACE/POD.
+        for ns in std::fs::read_dir(base).into_iter().flatten().flatten() {
+            for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+                dirs.push(pod.path());
+            }
+        }
+    }
+    // A state dir a run holds now (another pod under the same base, or the run that turned
+    // this one away) has its cgroups rightly.
+    dirs.retain(|d| !lock_is_held(&d.join("podvisor.lock")));
+    let suffixes: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            let name = podvisor::cgroup::pod_cgroup_name("ns", "pod", d);
+            name.rsplit('-').next().unwrap_or_default().to_string()
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut todo = vec![(PathBuf::from("/sys/fs/cgroup"), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let name = name.strip_suffix(".scope").unwrap_or(&name);
+            if name.starts_with("podvisor-")
+                && suffixes.iter().any(|h| name.ends_with(&format!("-{h}")))
+            {
+                found.push(e.path());
+            } else if depth < 6 {
+                todo.push((e.path(), depth + 1));
+            }
+        }
+    }
+    found
 }
 
 impl Drop for Proc {

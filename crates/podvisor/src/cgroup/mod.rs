@@ -99,6 +99,8 @@ pub enum CgroupError {
     NotDelegated { path: String, uid: u32, owner: u32 },
     #[error("cgroup {path}: holds other processes ({pids}), so cgroup v2 allows no controllers for its children: start podvisor in a cgroup of its own (systemd-run --scope), with --cgroup-driver systemd, or as root")]
     Busy { path: String, pids: String },
+    #[error("cgroup {path}: still in use {} s after every process in it was killed: {held_by}; the next run on this state dir removes it", pod::PATIENCE.as_secs())]
+    Held { path: String, held_by: String },
     #[error("cgroup {path}: the cgroup filesystem is read-only here: mount /sys/fs/cgroup read-write (a container needs its own writable cgroup namespace), or run the pod without limits")]
     ReadOnly { path: String },
     #[error("systemd: cannot {what}: {error} (or use --cgroup-driver cgroupfs)")]

@@ -21,7 +21,7 @@ use crate::state::StateFile;
 const RECORD: &str = "cgroups";
 
 /// How long to wait for a killed cgroup's processes to go before giving up on removing it.
-const PATIENCE: Duration = Duration::from_secs(5);
+pub(super) const PATIENCE: Duration = Duration::from_secs(5);
 
 /// The pod's cgroup.
 #[derive(Debug)]
@@ -181,11 +181,20 @@ impl PodCgroup {
         for cg in std::mem::take(&mut self.pending) {
             cg.kill_all();
         }
+        // Every hierarchy is tried; the first failure is reported, and the record kept, so
+        // that the next run on this state dir removes what is left.
+        let mut first_error = None;
         for (_, dir) in &self.dirs {
-            remove_tree(dir)?;
-            if self.version == Version::V2 {
-                unified::remove_parent_if_empty(dir);
+            match remove_tree(dir) {
+                Ok(()) if self.version == Version::V2 => unified::remove_parent_if_empty(dir),
+                Ok(()) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
         }
         let record = StateFile::new(state_dir, RECORD)?;
         record.remove()?;
@@ -551,11 +560,41 @@ fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
                 Err(e) if Instant::now() < deadline && e.raw_os_error() == Some(libc::EBUSY) => {
                     std::thread::sleep(Duration::from_millis(5));
                 }
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    return Err(CgroupError::Held {
+                        path: d.display().to_string(),
+                        held_by: held_by(d),
+                    });
+                }
                 Err(e) => return Err(io_err(d, "remove")(e)),
             }
         }
     }
     Ok(())
+}
+
+/// What still holds cgroup `dir` after it was killed: its processes, each with its state
+/// (`D`: waiting in the kernel, which no signal ends), or that the kernel has not let go of
+/// one that exited.
+fn held_by(dir: &Path) -> String {
+    let procs = procs_of(dir);
+    if procs.is_empty() {
+        return "no process is listed in it any more (one that was killed is still exiting)".into();
+    }
+    let described: Vec<String> = procs
+        .iter()
+        .map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses.
+            let (name, rest) = match (stat.find('('), stat.rfind(')')) {
+                (Some(open), Some(close)) => (&stat[open + 1..close], &stat[close + 1..]),
+                _ => ("?", ""),
+            };
+            let state = rest.split_whitespace().next().unwrap_or("?");
+            format!("{pid} ({name}, state {state})")
+        })
+        .collect();
+    format!("process {}", described.join(", "))
 }
 
 fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -581,4 +620,27 @@ fn clean_recorded(record: &StateFile) -> Result<(), CgroupError> {
     }
     record.remove()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_by;
+
+    #[test]
+    fn a_held_cgroup_names_its_processes_and_their_states() {
+        let dir = std::env::temp_dir().join(format!("podvisor-held-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let me = std::process::id();
+        std::fs::write(dir.join("cgroup.procs"), format!("{me}\n")).unwrap();
+        let held = held_by(&dir);
+        // The test binary's main thread waits (S) for this test's thread.
+        assert!(held.starts_with(&format!("process {me} (")), "{held}");
+        assert!(held.ends_with(", state S)"), "{held}");
+        std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+        assert_eq!(
+            held_by(&dir),
+            "no process is listed in it any more (one that was killed is still exiting)"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

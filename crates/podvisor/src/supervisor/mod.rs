@@ -149,7 +149,7 @@ pub fn run(
     mut info: PodInfo,
     dir: StateDir,
     mut events: EventSink,
-    settings: Settings,
+    mut settings: Settings,
 ) -> Result<Outcome, RunError> {
     let (mask, signals) = take_process(&mut plan)?;
     dir.create()?;
@@ -165,31 +165,27 @@ pub fn run(
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
     let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
-    let credentials = setup::credentials(&plan, root_layer.as_ref(), &settings)?;
-    let images = images::Images::new(
+    let prepared = setup::prepare(
         &plan,
+        &dir,
+        &mut settings,
+        &mut info,
+        &taken,
+        root_layer.as_ref(),
         &epoll,
-        settings.seccomp_profiles.clone(),
-        settings.registry_config.clone(),
-    )?;
-    let sandbox = setup::sandbox(&plan, root_layer.as_ref(), &taken, settings.live_restore)?;
-    info.annotations
-        .insert("podvisor.io/namespaces".into(), sandbox.note());
-    // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
-    let volumes = Volumes::prepare(
-        &dir.volumes_dir(),
-        &plan.volumes,
-        &setup::volume_ownership(&plan)?,
-        taken.resumed,
-    )?;
-    let metrics = match settings.metrics {
-        Some(l) => Some(Server::metrics(
-            l,
-            &epoll,
-            TOKEN_METRICS_LISTEN,
-            TOKEN_METRICS,
-        )?),
-        None => None,
+    );
+    let setup::Prepared {
+        credentials,
+        images,
+        sandbox,
+        volumes,
+        metrics,
+    } = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            setup::abandon(cgroups, &dir, &taken);
+            return Err(e);
+        }
     };
     // HOSTNAME is the container's hostname (the host's on the host's network).
     let hostname = plan
