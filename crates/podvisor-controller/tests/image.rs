@@ -44,9 +44,16 @@ fn the_controller_image_runs_its_static_build_from_scratch() {
     }
     let tag = format!("pvtest-controller-{}", std::process::id());
     let image = Image(format!("podvisor-controller:{tag}"));
-    // A fresh clone compiles the static release build first: minutes.
+    // A fresh clone compiles the static build first: minutes. Unoptimized (the `image-test`
+    // profile): what is checked here is the static link and the image, the same as release's.
     let mut child = Command::new(repo().join("scripts/build-images"))
-        .args(["--tag", &tag, "--controller-only"])
+        .args([
+            "--tag",
+            &tag,
+            "--controller-only",
+            "--profile",
+            "image-test",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

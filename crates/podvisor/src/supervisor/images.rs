@@ -214,25 +214,20 @@ impl Supervisor {
                 ))),
                 false => Ok(layers),
             });
-        match layers {
+        let answer = match layers {
             Ok(layers) => {
                 self.volumes.image_ready(&name, layers);
-                Input::VolumeImage(
-                    v,
-                    ImageReport::Ready {
-                        pulled,
-                        non_root: None,
-                    },
-                )
+                ImageReport::Ready {
+                    pulled,
+                    non_root: None,
+                }
             }
-            Err(e) => Input::VolumeImage(
-                v,
-                ImageReport::Failed {
-                    reason: ImageFailure::Create,
-                    message: e.to_string(),
-                },
-            ),
-        }
+            Err(e) => ImageReport::Failed {
+                reason: ImageFailure::Create,
+                message: e.to_string(),
+            },
+        };
+        report(Target::Volume(v), answer)
     }
 
     /// Container `i` of image `found`: its exec, credentials and environment made from it.
