@@ -417,8 +417,9 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // A run that ended its pod leaves none of the pod's cgroups either. (One killed by a
-        // signal leaves them to the next run on its state dir, which removes them first.)
+        // A run that ended its pod leaves none of the pod's cgroups or mounts either. (One
+        // killed by a signal leaves them to the next run on its state dir, which removes them
+        // first.)
         self.running();
         let Some(state) = &self.pod_state else {
             return;
@@ -429,7 +430,7 @@ impl Proc {
         loop {
             let left = leftover_cgroups(state);
             if left.is_empty() {
-                return;
+                break;
             }
             if Instant::now() > deadline {
                 // Removed here, so that a failing test leaves nothing either.
@@ -442,6 +443,16 @@ impl Proc {
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+        let mounts = leftover_mounts(state);
+        if !mounts.is_empty() {
+            for m in &mounts {
+                let _ = Command::new("umount").arg("-l").arg(m).status();
+            }
+            panic!(
+                "mounts left behind: {mounts:?} (the run's stderr: {:?})",
+                self.stderr
+            );
         }
     }
 }
@@ -506,18 +517,7 @@ fn ends_a_pod(cmd: &Command) -> Option<StateDirs> {
 /// The cgroups (pod and container cgroups, systemd scopes) of pods kept in `state`'s dirs:
 /// their names end with the hash of the state dir (`podvisor::cgroup::pod_cgroup_name`).
 fn leftover_cgroups(state: &StateDirs) -> Vec<PathBuf> {
-    let mut dirs = state.dirs.clone();
-    if let Some(base) = &state.base {
-        // BASE/NAMESPACE/POD.
-        for ns in std::fs::read_dir(base).into_iter().flatten().flatten() {
-            for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
-                dirs.push(pod.path());
-            }
-        }
-    }
-    // A state dir a run holds now (another pod under the same base, or the run that turned
-    // this one away) has its cgroups rightly.
-    dirs.retain(|d| !lock_is_held(&d.join("podvisor.lock")));
+    let dirs = ended_state_dirs(state);
     let suffixes: Vec<String> = dirs
         .iter()
         .map(|d| {
@@ -544,6 +544,37 @@ fn leftover_cgroups(state: &StateDirs) -> Vec<PathBuf> {
         }
     }
     found
+}
+
+/// Mounts this test's mount namespace (the host's) has below `state`'s dirs: a pod's mounts
+/// are made in its containers' (or the run's own) namespaces, and end with them.
+fn leftover_mounts(state: &StateDirs) -> Vec<PathBuf> {
+    let dirs = ended_state_dirs(state);
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        // Spaces and the like are octal escapes (`\040`); state dirs have none.
+        .map(PathBuf::from)
+        // The state dir itself may be a test's own mount (a small tmpfs, a read-only one).
+        .filter(|m| dirs.iter().any(|d| m.starts_with(d) && m != d))
+        .collect()
+}
+
+/// The state dirs of `state` that no run holds now (a state dir a run holds, of another pod
+/// under the same base or of the run that turned this one away, rightly has its cgroups).
+fn ended_state_dirs(state: &StateDirs) -> Vec<PathBuf> {
+    let mut dirs = state.dirs.clone();
+    if let Some(base) = &state.base {
+        // BASE/NAMESPACE/POD.
+        for ns in std::fs::read_dir(base).into_iter().flatten().flatten() {
+            for pod in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+                dirs.push(pod.path());
+            }
+        }
+    }
+    dirs.retain(|d| !lock_is_held(&d.join("podvisor.lock")));
+    dirs
 }
 
 impl Drop for Proc {
