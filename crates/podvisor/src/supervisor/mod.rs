@@ -17,6 +17,7 @@ mod images;
 mod instance;
 pub mod keep;
 pub mod persist;
+mod prepare;
 mod resize;
 mod rootfs;
 pub mod sandbox;
@@ -165,7 +166,7 @@ pub fn run(
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
     let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
-    let prepared = setup::prepare(
+    let prepared = prepare::prepare(
         &plan,
         &dir,
         &mut settings,
@@ -174,7 +175,7 @@ pub fn run(
         root_layer.as_ref(),
         &epoll,
     );
-    let setup::Prepared {
+    let prepare::Prepared {
         credentials,
         images,
         sandbox,
@@ -183,7 +184,7 @@ pub fn run(
     } = match prepared {
         Ok(p) => p,
         Err(e) => {
-            setup::abandon(cgroups, &dir, &taken);
+            prepare::abandon(cgroups, &dir, &taken);
             return Err(e);
         }
     };

@@ -7,16 +7,12 @@ use podvisor_core::lifecycle::EventType;
 use podvisor_core::spec::plan::RunPlan;
 use podvisor_core::spec::volumes::VolumePlan;
 
-use super::images::Images;
 use super::rootfs::{root_layer, RootLayer};
 use super::sandbox::{Power, Sandbox};
-use super::volumes::Volumes;
-use super::{persist, RunError, Settings, TOKEN_METRICS, TOKEN_METRICS_LISTEN};
-use crate::api::Server;
+use super::{persist, RunError, Settings};
 use crate::cgroup::{PodCgroups, Unenforceable};
-use crate::process::sys::{self, Epoll, SigSet, SignalFd};
+use crate::process::sys::{self, SigSet, SignalFd};
 use crate::security;
-use crate::state::StateDir;
 use crate::status::PodInfo;
 use podvisor_core::security::ImageUser;
 
@@ -129,74 +125,6 @@ pub(super) fn isolate(
     info.annotations
         .insert("podvisor.io/cgroups".into(), cgroups.note.clone());
     Ok((root_layer, cgroups))
-}
-
-/// What the run holds besides its root layer and cgroups.
-pub(super) struct Prepared {
-    pub credentials: Vec<sys::Credentials>,
-    pub images: Option<Images>,
-    pub sandbox: Sandbox,
-    pub volumes: Volumes,
-    pub metrics: Option<Server>,
-}
-
-/// Everything else the run needs before its containers start, made after `isolate`: a
-/// refusal here is undone with `abandon`.
-pub(super) fn prepare(
-    plan: &RunPlan,
-    dir: &StateDir,
-    settings: &mut Settings,
-    info: &mut PodInfo,
-    taken: &persist::TakenUp,
-    root_layer: Option<&RootLayer>,
-    epoll: &Epoll,
-) -> Result<Prepared, RunError> {
-    let credentials = credentials(plan, root_layer, settings)?;
-    let images = Images::new(
-        plan,
-        epoll,
-        settings.seccomp_profiles.clone(),
-        settings.registry_config.clone(),
-    )?;
-    let sandbox = sandbox(plan, root_layer, taken, settings.live_restore)?;
-    info.annotations
-        .insert("podvisor.io/namespaces".into(), sandbox.note());
-    // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
-    let volumes = Volumes::prepare(
-        &dir.volumes_dir(),
-        &plan.volumes,
-        &volume_ownership(plan)?,
-        taken.resumed,
-    )?;
-    let metrics = match settings.metrics.take() {
-        Some(l) => Some(Server::metrics(
-            l,
-            epoll,
-            TOKEN_METRICS_LISTEN,
-            TOKEN_METRICS,
-        )?),
-        None => None,
-    };
-    Ok(Prepared {
-        credentials,
-        images,
-        sandbox,
-        volumes,
-        metrics,
-    })
-}
-
-/// A run refused after `isolate`: the pod cgroup it made goes with it. One that holds
-/// containers taken over from keepers stays, for the next run (as after a crash).
-pub(super) fn abandon(cgroups: PodCgroups, dir: &StateDir, taken: &persist::TakenUp) {
-    if !taken.found.adopted.is_empty() {
-        return;
-    }
-    if let Some(pod) = cgroups.pod {
-        if let Err(e) = pod.remove(dir.path()) {
-            eprintln!("podvisor: {e}");
-        }
-    }
 }
 
 /// The pod's namespaces: as root made (or, taking over from keepers, taken from a container

@@ -1,0 +1,84 @@
+//! What a run makes once its root layer and cgroups are there (`setup::isolate`): the
+//! containers' credentials, the image pulls, the pod's namespaces, the volumes and the
+//! metrics endpoint; and, when one of them refuses the run, the undoing of the cgroups.
+
+use podvisor_core::spec::plan::RunPlan;
+
+use super::images::Images;
+use super::rootfs::RootLayer;
+use super::sandbox::Sandbox;
+use super::volumes::Volumes;
+use super::{persist, setup, RunError, Settings, TOKEN_METRICS, TOKEN_METRICS_LISTEN};
+use crate::api::Server;
+use crate::cgroup::PodCgroups;
+use crate::process::sys::{self, Epoll};
+use crate::state::StateDir;
+use crate::status::PodInfo;
+
+/// What the run holds besides its root layer and cgroups.
+pub(super) struct Prepared {
+    pub credentials: Vec<sys::Credentials>,
+    pub images: Option<Images>,
+    pub sandbox: Sandbox,
+    pub volumes: Volumes,
+    pub metrics: Option<Server>,
+}
+
+/// Everything else the run needs before its containers start, made after `isolate`: a
+/// refusal here is undone with `abandon`.
+pub(super) fn prepare(
+    plan: &RunPlan,
+    dir: &StateDir,
+    settings: &mut Settings,
+    info: &mut PodInfo,
+    taken: &persist::TakenUp,
+    root_layer: Option<&RootLayer>,
+    epoll: &Epoll,
+) -> Result<Prepared, RunError> {
+    let credentials = setup::credentials(plan, root_layer, settings)?;
+    let images = Images::new(
+        plan,
+        epoll,
+        settings.seccomp_profiles.clone(),
+        settings.registry_config.clone(),
+    )?;
+    let sandbox = setup::sandbox(plan, root_layer, taken, settings.live_restore)?;
+    info.annotations
+        .insert("podvisor.io/namespaces".into(), sandbox.note());
+    // A resumed pod keeps its emptyDir volumes: it was never stopped as a whole.
+    let volumes = Volumes::prepare(
+        &dir.volumes_dir(),
+        &plan.volumes,
+        &setup::volume_ownership(plan)?,
+        taken.resumed,
+    )?;
+    let metrics = match settings.metrics.take() {
+        Some(l) => Some(Server::metrics(
+            l,
+            epoll,
+            TOKEN_METRICS_LISTEN,
+            TOKEN_METRICS,
+        )?),
+        None => None,
+    };
+    Ok(Prepared {
+        credentials,
+        images,
+        sandbox,
+        volumes,
+        metrics,
+    })
+}
+
+/// A run refused after `isolate`: the pod cgroup it made goes with it. One that holds
+/// containers taken over from keepers stays, for the next run (as after a crash).
+pub(super) fn abandon(cgroups: PodCgroups, dir: &StateDir, taken: &persist::TakenUp) {
+    if !taken.found.adopted.is_empty() {
+        return;
+    }
+    if let Some(pod) = cgroups.pod {
+        if let Err(e) = pod.remove(dir.path()) {
+            eprintln!("podvisor: {e}");
+        }
+    }
+}
