@@ -349,3 +349,27 @@ fn state_dirs_that_cannot_be_used_are_refused() {
     );
     stop(&mut p);
 }
+
+#[test]
+fn a_state_dir_that_cannot_hold_the_first_record_refuses_the_run_and_leaves_nothing() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n",
+    ));
+    // The record is written to `.podvisor.state.tmp` and renamed: a directory there (not
+    // empty) makes that write fail after the pod's cgroups and volumes are made, before
+    // anything starts. The harness fails the test if the run leaves a cgroup.
+    let state = r.dir.file("state");
+    std::fs::create_dir_all(state.join(".podvisor.state.tmp/x")).unwrap();
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("podvisor.state") && out.stderr.contains("Is a directory"),
+        "{out:?}"
+    );
+    assert!(
+        !r.events().iter().any(|e| e["reason"] == "Started"),
+        "{out:?}"
+    );
+}

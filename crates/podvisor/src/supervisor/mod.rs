@@ -165,7 +165,8 @@ pub fn run(
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
-    let (root_layer, cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
+    let (root_layer, mut cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
+    let taken_over = !taken.found.adopted.is_empty();
     let prepared = prepare::prepare(
         &plan,
         &dir,
@@ -184,7 +185,9 @@ pub fn run(
     } = match prepared {
         Ok(p) => p,
         Err(e) => {
-            prepare::abandon(cgroups, &dir, &taken);
+            if !taken_over {
+                prepare::remove_pod_cgroup(&mut cgroups, &dir);
+            }
             return Err(e);
         }
     };
@@ -256,16 +259,11 @@ pub fn run(
         resizing,
         log_failing: vec![false; containers],
     };
-    for note in &taken.notes {
-        let line = sup.events.emit(SystemTime::now(), note);
-        sup.api.event(line, &sup.epoll);
-    }
-    sup.adopt(&mut taken.found)?;
-    // Written before anything starts: a state dir that cannot hold it stops the run here.
-    sup.save()?;
-    // The exits the keepers recorded are in the pod now (and in the record just written).
-    for f in &taken.found.stale_files {
-        let _ = std::fs::remove_file(f);
+    if let Err(e) = sup.take_up(&taken.notes, &mut taken.found) {
+        if !taken_over {
+            prepare::remove_pod_cgroup(&mut sup.cgroups, &sup.dir);
+        }
+        return Err(e);
     }
     Ok(sup.run()?)
 }
@@ -381,6 +379,27 @@ struct Supervisor {
 }
 
 impl Supervisor {
+    /// What the last run left, taken into this one before anything starts: its notes, the
+    /// containers its keepers hold, and the record written at once (a state dir that cannot
+    /// hold it stops the run here).
+    fn take_up(
+        &mut self,
+        notes: &[podvisor_core::lifecycle::Event],
+        found: &mut keep::Found,
+    ) -> Result<(), RunError> {
+        for note in notes {
+            let line = self.events.emit(SystemTime::now(), note);
+            self.api.event(line, &self.epoll);
+        }
+        self.adopt(found)?;
+        self.save()?;
+        // The exits the keepers recorded are in the pod now (and in the record just written).
+        for f in &found.stale_files {
+            let _ = std::fs::remove_file(f);
+        }
+        Ok(())
+    }
+
     fn run(&mut self) -> io::Result<Outcome> {
         self.try_admit()?;
         let mut ready = Vec::new();
@@ -529,11 +548,7 @@ impl Supervisor {
             for cg in self.instances.take_cgroups() {
                 cg.kill_all();
             }
-            if let Some(pod) = self.cgroups.pod.take() {
-                if let Err(e) = pod.remove(self.dir.path()) {
-                    eprintln!("podvisor: {e}");
-                }
-            }
+            prepare::remove_pod_cgroup(&mut self.cgroups, &self.dir);
         }
         if !self.detached {
             self.write_last_word();

@@ -25,7 +25,7 @@ pub(super) struct Prepared {
 }
 
 /// Everything else the run needs before its containers start, made after `isolate`: a
-/// refusal here is undone with `abandon`.
+/// refusal here is undone with `remove_pod_cgroup`.
 pub(super) fn prepare(
     plan: &RunPlan,
     dir: &StateDir,
@@ -70,13 +70,12 @@ pub(super) fn prepare(
     })
 }
 
-/// A run refused after `isolate`: the pod cgroup it made goes with it. One that holds
-/// containers taken over from keepers stays, for the next run (as after a crash).
-pub(super) fn abandon(cgroups: PodCgroups, dir: &StateDir, taken: &persist::TakenUp) {
-    if !taken.found.adopted.is_empty() {
-        return;
-    }
-    if let Some(pod) = cgroups.pod {
+/// Removes the pod cgroup the run made: at its end, and when it is refused after `isolate`
+/// (in `prepare`, or while it takes up what the last run left) unless it holds containers
+/// taken over from keepers, which stay for the next run as after a crash. Mounts need
+/// nothing: a memory emptyDir's tmpfs is in the run's own mount namespace and ends with it.
+pub(super) fn remove_pod_cgroup(cgroups: &mut PodCgroups, dir: &StateDir) {
+    if let Some(pod) = cgroups.pod.take() {
         if let Err(e) = pod.remove(dir.path()) {
             eprintln!("podvisor: {e}");
         }

@@ -105,7 +105,7 @@ pub(super) fn isolate(
         sys::private_mount_namespace()?;
     }
     // The cgroups last, after what can refuse the run here (a refusal later undoes them:
-    // `abandon`). Those of containers taken over stay as they are.
+    // `prepare::remove_pod_cgroup`). Those of containers taken over stay as they are.
     let keep: Vec<String> = taken
         .found
         .adopted
