@@ -292,22 +292,11 @@ fn group_usage(groups: &[i32]) -> BTreeMap<i32, (f64, u64)> {
     let page = 4096u64;
     let mut out = BTreeMap::new();
     for &pid in groups {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(stat) = crate::process::stat::ProcStat::read(pid) else {
             continue;
         };
-        // Fields after the command, which ends with the last ')'.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split(' ').collect();
-        // f[0] is field 3 (state): utime is field 14 … cstime 17, rss 24.
-        let num = |i: usize| {
-            f.get(i - 3)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(0)
-        };
-        let cpu = (num(14) + num(15) + num(16) + num(17)) as f64 / tick;
-        out.insert(pid, (cpu, num(24).max(0) as u64 * page));
+        let cpu = stat.cpu_ticks as f64 / tick;
+        out.insert(pid, (cpu, stat.rss_pages * page));
     }
     out
 }

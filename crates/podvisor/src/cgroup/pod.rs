@@ -583,15 +583,9 @@ fn held_by(dir: &Path) -> String {
     }
     let described: Vec<String> = procs
         .iter()
-        .map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses.
-            let (name, rest) = match (stat.find('('), stat.rfind(')')) {
-                (Some(open), Some(close)) => (&stat[open + 1..close], &stat[close + 1..]),
-                _ => ("?", ""),
-            };
-            let state = rest.split_whitespace().next().unwrap_or("?");
-            format!("{pid} ({name}, state {state})")
+        .map(|pid| match crate::process::stat::ProcStat::read(*pid) {
+            Some(s) => format!("{pid} ({}, state {})", s.comm, s.state),
+            None => format!("{pid} (?, state ?)"),
         })
         .collect();
     format!("process {}", described.join(", "))

@@ -40,14 +40,8 @@ pub fn descendants_of(root: i32) -> Vec<i32> {
     found
 }
 
-/// The parent pid from /proc/PID/stat. The command name (field 2) may hold spaces and
-/// parentheses, so parse from the last `)`.
 fn read_ppid(pid: i32) -> Option<i32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after.split_ascii_whitespace();
-    let _state = fields.next()?;
-    fields.next()?.parse().ok()
+    super::stat::ProcStat::read(pid).map(|s| s.ppid)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::process::stat::ProcStat;
 use crate::process::sys;
 
 /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), or "" if it cannot be read.
@@ -21,14 +22,8 @@ pub fn boot_id() -> String {
 /// (process group, start time in clock ticks since boot, zombie) of `pid`, from
 /// /proc/PID/stat.
 pub fn stat(pid: i32) -> Option<(i32, u64, bool)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command, which ends with the last ')': state is field 3.
-    let rest = &text[text.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split(' ').collect();
-    let zombie = f.first()? == &"Z";
-    let pgrp = f.get(2)?.parse().ok()?;
-    let start = f.get(19)?.parse().ok()?;
-    Some((pgrp, start, zombie))
+    let s = ProcStat::read(pid)?;
+    Some((s.pgrp, s.start_ticks, s.zombie()))
 }
 
 /// Whether a `podvisor run` of this user began less than `within` ago and holds no state dir
@@ -109,9 +104,7 @@ fn holds_a_state_dir(pid: i32) -> bool {
 
 /// The parent of `pid`, from /proc/PID/stat.
 fn parent_of(pid: i32) -> Option<i32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 2..];
-    rest.split(' ').nth(1)?.parse().ok()
+    ProcStat::read(pid).map(|s| s.ppid)
 }
 
 /// The start time of `pid` in clock ticks since boot.
