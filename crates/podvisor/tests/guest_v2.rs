@@ -106,6 +106,86 @@ mod placement {
         assert!(!r.dir.file("state").join("cgroups").exists());
     }
 
+    /// As root a container's process is born in its cgroup (clone3's `CLONE_INTO_CGROUP`):
+    /// no migration into it, which on every start would wait for an RCU grace period in the
+    /// kernel. The kernel's `cgroup_attach_task` tracepoint records every migration; a
+    /// process the test moves into the same cgroup shows that it records them here.
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn as_root_a_container_is_born_in_its_cgroup() {
+        if !is_root() {
+            // Rootless, a container is cloned in its user namespace and joins its cgroup.
+            return;
+        }
+        let tracing = Path::new("/sys/kernel/tracing");
+        if !tracing.join("trace").exists() {
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tracefs", "nodev"])
+                .arg(tracing)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "mount tracefs");
+        }
+        let event = tracing.join("events/cgroup/cgroup_attach_task/enable");
+        std::fs::write(tracing.join("trace"), "").unwrap();
+        std::fs::write(&event, "1").unwrap();
+        struct Off(PathBuf);
+        impl Drop for Off {
+            fn drop(&mut self) {
+                let _ = std::fs::write(&self.0, "0");
+            }
+        }
+        let _off = Off(event);
+        let r = pod_run(&pod(
+            "Never",
+            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 64Mi}}\n",
+        ));
+        let mut p = r.cmd(&[]).start();
+        let pid = running_pid(&r);
+        let instance = cgroup_of(pid);
+        assert!(instance.ends_with("app-1"), "{}", instance.display());
+        let mut moved = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        std::fs::write(instance.join("cgroup.procs"), moved.id().to_string()).unwrap();
+        let _ = moved.kill();
+        let _ = moved.wait();
+        let trace = std::fs::read_to_string(tracing.join("trace")).unwrap();
+        let into: Vec<&str> = trace
+            .lines()
+            .filter(|l| l.contains("cgroup_attach_task:") && l.contains("/app-1 "))
+            .collect();
+        assert_eq!(into.len(), 1, "{trace}");
+        assert!(
+            into[0].contains(&format!(" pid={} ", moved.id())),
+            "{trace}"
+        );
+        stop(&mut p);
+        // Such a child has memory of its own: a step that fails, and the exec, are told
+        // through a pipe, with the step and its path.
+        for (spec, expect) in [
+            (
+                "command: ['true'], workingDir: /no/such/dir",
+                "cannot chdir to its working directory /no/such/dir: No such file or directory",
+            ),
+            (
+                "command: [/no/such/program]",
+                "exec: \"/no/such/program\": executable file not found",
+            ),
+        ] {
+            let r = pod_run(&pod(
+                "Never",
+                &format!("  containers:\n  - {{name: app, {spec}, resources: {{limits: {{memory: 64Mi}}}}}}\n"),
+            ));
+            let out = r.cmd(&[]).output();
+            assert_eq!(out.code(), 1, "{out:?}");
+            let failed = r.events().into_iter().find(|e| e["reason"] == "Failed");
+            let message = failed.as_ref().and_then(|e| e["message"].as_str());
+            assert!(message.is_some_and(|m| m.contains(expect)), "{failed:?}");
+        }
+    }
+
     /// Pod-level resources (KEP-2837): the pod cgroup's limits are the spec's, and a
     /// container that sets no limit has the pod's in its own cgroup.
     #[test]

@@ -147,13 +147,47 @@ pub(super) struct ChildPlan {
     pub(super) failed_path: *const libc::c_char,
     /// Set by the child when it could not take the terminal (TerminalSession): not fatal.
     pub(super) tty_errno: libc::c_int,
+    /// A child of its own memory (born in its cgroup, see `spawn::clone_into_cgroup`) cannot
+    /// set the fields above in ours: it writes its `Report` to this pipe (-1: none) before it
+    /// exits. The pipe is close-on-exec: empty at the exec's end means it exec'd.
+    pub(super) report: RawFd,
+}
+
+/// What a failed child tells through `ChildPlan::report`: `errno`, `failed_step` and
+/// `failed_path` as they are in its plan. The pointers are the parent's own: the child's
+/// memory is a copy of the parent's, which stays as it was while the child lives (vfork).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Report {
+    pub(super) errno: libc::c_int,
+    pub(super) failed_step: *const libc::c_char,
+    pub(super) failed_path: *const libc::c_char,
+}
+
+/// Writes `plan`'s failure to its report pipe, if it has one.
+///
+/// # Safety
+/// In the child, before its `_exit`.
+unsafe fn report(plan: &ChildPlan) {
+    if plan.report < 0 {
+        return;
+    }
+    let r = Report {
+        errno: plan.errno,
+        failed_step: plan.failed_step,
+        failed_path: plan.failed_path,
+    };
+    let size = std::mem::size_of::<Report>();
+    // SAFETY: `r` is `size` bytes on our stack; a pipe write this small is atomic.
+    unsafe { libc::write(plan.report, (&r as *const Report).cast(), size) };
 }
 
 /// A step of the child that failed: what it was, and the path it was about (null: none).
 type Failed = (&'static std::ffi::CStr, *const libc::c_char);
 
-/// The child between clone and exec. It shares podvisor's memory, so it only reads `plan`,
-/// writes `plan.errno` and `plan.tty_errno`, and leaves by exec or `_exit`.
+/// The child between clone and exec. It shares podvisor's memory (or has a copy of it, with
+/// `plan.report`), so it only reads `plan`, writes `plan.errno` and `plan.tty_errno` (and its
+/// report), and leaves by exec or `_exit`.
 pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `ChildPlan` the suspended parent handed to clone.
     let plan = unsafe { &mut *(arg as *mut ChildPlan) };
@@ -177,6 +211,7 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             plan.errno = *libc::__errno_location();
             plan.failed_step = step.as_ptr();
             plan.failed_path = path;
+            report(plan);
             libc::_exit(127)
         }
     }
@@ -189,6 +224,7 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         // The exec itself: no step, the errno alone (tini and dumb-init map it to 126/127).
         plan.errno = *libc::__errno_location();
+        report(plan);
         libc::_exit(127)
     }
 }
@@ -341,7 +377,15 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
         }
         // Nothing but its stdio reaches the program, whatever else was open (a descriptor
         // someone let podvisor inherit without close-on-exec): runc does the same.
-        let ret = libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        // (But the report pipe, close-on-exec: it says how this child ends until the exec.)
+        let ret = match plan.report {
+            r if r > 3 => match libc::syscall(libc::SYS_close_range, 3u32, r as u32 - 1, 0u32) {
+                0 => libc::syscall(libc::SYS_close_range, r as u32 + 1, u32::MAX, 0u32),
+                e => e,
+            },
+            3 => libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32),
+            _ => libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32),
+        };
         check_step(ret as libc::c_int, c"close_range")?;
         if plan.terminal {
             // Its session (setsid above) gets the terminal as its controlling terminal.

@@ -3,13 +3,15 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
+use std::os::fd::FromRawFd;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::child::{
-    child_main, via_user_namespace, ChildPlan, DevSpec, Mode, MountSpec, RootSpec, RootlessStep,
-    Via,
+    child_main, via_user_namespace, ChildPlan, DevSpec, Mode, MountSpec, Report, RootSpec,
+    RootlessStep, Via,
 };
 use super::creds::{Credentials, PreparedCreds};
 use super::rootfs::{BindMount, MountStrings, PrivateRoot};
@@ -126,6 +128,8 @@ struct LowFds {
     user: RawFd,
     uts: RawFd,
     ipc: RawFd,
+    /// The child's report pipe (see `ChildPlan::report`).
+    report: RawFd,
 }
 
 static LOW_FDS: Mutex<Option<LowFds>> = Mutex::new(None);
@@ -155,6 +159,7 @@ pub fn reserve_low_fds() -> io::Result<()> {
         user: open()?,
         uts: open()?,
         ipc: open()?,
+        report: open()?,
     });
     Ok(())
 }
@@ -442,7 +447,7 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
         }
     }
     let highest = [
-        low.stdout, low.stderr, low.mounts, low.user, low.uts, low.ipc,
+        low.stdout, low.stderr, low.mounts, low.user, low.uts, low.ipc, low.report,
     ]
     .into_iter()
     .fold(low.stdin, RawFd::max);
@@ -554,10 +559,140 @@ fn clone_via(
     Ok(via.pid)
 }
 
+/// Whether `clone_into_cgroup` may be tried: cleared the first time the kernel (before 5.7)
+/// or a seccomp filter (Docker's default profile) refuses clone3 or its flag.
+static INTO_CGROUP: AtomicBool = AtomicBool::new(true);
+
+/// clone3's flag for a child born in the cgroup `CloneArgs::cgroup` (linux/sched.h).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` (linux/sched.h), of its size with `cgroup` (88 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// The cgroup v2 directory of the open `cgroup.procs` file `procs`, opened (`O_PATH`) for
+/// `clone_into_cgroup`; `None` on cgroup v1 or when it cannot be found.
+fn unified_cgroup_dir(procs: RawFd) -> Option<std::os::fd::OwnedFd> {
+    const CGROUP2_SUPER_MAGIC: libc::c_long = 0x6367_7270;
+    // SAFETY: a statfs is plain data, valid zeroed.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills `fs` for a descriptor we hold.
+    let statted = unsafe { libc::fstatfs(procs, &mut fs) } == 0;
+    if !statted || fs.f_type as libc::c_long != CGROUP2_SUPER_MAGIC {
+        return None;
+    }
+    let path = std::fs::read_link(format!("/proc/self/fd/{procs}")).ok()?;
+    let dir = c_string(path.parent()?.as_os_str().as_bytes()).ok()?;
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: open of a NUL-terminated path; the descriptor is owned from here on.
+    let fd = unsafe { libc::open(dir.as_ptr(), flags) };
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// A close-on-exec pipe whose write end is moved onto the kept descriptor `onto`; returns the
+/// read end.
+fn report_pipe(onto: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 fills the two descriptors, owned from here on.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just made and nothing else owns them.
+    let (read, write) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    dup_onto(write.as_raw_fd(), onto)?;
+    Ok(read)
+}
+
+/// Reads what the child wrote to its report pipe (all writers gone: the child exec'd or
+/// exited, our kept copy is reset) into `plan`.
+fn read_report(read: &std::os::fd::OwnedFd, plan: &mut ChildPlan) {
+    let size = std::mem::size_of::<Report>();
+    let mut r = std::mem::MaybeUninit::<Report>::uninit();
+    // SAFETY: reads at most `size` bytes into `r`, used only when all of them came.
+    let n = unsafe { libc::read(read.as_raw_fd(), r.as_mut_ptr().cast(), size) };
+    if n == size as isize {
+        // SAFETY: fully written by the read above.
+        let r = unsafe { r.assume_init() };
+        plan.errno = r.errno;
+        plan.failed_step = r.failed_step;
+        plan.failed_path = r.failed_path;
+    }
+}
+
+/// As `clone_child`, for a child born in the cgroup v2 directory `cgroup` (clone3's
+/// `CLONE_INTO_CGROUP`): it never writes `cgroup.procs`, whose migration makes every start
+/// wait for an RCU grace period (milliseconds) in the kernel. The child has a copy of our
+/// memory (no `CLONE_VM`): it tells a failure through `plan.report`. An error here leaves the
+/// start to `clone_child`.
+fn clone_into_cgroup(plan: &mut ChildPlan, new: libc::c_int, cgroup: RawFd) -> io::Result<i32> {
+    let mut flags = (libc::CLONE_VFORK | new) as u32 as u64 | CLONE_INTO_CGROUP;
+    if plan.unshare_above > 0 {
+        flags |= libc::CLONE_FILES as u64;
+    }
+    let args = CloneArgs {
+        flags,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 without CLONE_VM or a stack is a fork: the child runs on a copy of our
+    // memory and stack, returning 0 here. With CLONE_VFORK this thread waits until the child
+    // execs or exits. The child runs `child_main` only (plain syscalls, no allocation, no
+    // lock: other threads' locks may be held in its copy) and never returns from it.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if pid == 0 {
+        // Born in its cgroup: nothing to join.
+        plan.cgroup_count = 0;
+        child_main(plan as *mut ChildPlan as *mut libc::c_void);
+        // SAFETY: child_main never returns; should it, the child ends here.
+        unsafe { libc::_exit(127) }
+    }
+    if pid == -1 {
+        let e = io::Error::last_os_error();
+        if matches!(
+            e.raw_os_error(),
+            Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EPERM)
+        ) {
+            INTO_CGROUP.store(false, Ordering::Relaxed);
+        }
+        return Err(e);
+    }
+    Ok(pid as i32)
+}
+
 /// Clones the child of `plan` with the namespaces `prep` asks for: those it gets of its
 /// own at birth, or through a go-between in a user namespace not ours, or born in a PID
 /// namespace that exists.
-fn clone_in_namespaces(plan: &mut ChildPlan, prep: &Prepared) -> io::Result<i32> {
+fn clone_in_namespaces(
+    plan: &mut ChildPlan,
+    prep: &Prepared,
+    into_cgroup: Option<RawFd>,
+) -> io::Result<i32> {
     let ns = &prep.namespaces;
     let mut new = 0;
     for (wanted, flag) in [
@@ -598,9 +733,12 @@ fn clone_in_namespaces(plan: &mut ChildPlan, prep: &Prepared) -> io::Result<i32>
         }
         _ => None,
     };
-    let pid = match via {
-        Some((user_ns, join_pid)) => clone_via(plan, new, user_ns, join_pid),
-        None => clone_child(plan, new),
+    let pid = match (via, into_cgroup) {
+        (Some((user_ns, join_pid)), _) => clone_via(plan, new, user_ns, join_pid),
+        (None, Some(dir)) if new & libc::CLONE_NEWUSER == 0 => {
+            clone_into_cgroup(plan, new, dir).or_else(|_| clone_child(plan, new))
+        }
+        (None, _) => clone_child(plan, new),
     };
     drop(children_in);
     pid
@@ -702,6 +840,7 @@ pub fn spawn_with_terminal(
         failed_step: std::ptr::null(),
         failed_path: std::ptr::null(),
         tty_errno: 0,
+        report: -1,
     };
     // Container processes go through the reserved low descriptors, when there are some.
     let low_guard = LOW_FDS.lock().unwrap_or_else(|e| e.into_inner());
@@ -715,11 +854,26 @@ pub fn spawn_with_terminal(
     if let Some(low) = &low {
         place_on_low_fds(&mut plan, low, &mut used)?;
     }
-    let pid = clone_in_namespaces(&mut plan, &prep);
+    // On cgroup v2, born in its cgroup: that needs a child of its own memory, which reports
+    // through a pipe on a kept descriptor.
+    let into = match (&low, prep.cgroups.as_slice()) {
+        (Some(low), &[procs]) if INTO_CGROUP.load(Ordering::Relaxed) => unified_cgroup_dir(procs)
+            .and_then(|dir| {
+                let read = report_pipe(low.report).ok()?;
+                used.push(low.report);
+                plan.report = low.report;
+                Some((dir, read))
+            }),
+        _ => None,
+    };
+    let pid = clone_in_namespaces(&mut plan, &prep, into.as_ref().map(|(d, _)| d.as_raw_fd()));
     // The child has exec'd or exited: the kept descriptors let go of its pipes again.
     reset_low_fds(&used);
     drop(low_guard);
     let pid = pid?;
+    if let Some((_, read)) = into {
+        read_report(&read, &mut plan);
+    }
     if plan.errno != 0 {
         return Err(child_failure(pid, &plan, mode));
     }
