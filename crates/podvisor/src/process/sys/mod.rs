@@ -1,6 +1,7 @@
 //! The only place in podvisor with `unsafe`: thin, safe wrappers over the Linux syscalls that
 //! supervision needs (signal masks, waiting for signals, reaping, prctl, terminal ownership, and
-//! what the child does between fork and exec). `spawn.rs` holds the clone-and-exec path,
+//! what the child does between fork and exec). `spawn.rs` holds the clone-and-exec path
+//! (`clone.rs` the clone itself),
 //! `fd.rs` the descriptor-based ones (signalfd, epoll, pipes, sockets, inotify, locks).
 //!
 //! Each wrapper returns `io::Result` with the raw errno preserved, so callers match
@@ -15,12 +16,14 @@ use std::time::Duration;
 #[cfg(test)]
 mod alloc_count;
 mod child;
+mod clone;
 mod creds;
 mod fd;
 #[cfg(feature = "full")]
 mod files;
 mod fork;
 mod namespaces;
+mod newroot;
 mod passing;
 mod rootfs;
 mod spawn;

@@ -3,15 +3,13 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::FromRawFd;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use super::child::{
-    child_main, via_user_namespace, ChildPlan, DevSpec, Mode, MountSpec, Report, RootSpec,
-    RootlessStep, Via,
+use super::child::{ChildPlan, DevSpec, Mode, MountSpec, RootSpec, RootlessStep};
+use super::clone::{
+    clone_in_namespaces, may_clone_into_cgroup, read_report, report_pipe, unified_cgroup_dir,
 };
 use super::creds::{Credentials, PreparedCreds};
 use super::rootfs::{BindMount, MountStrings, PrivateRoot};
@@ -165,7 +163,7 @@ pub fn reserve_low_fds() -> io::Result<()> {
 }
 
 /// `dup3(from, to, O_CLOEXEC)`.
-fn dup_onto(from: RawFd, to: RawFd) -> io::Result<()> {
+pub(super) fn dup_onto(from: RawFd, to: RawFd) -> io::Result<()> {
     // SAFETY: dup3 on descriptors we hold; `to` is one of our reserved ones.
     if unsafe { libc::dup3(from, to, libc::O_CLOEXEC) } == -1 {
         return Err(io::Error::last_os_error());
@@ -194,7 +192,7 @@ fn reset_low_fds(used: &[RawFd]) {
 /// What a container's child needs, as C strings and descriptors, made before the clone: the
 /// child allocates nothing.
 #[derive(Default)]
-struct Prepared {
+pub(super) struct Prepared {
     /// Owns what `env_ptrs` points at.
     _env_strings: Vec<CString>,
     env_ptrs: Vec<*const libc::c_char>,
@@ -202,15 +200,15 @@ struct Prepared {
     cwd_optional: bool,
     stdin: Option<RawFd>,
     io_fds: Option<(RawFd, RawFd)>,
-    mount_strings: MountStrings,
+    pub(super) mount_strings: MountStrings,
     join_mounts: Option<RawFd>,
     join_user: Option<RawFd>,
     cgroups: Vec<RawFd>,
     creds: Option<PreparedCreds>,
-    namespaces: Namespaces,
+    pub(super) namespaces: Namespaces,
     hostname: Option<CString>,
     /// Rootless: the run's mapped user namespace, entered on the way (`via_user_namespace`).
-    user_ns: Option<std::fs::File>,
+    pub(super) user_ns: Option<std::fs::File>,
     terminal: Option<(u16, u16)>,
 }
 
@@ -455,295 +453,6 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
     Ok(())
 }
 
-/// A stack for a clone: left uninitialised (nothing reads it before the child writes it) and
-/// under malloc's mmap threshold, so that only the pages the child touches are ever faulted
-/// in. Returns it with its 16-byte aligned top.
-fn clone_stack(size: usize) -> (Vec<u8>, *mut libc::c_void) {
-    let mut stack: Vec<u8> = Vec::with_capacity(size);
-    // SAFETY: the stack grows down from its top, inside the allocation.
-    let top = unsafe { stack.as_mut_ptr().add(stack.capacity()) };
-    (stack, (top as usize & !15) as *mut libc::c_void)
-}
-
-/// Clones the child that runs `plan` (vfork semantics: back here once it has exec'd or
-/// exited); `new` are the namespaces it gets of its own (`CLONE_NEW*`).
-fn clone_child(plan: &mut ChildPlan, new: libc::c_int) -> io::Result<i32> {
-    // The child's stack: execvp's PATH search and script fallback use a few KiB of it.
-    let (stack, top) = clone_stack(64 * 1024);
-    // A rootless container is born in a user namespace of its own: a child that shares our
-    // memory cannot unshare one (unshare(2) refuses CLONE_NEWUSER then). A PID namespace of
-    // its own has to be there at birth too: unshare(2) would only move its children.
-    let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | new;
-    if plan.unshare_above > 0 {
-        flags |= libc::CLONE_FILES;
-    }
-    // SAFETY: with CLONE_VFORK this thread is suspended until the child execs or exits, so the
-    // child has sole use of `plan` and everything it points to (the caller's strings and
-    // pointer arrays, and `stack`), which all outlive the call. The child runs `child_main`
-    // only, which makes plain syscalls and execvp/execvpe (no allocation, no lock) and never
-    // returns into our frames. Every signal is still blocked in the child (our mask is
-    // inherited) and we install no handlers, so nothing can run on its behalf while it shares
-    // our memory. With CLONE_FILES it shares our descriptor table too, and its first step is
-    // to take its own copy (of the kept low descriptors only), before it touches any
-    // descriptor.
-    let pid = unsafe {
-        libc::clone(
-            child_main,
-            top,
-            flags,
-            plan as *mut ChildPlan as *mut libc::c_void,
-        )
-    };
-    drop(stack);
-    if pid == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(pid)
-}
-
-/// As `clone_child`, for a child to be born in user namespace `user_ns` that is not ours:
-/// through the go-between `via_user_namespace`, which enters it, makes the namespaces `new`
-/// there or enters PID namespace `join_pid` (-1: none), and clones the child as ours. The
-/// go-between is reaped here.
-fn clone_via(
-    plan: &mut ChildPlan,
-    new: libc::c_int,
-    user_ns: RawFd,
-    join_pid: RawFd,
-) -> io::Result<i32> {
-    let (stack, top) = clone_stack(64 * 1024);
-    let (via_stack, via_top) = clone_stack(16 * 1024);
-    let files = match plan.unshare_above > 0 {
-        true => libc::CLONE_FILES,
-        false => 0,
-    };
-    let mut via = Via {
-        plan: plan as *mut ChildPlan,
-        user_ns,
-        join_pid,
-        unshare: new,
-        flags: libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT | libc::SIGCHLD | files,
-        stack_top: top,
-        pid: -1,
-    };
-    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | files;
-    // SAFETY: as in `clone_child`: with CLONE_VFORK this thread is suspended until the
-    // go-between exits, which it does once the child it clones (with CLONE_VFORK too) has
-    // exec'd or exited; both run on stacks of their own that outlive the call, read `via`
-    // and `plan` only through the pointers given, make plain syscalls and never return into
-    // our frames.
-    let between = unsafe {
-        libc::clone(
-            via_user_namespace,
-            via_top,
-            flags,
-            &mut via as *mut Via as *mut libc::c_void,
-        )
-    };
-    if between == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut status = 0;
-    // SAFETY: waiting for our own go-between, which has exited; nobody else knows its pid.
-    unsafe { libc::waitpid(between, &mut status, 0) };
-    drop((stack, via_stack));
-    if via.pid == -1 {
-        let os = io::Error::from_raw_os_error(plan.errno);
-        let step = match plan.failed_step.is_null() {
-            true => "start its go-between".into(),
-            // SAFETY: a static C string the go-between pointed at.
-            false => unsafe { std::ffi::CStr::from_ptr(plan.failed_step) }.to_string_lossy(),
-        };
-        return Err(io::Error::new(os.kind(), format!("{step}: {os}")));
-    }
-    Ok(via.pid)
-}
-
-/// Whether `clone_into_cgroup` may be tried: cleared the first time the kernel (before 5.7)
-/// or a seccomp filter (Docker's default profile) refuses clone3 or its flag.
-static INTO_CGROUP: AtomicBool = AtomicBool::new(true);
-
-/// clone3's flag for a child born in the cgroup `CloneArgs::cgroup` (linux/sched.h).
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// `struct clone_args` (linux/sched.h), of its size with `cgroup` (88 bytes).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-/// The cgroup v2 directory of the open `cgroup.procs` file `procs`, opened (`O_PATH`) for
-/// `clone_into_cgroup`; `None` on cgroup v1 or when it cannot be found.
-fn unified_cgroup_dir(procs: RawFd) -> Option<std::os::fd::OwnedFd> {
-    const CGROUP2_SUPER_MAGIC: libc::c_long = 0x6367_7270;
-    // SAFETY: a statfs is plain data, valid zeroed.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs fills `fs` for a descriptor we hold.
-    let statted = unsafe { libc::fstatfs(procs, &mut fs) } == 0;
-    if !statted || fs.f_type as libc::c_long != CGROUP2_SUPER_MAGIC {
-        return None;
-    }
-    let path = std::fs::read_link(format!("/proc/self/fd/{procs}")).ok()?;
-    let dir = c_string(path.parent()?.as_os_str().as_bytes()).ok()?;
-    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
-    // SAFETY: open of a NUL-terminated path; the descriptor is owned from here on.
-    let fd = unsafe { libc::open(dir.as_ptr(), flags) };
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-/// A close-on-exec pipe whose write end is moved onto the kept descriptor `onto`; returns the
-/// read end.
-fn report_pipe(onto: RawFd) -> io::Result<std::os::fd::OwnedFd> {
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 fills the two descriptors, owned from here on.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both were just made and nothing else owns them.
-    let (read, write) = unsafe {
-        (
-            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
-            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-        )
-    };
-    dup_onto(write.as_raw_fd(), onto)?;
-    Ok(read)
-}
-
-/// Reads what the child wrote to its report pipe (all writers gone: the child exec'd or
-/// exited, our kept copy is reset) into `plan`.
-fn read_report(read: &std::os::fd::OwnedFd, plan: &mut ChildPlan) {
-    let size = std::mem::size_of::<Report>();
-    let mut r = std::mem::MaybeUninit::<Report>::uninit();
-    // SAFETY: reads at most `size` bytes into `r`, used only when all of them came.
-    let n = unsafe { libc::read(read.as_raw_fd(), r.as_mut_ptr().cast(), size) };
-    if n == size as isize {
-        // SAFETY: fully written by the read above.
-        let r = unsafe { r.assume_init() };
-        plan.errno = r.errno;
-        plan.failed_step = r.failed_step;
-        plan.failed_path = r.failed_path;
-    }
-}
-
-/// As `clone_child`, for a child born in the cgroup v2 directory `cgroup` (clone3's
-/// `CLONE_INTO_CGROUP`): it never writes `cgroup.procs`, whose migration makes every start
-/// wait for an RCU grace period (milliseconds) in the kernel. The child has a copy of our
-/// memory (no `CLONE_VM`): it tells a failure through `plan.report`. An error here leaves the
-/// start to `clone_child`.
-fn clone_into_cgroup(plan: &mut ChildPlan, new: libc::c_int, cgroup: RawFd) -> io::Result<i32> {
-    let mut flags = (libc::CLONE_VFORK | new) as u32 as u64 | CLONE_INTO_CGROUP;
-    if plan.unshare_above > 0 {
-        flags |= libc::CLONE_FILES as u64;
-    }
-    let args = CloneArgs {
-        flags,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup as u64,
-        ..CloneArgs::default()
-    };
-    // SAFETY: clone3 without CLONE_VM or a stack is a fork: the child runs on a copy of our
-    // memory and stack, returning 0 here. With CLONE_VFORK this thread waits until the child
-    // execs or exits. The child runs `child_main` only (plain syscalls, no allocation, no
-    // lock: other threads' locks may be held in its copy) and never returns from it.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    if pid == 0 {
-        // Born in its cgroup: nothing to join.
-        plan.cgroup_count = 0;
-        child_main(plan as *mut ChildPlan as *mut libc::c_void);
-        // SAFETY: child_main never returns; should it, the child ends here.
-        unsafe { libc::_exit(127) }
-    }
-    if pid == -1 {
-        let e = io::Error::last_os_error();
-        if matches!(
-            e.raw_os_error(),
-            Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EPERM)
-        ) {
-            INTO_CGROUP.store(false, Ordering::Relaxed);
-        }
-        return Err(e);
-    }
-    Ok(pid as i32)
-}
-
-/// Clones the child of `plan` with the namespaces `prep` asks for: those it gets of its
-/// own at birth, or through a go-between in a user namespace not ours, or born in a PID
-/// namespace that exists.
-fn clone_in_namespaces(
-    plan: &mut ChildPlan,
-    prep: &Prepared,
-    into_cgroup: Option<RawFd>,
-) -> io::Result<i32> {
-    let ns = &prep.namespaces;
-    let mut new = 0;
-    for (wanted, flag) in [
-        (
-            prep.mount_strings.rootless.is_some() && prep.user_ns.is_none(),
-            libc::CLONE_NEWUSER,
-        ),
-        (ns.new_uts.is_some(), libc::CLONE_NEWUTS),
-        (ns.new_ipc, libc::CLONE_NEWIPC),
-        (ns.pid == PidSetup::New, libc::CLONE_NEWPID),
-    ] {
-        if wanted {
-            new |= flag;
-        }
-    }
-    // Born in a user namespace not ours: through a go-between that enters it, and there
-    // makes its namespaces or enters its PID namespace.
-    let via = match (&prep.user_ns, ns.pid) {
-        (Some(mapped), _) => Some((mapped.as_raw_fd(), -1)),
-        (None, PidSetup::Join(pid_ns)) if plan.join_user >= 0 => {
-            let user_ns = std::mem::replace(&mut plan.join_user, -1);
-            Some((user_ns, pid_ns))
-        }
-        _ => None,
-    };
-    // Born in a PID namespace that exists: this thread's children are, for the clone.
-    let children_in = match ns.pid {
-        PidSetup::Join(fd) if via.is_none() => {
-            match super::namespaces::ChildrenIn::pid_namespace(fd) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("join its PID namespace: {e}"),
-                    ));
-                }
-            }
-        }
-        _ => None,
-    };
-    let pid = match (via, into_cgroup) {
-        (Some((user_ns, join_pid)), _) => clone_via(plan, new, user_ns, join_pid),
-        (None, Some(dir)) if new & libc::CLONE_NEWUSER == 0 => {
-            clone_into_cgroup(plan, new, dir).or_else(|_| clone_child(plan, new))
-        }
-        (None, _) => clone_child(plan, new),
-    };
-    drop(children_in);
-    pid
-}
-
 /// The child `pid` failed before its exec and has exited (127): reaps it and says why, for a
 /// container with the step and the path it was about.
 fn child_failure(pid: i32, plan: &ChildPlan, mode: Mode) -> io::Error {
@@ -857,13 +566,14 @@ pub fn spawn_with_terminal(
     // On cgroup v2, born in its cgroup: that needs a child of its own memory, which reports
     // through a pipe on a kept descriptor.
     let into = match (&low, prep.cgroups.as_slice()) {
-        (Some(low), &[procs]) if INTO_CGROUP.load(Ordering::Relaxed) => unified_cgroup_dir(procs)
-            .and_then(|dir| {
+        (Some(low), &[procs]) if may_clone_into_cgroup() => {
+            unified_cgroup_dir(procs).and_then(|dir| {
                 let read = report_pipe(low.report).ok()?;
                 used.push(low.report);
                 plan.report = low.report;
                 Some((dir, read))
-            }),
+            })
+        }
         _ => None,
     };
     let pid = clone_in_namespaces(&mut plan, &prep, into.as_ref().map(|(d, _)| d.as_raw_fd()));

@@ -1,0 +1,317 @@
+//! The child's side of a container's own root (`child.rs` calls these in order): the
+//! private layer and its overlay, its `/dev`, each bind mount, the pivot into it, and, rootless,
+//! the uid and gid maps and the root built in a user namespace.
+
+use super::child::{DevSpec, MountSpec, RootSpec};
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// In the child, in its new mount namespace: the layer's tmpfs, its directories and the
+/// overlay of `/` at `merged`, with a fresh /tmp unless the root is read-only. -1 on error
+/// (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
+    if !r.uid_map.is_null() {
+        // SAFETY: as below, on the parent's prepared paths.
+        return unsafe { build_rootless_root(r) };
+    }
+    // SAFETY: mount(2), mkdir(2) on the parent's prepared paths.
+    unsafe {
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            r.layer_dir,
+            c"tmpfs".as_ptr(),
+            0,
+            c"mode=0755".as_ptr().cast(),
+        ) == -1
+        {
+            return -1;
+        }
+        for d in [r.upper, r.work, r.merged] {
+            if libc::mkdir(d, 0o755) == -1 {
+                return -1;
+            }
+        }
+        let overlay = c"overlay".as_ptr();
+        if libc::mount(overlay, r.merged, overlay, 0, r.overlay_options.cast()) == -1 {
+            return -1;
+        }
+        if !r.read_only && !r.tmp.is_null() {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            let tmpfs = c"tmpfs".as_ptr();
+            if libc::mount(tmpfs, r.tmp, tmpfs, flags, c"mode=1777".as_ptr().cast()) == -1 {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// In the child, in its new root: a /dev of its own, as runc makes one for a container that
+/// is not privileged. -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn build_dev(d: &DevSpec) -> libc::c_int {
+    let tmpfs = c"tmpfs".as_ptr();
+    // SAFETY: mount(2), mknod(2), chmod(2), symlink(2), mkdir(2) on the parent's paths.
+    unsafe {
+        let flags = libc::MS_NOSUID | libc::MS_STRICTATIME;
+        if libc::mount(
+            tmpfs,
+            d.dir,
+            tmpfs,
+            flags,
+            c"mode=755,size=65536k".as_ptr().cast(),
+        ) == -1
+        {
+            return -1;
+        }
+        for i in 0..d.node_count {
+            let (path, major, minor) = *d.nodes.add(i);
+            let dev = libc::makedev(major, minor);
+            // The mode after mknod, whatever the umask.
+            if libc::mknod(path, libc::S_IFCHR | 0o666, dev) == -1 || libc::chmod(path, 0o666) == -1
+            {
+                return -1;
+            }
+        }
+        for i in 0..d.link_count {
+            let (target, path) = *d.links.add(i);
+            if libc::symlink(target, path) == -1 {
+                return -1;
+            }
+        }
+        let hidden = libc::MS_NOSUID | libc::MS_NOEXEC;
+        let pts = c"devpts".as_ptr();
+        let shm_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        let mqueue = c"mqueue".as_ptr();
+        if libc::mkdir(d.pts, 0o755) == -1
+            || libc::mount(
+                pts,
+                d.pts,
+                pts,
+                hidden,
+                c"newinstance,ptmxmode=0666,mode=0620,gid=5".as_ptr().cast(),
+            ) == -1
+            || libc::mkdir(d.shm, 0o1777) == -1
+            || libc::mount(
+                tmpfs,
+                d.shm,
+                tmpfs,
+                shm_flags,
+                c"mode=1777,size=65536k".as_ptr().cast(),
+            ) == -1
+            || libc::mkdir(d.mqueue, 0o755) == -1
+            || libc::mount(mqueue, d.mqueue, mqueue, shm_flags, std::ptr::null()) == -1
+        {
+            return -1;
+        }
+    }
+    0
+}
+
+/// In the child: one bind mount, its mount point made first when it is inside a private
+/// root. -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    // SAFETY: mkdir(2), open(2), mount(2), mount_setattr(2) on the parent's prepared paths.
+    unsafe {
+        for j in 0..m.make_dir_count {
+            let d = *m.make_dirs.add(j);
+            if libc::mkdir(d, 0o755) == -1 && *libc::__errno_location() != libc::EEXIST {
+                return -1;
+            }
+        }
+        if m.make_file {
+            let fd = libc::open(
+                m.target,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            );
+            if fd == -1 {
+                return -1;
+            }
+            libc::close(fd);
+        }
+        if !m.overlay.is_null() {
+            let overlay = c"overlay".as_ptr();
+            let data = m.overlay.cast::<libc::c_void>();
+            return libc::mount(overlay, m.target, overlay, libc::MS_RDONLY, data);
+        }
+        let bind = libc::MS_BIND | libc::MS_REC;
+        if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
+            return -1;
+        }
+        if m.read_only {
+            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+            if libc::mount(none, m.target, none, ro, std::ptr::null()) == -1 {
+                return -1;
+            }
+        }
+        if m.recursive_read_only && read_only_below(m.target) == -1 {
+            return -1;
+        }
+    }
+    0
+}
+
+/// In the child: the read-only switch, then `pivot_root(".", ".")` into the new root and the
+/// old one detached (runc's way, with no directory for the old root). -1 on error.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn enter_root(r: &RootSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    // SAFETY: mount(2), chdir(2), pivot_root(2), umount2(2) on prepared paths.
+    unsafe {
+        if r.read_only {
+            let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+            if libc::mount(none, r.merged, none, ro, std::ptr::null()) == -1 {
+                return -1;
+            }
+        }
+        let dot = c".".as_ptr();
+        if libc::chdir(r.merged) == -1
+            || libc::syscall(libc::SYS_pivot_root, dot, dot) == -1
+            || libc::umount2(dot, libc::MNT_DETACH) == -1
+            || libc::chdir(c"/".as_ptr()) == -1
+        {
+            return -1;
+        }
+    }
+    0
+}
+
+/// In a rootless child, first thing in its new user namespace: it is root there, as our uid
+/// and gid (setgroups denied first, as an unprivileged gid map requires). -1 on error.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn map_ids(r: &RootSpec) -> libc::c_int {
+    // SAFETY: open(2), write(2), close(2) on /proc/self files with prepared strings.
+    unsafe {
+        for (file, text) in [
+            (c"/proc/self/setgroups".as_ptr(), c"deny".as_ptr()),
+            (c"/proc/self/uid_map".as_ptr(), r.uid_map),
+            (c"/proc/self/gid_map".as_ptr(), r.gid_map),
+        ] {
+            let fd = libc::open(file, libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd == -1 {
+                return -1;
+            }
+            let len = libc::strlen(text);
+            let n = libc::write(fd, text.cast(), len);
+            libc::close(fd);
+            if n != len as isize {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// In a rootless child, in its new mount namespace: a tmpfs as the new root, the upper layers
+/// on a second one, and the host's top level entry by entry; a fresh /tmp unless read-only.
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
+    let none = std::ptr::null();
+    let tmpfs = c"tmpfs".as_ptr();
+    let overlay = c"overlay".as_ptr();
+    let mode = c"mode=0755".as_ptr().cast();
+    // SAFETY: mount(2), mkdir(2), symlink(2), open(2) and mount_setattr(2) on prepared paths.
+    unsafe {
+        if libc::mount(tmpfs, r.layer_dir, tmpfs, 0, mode) == -1
+            || libc::mount(tmpfs, r.upper_dir, tmpfs, 0, mode) == -1
+        {
+            return -1;
+        }
+        for i in 0..r.step_count {
+            let st = &*r.steps.add(i);
+            let ok = match st.kind {
+                0 => {
+                    let flags = if st.flag { libc::MS_RDONLY } else { 0 };
+                    libc::mkdir(st.upper, 0o755) == 0
+                        && libc::mkdir(st.work, 0o755) == 0
+                        && libc::mkdir(st.target, 0o755) == 0
+                        && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == 0
+                }
+                1 | 3 => {
+                    let made = if st.kind == 1 {
+                        libc::mkdir(st.target, 0o755) == 0
+                    } else {
+                        let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
+                        let fd = libc::open(st.target, flags, 0o644);
+                        fd != -1 && libc::close(fd) == 0
+                    };
+                    let bind = libc::MS_BIND | libc::MS_REC;
+                    made && libc::mount(st.source, st.target, none, bind, std::ptr::null()) == 0
+                        && (!st.flag || read_only_below(st.target) == 0)
+                }
+                2 => libc::symlink(st.source, st.target) == 0,
+                _ => libc::mkdir(st.target, 0o755) == 0,
+            };
+            if !ok {
+                return -1;
+            }
+        }
+        if !r.read_only {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            let tmp_mode = c"mode=1777".as_ptr().cast();
+            if libc::mkdir(r.tmp, 0o1777) == -1
+                || libc::mount(tmpfs, r.tmp, tmpfs, flags, tmp_mode) == -1
+            {
+                return -1;
+            }
+        }
+    }
+    0
+}
+
+/// `target` and everything mounted below it read-only (mount_setattr(2), AT_RECURSIVE).
+///
+/// # Safety
+/// `target` is a C string the suspended parent keeps alive.
+pub(super) unsafe fn read_only_below(target: *const libc::c_char) -> libc::c_int {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let size = std::mem::size_of::<MountAttr>();
+    let flags = libc::AT_RECURSIVE as libc::c_uint;
+    let attr = &attr as *const MountAttr;
+    // SAFETY: mount_setattr(2) with a live attr and path.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target,
+            flags,
+            attr,
+            size,
+        )
+    };
+    if r == -1 {
+        -1
+    } else {
+        0
+    }
+}
