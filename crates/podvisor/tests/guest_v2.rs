@@ -127,7 +127,6 @@ mod placement {
             assert!(ok.success(), "mount tracefs");
         }
         let event = tracing.join("events/cgroup/cgroup_attach_task/enable");
-        std::fs::write(tracing.join("trace"), "").unwrap();
         std::fs::write(&event, "1").unwrap();
         struct Off(PathBuf);
         impl Drop for Off {
@@ -136,32 +135,37 @@ mod placement {
             }
         }
         let _off = Off(event);
-        let r = pod_run(&pod(
-            "Never",
-            "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 64Mi}}\n",
-        ));
-        let mut p = r.cmd(&[]).start();
-        let pid = running_pid(&r);
-        let instance = cgroup_of(pid);
-        assert!(instance.ends_with("app-1"), "{}", instance.display());
-        let mut moved = std::process::Command::new("sleep")
-            .arg("600")
-            .spawn()
-            .unwrap();
-        std::fs::write(instance.join("cgroup.procs"), moved.id().to_string()).unwrap();
-        let _ = moved.kill();
-        let _ = moved.wait();
-        let trace = std::fs::read_to_string(tracing.join("trace")).unwrap();
-        let into: Vec<&str> = trace
-            .lines()
-            .filter(|l| l.contains("cgroup_attach_task:") && l.contains("/app-1 "))
-            .collect();
-        assert_eq!(into.len(), 1, "{trace}");
-        assert!(
-            into[0].contains(&format!(" pid={} ", moved.id())),
-            "{trace}"
-        );
-        stop(&mut p);
+        // Started by the run, and by its keeper under live restore.
+        for extra in [&[][..], &["--live-restore"]] {
+            std::fs::write(tracing.join("trace"), "").unwrap();
+            let r = pod_run(&pod(
+                "Never",
+                "  containers:\n  - name: app\n    command: [sleep, '600']\n    resources: {limits: {memory: 64Mi}}\n",
+            ));
+            let mut p = r.cmd(extra).start();
+            let pid = running_pid(&r);
+            let instance = cgroup_of(pid);
+            assert!(instance.ends_with("app-1"), "{}", instance.display());
+            let mut moved = std::process::Command::new("sleep")
+                .arg("600")
+                .spawn()
+                .unwrap();
+            std::fs::write(instance.join("cgroup.procs"), moved.id().to_string()).unwrap();
+            let _ = moved.kill();
+            let _ = moved.wait();
+            let trace = std::fs::read_to_string(tracing.join("trace")).unwrap();
+            let into: Vec<&str> = trace
+                .lines()
+                .filter(|l| l.contains("cgroup_attach_task:") && l.contains("/app-1 "))
+                .collect();
+            assert_eq!(into.len(), 1, "{extra:?}: {trace}");
+            assert!(
+                into[0].contains(&format!(" pid={} ", moved.id())),
+                "{trace}"
+            );
+            assert_eq!(client(&r, &["stop"]).code(), 0);
+            assert_eq!(p.wait().code(), Some(0));
+        }
         // Such a child has memory of its own: a step that fails, and the exec, are told
         // through a pipe, with the step and its path.
         for (spec, expect) in [

@@ -118,6 +118,9 @@ impl Keeper {
         let mut set = SigSet::empty();
         set.add(libc::SIGCHLD);
         let signals = SignalFd::new(&set)?;
+        // Containers start through kept low descriptors, as the run's do (and so, on cgroup
+        // v2, born in their cgroups): before any pipe or log is open.
+        sys::reserve_low_fds()?;
         let epoll = Epoll::new()?;
         epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
         let handed = |fd| -> io::Result<UnixStream> {
