@@ -5,77 +5,10 @@
 use std::os::fd::RawFd;
 
 use super::creds::{become_user, last_filters, CredsSpec};
-use super::newroot::{build_dev, build_root, enter_root, map_ids, place_mount};
+use super::newroot::{
+    build_dev, build_root, enter_root, map_ids, place_mount, DevSpec, MountSpec, RootSpec,
+};
 use super::SigAction;
-
-/// A bind mount as the child reads it.
-pub(super) struct MountSpec {
-    pub(super) source: *const libc::c_char,
-    pub(super) target: *const libc::c_char,
-    pub(super) read_only: bool,
-    /// Directories to make first (in order; one that exists is fine), then, with
-    /// `make_file`, the target itself as an empty file: a mount point inside a private root.
-    pub(super) make_dirs: *const *const libc::c_char,
-    pub(super) make_dir_count: usize,
-    pub(super) make_file: bool,
-    /// Recursive bind; read-only applies to everything below it too (a carried host mount).
-    pub(super) recursive_read_only: bool,
-    /// Not null: an overlay with these options (`lowerdir=…`, no upper layer, so read-only)
-    /// is mounted at `target` instead (an image volume of several layers).
-    pub(super) overlay: *const libc::c_char,
-}
-
-/// One step of building a rootless root, as the child reads it.
-pub(super) struct RootlessStep {
-    /// 0: overlay (mkdir upper, work and target, mount with `source` as its options); 1:
-    /// recursive bind of the directory `source` at `target` (read-only when `flag`); 2:
-    /// symlink `source` at `target`; 3: as 1, for a file; 4: an empty directory.
-    pub(super) kind: u8,
-    pub(super) source: *const libc::c_char,
-    pub(super) target: *const libc::c_char,
-    pub(super) upper: *const libc::c_char,
-    pub(super) work: *const libc::c_char,
-    pub(super) flag: bool,
-}
-
-/// The private root as the child reads it.
-pub(super) struct RootSpec {
-    pub(super) layer_dir: *const libc::c_char,
-    pub(super) upper: *const libc::c_char,
-    pub(super) work: *const libc::c_char,
-    pub(super) merged: *const libc::c_char,
-    pub(super) overlay_options: *const libc::c_char,
-    pub(super) tmp: *const libc::c_char,
-    pub(super) read_only: bool,
-    /// Rootless: the maps to write, the upper layers' tmpfs and the steps (null: as root).
-    pub(super) uid_map: *const libc::c_char,
-    pub(super) gid_map: *const libc::c_char,
-    pub(super) upper_dir: *const libc::c_char,
-    /// Rootless in a user namespace already mapped (entered before the clone, see
-    /// `via_user_namespace`): the maps are not written.
-    pub(super) mapped: bool,
-    pub(super) steps: *const RootlessStep,
-    pub(super) step_count: usize,
-}
-
-/// A container's own /dev as the child reads it: pointers into `DevStrings`.
-pub(super) struct DevSpec {
-    pub(super) dir: *const libc::c_char,
-    /// (path, major, minor)
-    pub(super) nodes: *const (*const libc::c_char, u32, u32),
-    pub(super) node_count: usize,
-    /// (target, path)
-    pub(super) links: *const (*const libc::c_char, *const libc::c_char),
-    pub(super) link_count: usize,
-    pub(super) pts: *const libc::c_char,
-    pub(super) shm: *const libc::c_char,
-    pub(super) mqueue: *const libc::c_char,
-    pub(super) null: *const libc::c_char,
-    pub(super) masked: *const *const libc::c_char,
-    pub(super) masked_count: usize,
-    pub(super) read_only: *const *const libc::c_char,
-    pub(super) read_only_count: usize,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {

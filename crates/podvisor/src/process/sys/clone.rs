@@ -1,16 +1,15 @@
 //! The clone of a child that runs a `ChildPlan` (`child.rs`) until its exec: a vfork that
 //! shares our memory, a go-between in a user namespace that is not ours, or, on cgroup v2, a
 //! child born in its cgroup (clone3 `CLONE_INTO_CGROUP`) with a copy of our memory, which
-//! reports a failed step through a pipe.
+//! reports a failed step through a pipe. Which one a start takes is `spawn.rs`'s choice.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::c_string;
 use super::child::{child_main, via_user_namespace, ChildPlan, Report, Via};
-use super::spawn::{dup_onto, PidSetup, Prepared};
 
 /// A stack for a clone: left uninitialised (nothing reads it before the child writes it) and
 /// under malloc's mmap threshold, so that only the pages the child touches are ever faulted
@@ -24,7 +23,7 @@ fn clone_stack(size: usize) -> (Vec<u8>, *mut libc::c_void) {
 
 /// Clones the child that runs `plan` (vfork semantics: back here once it has exec'd or
 /// exited); `new` are the namespaces it gets of its own (`CLONE_NEW*`).
-fn clone_child(plan: &mut ChildPlan, new: libc::c_int) -> io::Result<i32> {
+pub(super) fn clone_child(plan: &mut ChildPlan, new: libc::c_int) -> io::Result<i32> {
     // The child's stack: execvp's PATH search and script fallback use a few KiB of it.
     let (stack, top) = clone_stack(64 * 1024);
     // A rootless container is born in a user namespace of its own: a child that shares our
@@ -62,7 +61,7 @@ fn clone_child(plan: &mut ChildPlan, new: libc::c_int) -> io::Result<i32> {
 /// through the go-between `via_user_namespace`, which enters it, makes the namespaces `new`
 /// there or enters PID namespace `join_pid` (-1: none), and clones the child as ours. The
 /// go-between is reaped here.
-fn clone_via(
+pub(super) fn clone_via(
     plan: &mut ChildPlan,
     new: libc::c_int,
     user_ns: RawFd,
@@ -147,7 +146,7 @@ struct CloneArgs {
 
 /// The cgroup v2 directory of the open `cgroup.procs` file `procs`, opened (`O_PATH`) for
 /// `clone_into_cgroup`; `None` on cgroup v1 or when it cannot be found.
-pub(super) fn unified_cgroup_dir(procs: RawFd) -> Option<std::os::fd::OwnedFd> {
+pub(super) fn unified_cgroup_dir(procs: RawFd) -> Option<OwnedFd> {
     const CGROUP2_SUPER_MAGIC: libc::c_long = 0x6367_7270;
     // SAFETY: a statfs is plain data, valid zeroed.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
@@ -162,31 +161,23 @@ pub(super) fn unified_cgroup_dir(procs: RawFd) -> Option<std::os::fd::OwnedFd> {
     // SAFETY: open of a NUL-terminated path; the descriptor is owned from here on.
     let fd = unsafe { libc::open(dir.as_ptr(), flags) };
     // SAFETY: `fd` was just opened and nothing else owns it.
-    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A close-on-exec pipe whose write end is moved onto the kept descriptor `onto`; returns the
-/// read end.
-pub(super) fn report_pipe(onto: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+/// A close-on-exec pipe for a child's report: (read end, write end).
+pub(super) fn report_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1; 2];
     // SAFETY: pipe2 fills the two descriptors, owned from here on.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both were just made and nothing else owns them.
-    let (read, write) = unsafe {
-        (
-            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
-            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-        )
-    };
-    dup_onto(write.as_raw_fd(), onto)?;
-    Ok(read)
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Reads what the child wrote to its report pipe (all writers gone: the child exec'd or
 /// exited, our kept copy is reset) into `plan`.
-pub(super) fn read_report(read: &std::os::fd::OwnedFd, plan: &mut ChildPlan) {
+pub(super) fn read_report(read: &OwnedFd, plan: &mut ChildPlan) {
     let size = std::mem::size_of::<Report>();
     let mut r = std::mem::MaybeUninit::<Report>::uninit();
     // SAFETY: reads at most `size` bytes into `r`, used only when all of them came.
@@ -205,7 +196,11 @@ pub(super) fn read_report(read: &std::os::fd::OwnedFd, plan: &mut ChildPlan) {
 /// wait for an RCU grace period (milliseconds) in the kernel. The child has a copy of our
 /// memory (no `CLONE_VM`): it tells a failure through `plan.report`. An error here leaves the
 /// start to `clone_child`.
-fn clone_into_cgroup(plan: &mut ChildPlan, new: libc::c_int, cgroup: RawFd) -> io::Result<i32> {
+pub(super) fn clone_into_cgroup(
+    plan: &mut ChildPlan,
+    new: libc::c_int,
+    cgroup: RawFd,
+) -> io::Result<i32> {
     let mut flags = (libc::CLONE_VFORK | new) as u32 as u64 | CLONE_INTO_CGROUP;
     if plan.unshare_above > 0 {
         flags |= libc::CLONE_FILES as u64;
@@ -245,63 +240,4 @@ fn clone_into_cgroup(plan: &mut ChildPlan, new: libc::c_int, cgroup: RawFd) -> i
         return Err(e);
     }
     Ok(pid as i32)
-}
-
-/// Clones the child of `plan` with the namespaces `prep` asks for: those it gets of its
-/// own at birth, or through a go-between in a user namespace not ours, or born in a PID
-/// namespace that exists.
-pub(super) fn clone_in_namespaces(
-    plan: &mut ChildPlan,
-    prep: &Prepared,
-    into_cgroup: Option<RawFd>,
-) -> io::Result<i32> {
-    let ns = &prep.namespaces;
-    let mut new = 0;
-    for (wanted, flag) in [
-        (
-            prep.mount_strings.rootless.is_some() && prep.user_ns.is_none(),
-            libc::CLONE_NEWUSER,
-        ),
-        (ns.new_uts.is_some(), libc::CLONE_NEWUTS),
-        (ns.new_ipc, libc::CLONE_NEWIPC),
-        (ns.pid == PidSetup::New, libc::CLONE_NEWPID),
-    ] {
-        if wanted {
-            new |= flag;
-        }
-    }
-    // Born in a user namespace not ours: through a go-between that enters it, and there
-    // makes its namespaces or enters its PID namespace.
-    let via = match (&prep.user_ns, ns.pid) {
-        (Some(mapped), _) => Some((mapped.as_raw_fd(), -1)),
-        (None, PidSetup::Join(pid_ns)) if plan.join_user >= 0 => {
-            let user_ns = std::mem::replace(&mut plan.join_user, -1);
-            Some((user_ns, pid_ns))
-        }
-        _ => None,
-    };
-    // Born in a PID namespace that exists: this thread's children are, for the clone.
-    let children_in = match ns.pid {
-        PidSetup::Join(fd) if via.is_none() => {
-            match super::namespaces::ChildrenIn::pid_namespace(fd) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("join its PID namespace: {e}"),
-                    ));
-                }
-            }
-        }
-        _ => None,
-    };
-    let pid = match (via, into_cgroup) {
-        (Some((user_ns, join_pid)), _) => clone_via(plan, new, user_ns, join_pid),
-        (None, Some(dir)) if new & libc::CLONE_NEWUSER == 0 => {
-            clone_into_cgroup(plan, new, dir).or_else(|_| clone_child(plan, new))
-        }
-        (None, _) => clone_child(plan, new),
-    };
-    drop(children_in);
-    pid
 }

@@ -7,11 +7,13 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
-use super::child::{ChildPlan, DevSpec, Mode, MountSpec, RootSpec, RootlessStep};
+use super::child::{ChildPlan, Mode};
 use super::clone::{
-    clone_in_namespaces, may_clone_into_cgroup, read_report, report_pipe, unified_cgroup_dir,
+    clone_child, clone_into_cgroup, clone_via, may_clone_into_cgroup, read_report, report_pipe,
+    unified_cgroup_dir,
 };
 use super::creds::{Credentials, PreparedCreds};
+use super::newroot::{DevSpec, MountSpec, RootSpec, RootlessStep};
 use super::rootfs::{BindMount, MountStrings, PrivateRoot};
 use super::{c_string, SigAction, SigSet};
 
@@ -163,7 +165,7 @@ pub fn reserve_low_fds() -> io::Result<()> {
 }
 
 /// `dup3(from, to, O_CLOEXEC)`.
-pub(super) fn dup_onto(from: RawFd, to: RawFd) -> io::Result<()> {
+fn dup_onto(from: RawFd, to: RawFd) -> io::Result<()> {
     // SAFETY: dup3 on descriptors we hold; `to` is one of our reserved ones.
     if unsafe { libc::dup3(from, to, libc::O_CLOEXEC) } == -1 {
         return Err(io::Error::last_os_error());
@@ -192,7 +194,7 @@ fn reset_low_fds(used: &[RawFd]) {
 /// What a container's child needs, as C strings and descriptors, made before the clone: the
 /// child allocates nothing.
 #[derive(Default)]
-pub(super) struct Prepared {
+struct Prepared {
     /// Owns what `env_ptrs` points at.
     _env_strings: Vec<CString>,
     env_ptrs: Vec<*const libc::c_char>,
@@ -200,15 +202,15 @@ pub(super) struct Prepared {
     cwd_optional: bool,
     stdin: Option<RawFd>,
     io_fds: Option<(RawFd, RawFd)>,
-    pub(super) mount_strings: MountStrings,
+    mount_strings: MountStrings,
     join_mounts: Option<RawFd>,
     join_user: Option<RawFd>,
     cgroups: Vec<RawFd>,
     creds: Option<PreparedCreds>,
-    pub(super) namespaces: Namespaces,
+    namespaces: Namespaces,
     hostname: Option<CString>,
     /// Rootless: the run's mapped user namespace, entered on the way (`via_user_namespace`).
-    pub(super) user_ns: Option<std::fs::File>,
+    user_ns: Option<std::fs::File>,
     terminal: Option<(u16, u16)>,
 }
 
@@ -453,6 +455,65 @@ fn place_on_low_fds(plan: &mut ChildPlan, low: &LowFds, used: &mut Vec<RawFd>) -
     Ok(())
 }
 
+/// Clones the child of `plan` with the namespaces `prep` asks for: those it gets of its
+/// own at birth, or through a go-between in a user namespace not ours, or born in a PID
+/// namespace that exists.
+fn clone_in_namespaces(
+    plan: &mut ChildPlan,
+    prep: &Prepared,
+    into_cgroup: Option<RawFd>,
+) -> io::Result<i32> {
+    let ns = &prep.namespaces;
+    let mut new = 0;
+    for (wanted, flag) in [
+        (
+            prep.mount_strings.rootless.is_some() && prep.user_ns.is_none(),
+            libc::CLONE_NEWUSER,
+        ),
+        (ns.new_uts.is_some(), libc::CLONE_NEWUTS),
+        (ns.new_ipc, libc::CLONE_NEWIPC),
+        (ns.pid == PidSetup::New, libc::CLONE_NEWPID),
+    ] {
+        if wanted {
+            new |= flag;
+        }
+    }
+    // Born in a user namespace not ours: through a go-between that enters it, and there
+    // makes its namespaces or enters its PID namespace.
+    let via = match (&prep.user_ns, ns.pid) {
+        (Some(mapped), _) => Some((mapped.as_raw_fd(), -1)),
+        (None, PidSetup::Join(pid_ns)) if plan.join_user >= 0 => {
+            let user_ns = std::mem::replace(&mut plan.join_user, -1);
+            Some((user_ns, pid_ns))
+        }
+        _ => None,
+    };
+    // Born in a PID namespace that exists: this thread's children are, for the clone.
+    let children_in = match ns.pid {
+        PidSetup::Join(fd) if via.is_none() => {
+            match super::namespaces::ChildrenIn::pid_namespace(fd) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("join its PID namespace: {e}"),
+                    ));
+                }
+            }
+        }
+        _ => None,
+    };
+    let pid = match (via, into_cgroup) {
+        (Some((user_ns, join_pid)), _) => clone_via(plan, new, user_ns, join_pid),
+        (None, Some(dir)) if new & libc::CLONE_NEWUSER == 0 => {
+            clone_into_cgroup(plan, new, dir).or_else(|_| clone_child(plan, new))
+        }
+        (None, _) => clone_child(plan, new),
+    };
+    drop(children_in);
+    pid
+}
+
 /// The child `pid` failed before its exec and has exited (127): reaps it and says why, for a
 /// container with the step and the path it was about.
 fn child_failure(pid: i32, plan: &ChildPlan, mode: Mode) -> io::Error {
@@ -568,7 +629,8 @@ pub fn spawn_with_terminal(
     let into = match (&low, prep.cgroups.as_slice()) {
         (Some(low), &[procs]) if may_clone_into_cgroup() => {
             unified_cgroup_dir(procs).and_then(|dir| {
-                let read = report_pipe(low.report).ok()?;
+                let (read, write) = report_pipe().ok()?;
+                dup_onto(write.as_raw_fd(), low.report).ok()?;
                 used.push(low.report);
                 plan.report = low.report;
                 Some((dir, read))
