@@ -94,7 +94,9 @@ impl Pod {
                 let message = format!("Pulling image {image:?}");
                 fx.push(self.container_event(i, EventType::Normal, "Pulling", message));
             }
-            ImageReport::Ready { pulled, non_root } => {
+            ImageReport::Ready {
+                pulled, non_root, ..
+            } => {
                 self.plan.containers[i].non_root = non_root;
                 self.containers[i].image = ImagePull {
                     ready: true,

@@ -11,6 +11,7 @@
 use super::container::ImagePull;
 use super::image::{note_failure, BACKOFF_SAID_AFTER};
 use super::io::{Effect, EventType, ImageReport};
+use super::reconcile::CONFIG_RETRY;
 use super::state::{ContainerState, WaitingReason};
 use super::Pod;
 use crate::clock::Instant;
@@ -21,6 +22,18 @@ pub(super) struct VolumePull {
     pub(super) pull: ImagePull,
     /// Containers held back by it since it was last asked for: told how it went.
     pub(super) waiting: Vec<usize>,
+    /// Containers that cannot mount it as its image is (a `subPath` it does not have).
+    pub(super) unmountable: Vec<Unmountable>,
+}
+
+/// A container whose mount of an image volume cannot be made from the image there: why, and
+/// when its start is tried again (the kubelet's `CreateContainerError`, tried again at each
+/// sync with the same answer until the image changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Unmountable {
+    pub(super) container: usize,
+    pub(super) why: String,
+    pub(super) retry_at: Option<Instant>,
 }
 
 impl Pod {
@@ -37,6 +50,22 @@ impl Pod {
                 continue;
             };
             if volume.pull.ready {
+                let Some(u) = volume.unmountable.iter_mut().find(|u| u.container == i) else {
+                    continue;
+                };
+                blocks = true;
+                if u.retry_at.is_some_and(|at| now < at) {
+                    continue;
+                }
+                u.retry_at = Some(now + CONFIG_RETRY);
+                let why = u.why.clone();
+                self.changed = true;
+                self.containers[i].state = ContainerState::Waiting {
+                    reason: WaitingReason::CreateContainerError,
+                    message: Some(why.clone()),
+                };
+                let error = format!("Error: {why}");
+                fx.push(self.container_event(i, EventType::Warning, "Failed", error));
                 continue;
             }
             blocks = true;
@@ -111,13 +140,24 @@ impl Pod {
                 let message = format!("Pulling image {image:?}");
                 fx.push(self.pod_event(EventType::Normal, "Pulling", message));
             }
-            ImageReport::Ready { pulled, .. } => {
+            ImageReport::Ready {
+                pulled,
+                unmountable,
+                ..
+            } => {
                 let volume = &mut self.volume_images[v];
                 volume.pull = ImagePull {
                     ready: true,
                     ..ImagePull::default()
                 };
                 volume.waiting.clear();
+                volume.unmountable = (unmountable.into_iter())
+                    .map(|(container, why)| Unmountable {
+                        container,
+                        why,
+                        retry_at: None,
+                    })
+                    .collect();
                 let message = pulled.unwrap_or_else(|| {
                     format!("Container image {image:?} already present on machine")
                 });

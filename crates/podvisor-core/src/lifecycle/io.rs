@@ -101,6 +101,10 @@ pub enum ImageReport {
     Ready {
         pulled: Option<String>,
         non_root: Option<NonRoot>,
+        /// Of an image volume: the containers whose mounts of it cannot be made from this image
+        /// (a `subPath` that it does not have), each with why: they wait in
+        /// `CreateContainerError`.
+        unmountable: Vec<(usize, String)>,
     },
     /// It cannot be had now: why, and the message.
     Failed {

@@ -223,6 +223,9 @@ impl Pod {
             if let Some(t) = v.pull.deadline() {
                 consider(t);
             }
+            for t in v.unmountable.iter().filter_map(|u| u.retry_at) {
+                consider(t);
+            }
         }
         if let Some(t) = self.next_blame() {
             consider(t);

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod hosts;
 pub mod load;
+pub mod merged;
 pub mod pull;
 pub mod reference;
 pub mod store;

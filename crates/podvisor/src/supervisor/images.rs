@@ -216,10 +216,27 @@ impl Supervisor {
             });
         let answer = match layers {
             Ok(layers) => {
-                self.volumes.image_ready(&name, layers);
+                // The subPaths of it that containers mount, each looked up in the image.
+                let mounts = self.plan.exec.iter().enumerate().flat_map(|(i, x)| {
+                    let of_it = x.mounts.iter().filter(|m| m.volume == name);
+                    of_it.filter_map(move |m| Some((i, m.sub_path.as_deref()?)))
+                });
+                let mounts: Vec<(usize, &str)> = mounts.collect();
+                let subs = mounts.iter().map(|(_, sub)| *sub);
+                let problems = self.volumes.image_ready(&name, layers, subs);
+                let unmountable = (mounts.iter())
+                    .filter_map(|(i, sub)| {
+                        let (_, why) = problems.iter().find(|(s, _)| s == sub)?;
+                        Some((
+                            *i,
+                            format!("subPath {sub:?} of image volume {name:?}: {why}"),
+                        ))
+                    })
+                    .collect();
                 ImageReport::Ready {
                     pulled,
                     non_root: None,
+                    unmountable,
                 }
             }
             Err(e) => ImageReport::Failed {
@@ -287,7 +304,14 @@ impl Supervisor {
         self.info.stop_signals = self.plan.stop_signal_names();
         let hostname = (self.plan.namespaces.hostname.clone()).unwrap_or_else(sys::hostname);
         self.base_envs[i] = container_env(&hostname, &self.plan.exec[i].env);
-        Input::Image(i, ImageReport::Ready { pulled, non_root })
+        Input::Image(
+            i,
+            ImageReport::Ready {
+                pulled,
+                non_root,
+                unmountable: Vec::new(),
+            },
+        )
     }
 }
 

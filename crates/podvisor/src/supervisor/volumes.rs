@@ -12,6 +12,7 @@ use podvisor_core::security::VolumeOwnership;
 use podvisor_core::spec::plan::ContainerExec;
 use podvisor_core::spec::volumes::{HostPathType, VolumePlan};
 
+use crate::image::merged;
 use crate::mountinfo::Mount;
 use crate::process::sys::{self, BindMount, TopEntry};
 
@@ -24,6 +25,8 @@ pub struct Volumes {
     created: Vec<PathBuf>,
     /// The unpacked layers (top first) of each image volume whose image is there, by name.
     images: std::collections::BTreeMap<String, Vec<PathBuf>>,
+    /// What each `subPath` of an image volume is in its image, by volume and subPath.
+    image_sub_paths: std::collections::BTreeMap<(String, String), merged::Found>,
 }
 
 impl Volumes {
@@ -60,6 +63,7 @@ impl Volumes {
             ownership: ownership.clone(),
             created: Vec::new(),
             images: std::collections::BTreeMap::new(),
+            image_sub_paths: std::collections::BTreeMap::new(),
         };
         for p in plans {
             v.make(p)?;
@@ -249,6 +253,24 @@ impl Volumes {
                             m.volume
                         ));
                     };
+                    // A subPath is what it is in the merged image (looked up when the image
+                    // came: `image_ready`).
+                    let layers = match &m.sub_path {
+                        None => layers.clone(),
+                        Some(sub) => {
+                            let key = (m.volume.clone(), sub.clone());
+                            match self.image_sub_paths.get(&key) {
+                                Some(merged::Found::Dir(dirs)) => dirs.clone(),
+                                Some(merged::Found::File(file)) => vec![file.clone()],
+                                None => {
+                                    return Err(format!(
+                                        "subPath {sub:?} of image volume {:?} does not exist in image {reference:?}",
+                                        m.volume
+                                    ))
+                                }
+                            }
+                        }
+                    };
                     // One layer is bound; several are stacked by an overlay (which needs two).
                     if layers.len() > 1 {
                         lower = layers.clone();
@@ -257,7 +279,8 @@ impl Volumes {
                 }
                 _ => self.dir.join(&m.volume),
             };
-            if let Some(sub) = &m.sub_path {
+            let image = matches!(plan, VolumePlan::Image { .. });
+            if let Some(sub) = m.sub_path.as_ref().filter(|_| !image) {
                 let root = source.clone();
                 source = source.join(sub);
                 if matches!(plan, VolumePlan::EmptyDir { .. }) {
@@ -297,8 +320,27 @@ impl Volumes {
     }
 
     /// Image volume `name`'s image is there: its unpacked layers, top first (at least one).
-    pub fn image_ready(&mut self, name: &str, layers: Vec<PathBuf>) {
+    /// Each of `sub_paths` (the subPaths that mounts of it name) is looked up in the merged
+    /// image; those that cannot be mounted come back, each with why.
+    pub fn image_ready<'a>(
+        &mut self,
+        name: &str,
+        layers: Vec<PathBuf>,
+        sub_paths: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        self.image_sub_paths.retain(|(volume, _), _| volume != name);
+        for sub in sub_paths {
+            match merged::find(&layers, sub) {
+                Ok(found) => {
+                    let key = (name.to_string(), sub.to_string());
+                    self.image_sub_paths.insert(key, found);
+                }
+                Err(e) => problems.push((sub.to_string(), e.to_string())),
+            }
+        }
         self.images.insert(name.to_string(), layers);
+        problems
     }
 
     fn create_mount_point(&mut self, target: &Path, dir: bool) -> io::Result<()> {

@@ -1,7 +1,8 @@
 //! Image volumes (`volumes[].image`): an image's files mounted read-only in the containers
 //! that mount the volume, of a host-root pod and of a pod of images alike; the pull's events are
-//! the pod's; a volume whose image is absent holds back only its containers; prune keeps what a
-//! running pod's volumes use; without root the run is refused, naming the volume.
+//! the pod's; a subPath is what the merged image shows there; a volume whose image is absent
+//! holds back only its containers; prune keeps what a running pod's volumes use; without root
+//! the run is refused, naming the volume.
 
 use serde_json::json;
 
@@ -102,6 +103,67 @@ fn an_image_volume_shows_the_images_layers_read_only_in_host_and_image_roots() {
 }
 
 #[test]
+fn a_sub_path_of_an_image_volume_is_what_the_merged_image_shows_there() {
+    let bb = require!();
+    let t = Images::new();
+    assert_eq!(t.load(&layered(t.dir.file("layout"), &bb)).code(), 0);
+    let m = t.dir.file("mnt");
+    let m = m.display();
+    // `data` is in two layers (one whites `gone` out), `opaque` is opaque in the second,
+    // `etc/passwd` is a file, `bin/sh` a symbolic link to busybox.
+    let script = format!(
+        "ls {m}/data; ls {m}/opaque; head -n 1 {m}/passwd; test {m}/sh -ef {m}/bb && echo linked; \
+         touch {m}/data/x 2>/dev/null || echo read-only; exec sleep 600"
+    );
+    let mount = |sub: &str, at: &str| {
+        format!("    - {{name: tools, mountPath: {m}/{at}, subPath: {sub}}}\n")
+    };
+    let manifest = host_pod(
+        &t,
+        "subs",
+        &format!(
+            "  volumes:\n  - name: tools\n    image: {{reference: registry.test/layered:v1}}\n  containers:\n  - name: missing\n    command: [sleep, '600']\n    volumeMounts:\n{}  - name: app\n    command: [/bin/sh, -c, {script:?}]\n    volumeMounts:\n{}{}{}{}{}",
+            mount("data/gone", "gone"),
+            mount("data", "data"),
+            mount("./opaque/", "opaque"),
+            mount("etc/passwd", "passwd"),
+            mount("bin/sh", "sh"),
+            mount("bin/busybox", "bb"),
+        ),
+    );
+    let mut run = t.podvisor(&["run", "-q"]).arg(&manifest).start();
+    wait_until("app has looked", || {
+        t.out(&["logs", "subs", "app"])
+            .stdout
+            .ends_with("read-only")
+    });
+    assert_eq!(
+        t.out(&["logs", "subs", "app"]).stdout,
+        "kept\nnew\nroot:x:0:0::/root:/bin/sh\nlinked\nread-only"
+    );
+    // A subPath the image does not have: that container is not created (the kubelet's
+    // CreateContainerError, with a `Failed` event), and tried again; the others run.
+    let why = "subPath \"data/gone\" of image volume \"tools\": \"data/gone\" does not exist in the image";
+    assert_eq!(
+        t.waiting("subs"),
+        ("CreateContainerError".to_string(), why.to_string())
+    );
+    let events = t.out(&["events", "subs"]).stdout;
+    assert!(events.contains(&format!("Error: {why}")), "{events}");
+    let pod: serde_json::Value =
+        serde_json::from_str(&t.out(&["status", "subs", "-o", "json"]).stdout).unwrap();
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert!(
+        pod["status"]["containerStatuses"][1]["state"]["running"].is_object(),
+        "{pod}"
+    );
+    assert_eq!(t.out(&["stop", "subs"]).code(), 0);
+    assert!(run.wait().success());
+    run.assert_no_leftovers();
+    assert!(!t.dir.file("mnt").exists());
+}
+
+#[test]
 fn an_absent_volume_image_holds_back_only_the_containers_that_mount_it() {
     let bb = require!();
     let t = Images::new();
@@ -149,14 +211,14 @@ fn image_volumes_are_checked_before_the_run_and_refused_without_root() {
     let bad = host_pod(
         &t,
         "bad",
-        "  volumes:\n  - name: a\n    image: {pullPolicy: Sometimes}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a, subPath: x}]\n",
+        "  volumes:\n  - name: a\n    image: {pullPolicy: Sometimes}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a, subPathExpr: $(X)}]\n",
     );
     let out = t.podvisor(&["validate"]).arg(&bad).output();
     assert_eq!(out.code(), 2, "{out:?}");
     for expected in [
         "spec.volumes[0].image.reference: Required value",
         "spec.volumes[0].image.pullPolicy: Unsupported value: \"Sometimes\"",
-        "spec.containers[0].volumeMounts[0].subPath: Unsupported value: \"x\": podvisor mounts an image volume whole",
+        "spec.containers[0].volumeMounts[0].subPathExpr: Unsupported value: \"$(X)\": podvisor does not expand subPathExpr",
     ] {
         assert!(out.stderr.contains(expected), "{expected}\n{out:?}");
     }

@@ -168,3 +168,48 @@ fn never_without_the_image_waits_in_err_image_never_pull_and_a_pod_restart_looks
         ]
     );
 }
+
+#[test]
+fn a_container_that_cannot_mount_the_volume_waits_in_create_container_error_the_others_go_on() {
+    let mut p = pod_with_an_image_volume();
+    p.containers.remove(0);
+    p.containers[0].image_volumes = vec![0];
+    p.containers[1].image_volumes = vec![0];
+    let mut sim = Sim::new(p, vec![forever(), forever()]);
+    sim.image = Rc::new(|_, _| (100, Ok(false)));
+    let why = "subPath \"etc\" of image volume \"tools\": \"etc\" does not exist in the image";
+    sim.unmountable = vec![(0, why.to_string())];
+    sim.run(25_000);
+    // `other` mounts it too (another subPath, or none) and starts once the image is there.
+    assert_eq!(
+        sim.lines("spawn"),
+        ["t=100 spawn other#1"],
+        "{:#?}",
+        sim.log
+    );
+    // `app` is never created: no restart is counted, and each sync (every 10 s) says it again.
+    assert_eq!(
+        sim.events
+            .iter()
+            .filter(|e| e.contains("app:"))
+            .collect::<Vec<_>>(),
+        [
+            &format!("t=100 Failed app: Error: {why}"),
+            &format!("t=10100 Failed app: Error: {why}"),
+            &format!("t=20100 Failed app: Error: {why}"),
+        ],
+        "{:#?}",
+        sim.events
+    );
+    let app = &sim.pod.containers()[0];
+    assert_eq!(app.restart_count, 0);
+    assert_eq!(
+        app.state,
+        ContainerState::Waiting {
+            reason: WaitingReason::CreateContainerError,
+            message: Some(why.to_string()),
+        }
+    );
+    // The volume's image was made sure of once.
+    assert_eq!(sim.lines("ensure"), ["t=0 ensure volume image 0"]);
+}

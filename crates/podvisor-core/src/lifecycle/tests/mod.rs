@@ -87,6 +87,8 @@ struct Sim {
     image_checks: Vec<u32>,
     /// Image volume v's checks go through `image` as container `VOLUME + v`.
     volume_checks: Vec<u32>,
+    /// What a volume's image that is there says cannot be mounted (container, why).
+    unmountable: Vec<(usize, String)>,
 }
 
 /// Where image volumes' checks are numbered in `Sim::image`.
@@ -112,6 +114,7 @@ impl Sim {
             image: Rc::new(|_, _| (0, Ok(false))),
             image_checks: vec![0; n],
             volume_checks: vec![0; volumes],
+            unmountable: vec![],
         }
     }
 
@@ -253,6 +256,10 @@ impl Sim {
                 ImageReport::Ready {
                     pulled: pulls.then(|| "pulled".to_string()),
                     non_root: None,
+                    unmountable: match which >= VOLUME {
+                        true => self.unmountable.clone(),
+                        false => Vec::new(),
+                    },
                 }
             }
             Err(reason) => ImageReport::Failed {

@@ -403,13 +403,10 @@ fn validate_env_from(c: &Container, path: &str, manifest: &Manifest, p: &mut Pro
     }
 }
 
-/// Image volumes as `validateImageVolumeSource`: a reference, a known pull policy; and their
-/// mounts, which podvisor makes of the whole image (no `subPath` yet).
+/// Image volumes as `validateImageVolumeSource`: a reference, a known pull policy.
 fn validate_image_volumes(spec: &PodSpec, p: &mut Problems<'_>) {
-    let mut images = BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let Some(image) = &v.image else { continue };
-        images.insert(v.name.as_str());
         if image
             .reference
             .as_deref()
@@ -426,22 +423,6 @@ fn validate_image_volumes(spec: &PodSpec, p: &mut Problems<'_>) {
             );
         }
     }
-    if images.is_empty() {
-        return;
-    }
-    for (path, _, c) in super::containers_in_order(spec, "") {
-        let path = path.trim_start_matches('.');
-        for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
-            let sub = [m.sub_path.as_deref(), m.sub_path_expr.as_deref()];
-            let sub = sub.into_iter().flatten().find(|s| !s.is_empty());
-            if let (true, Some(sub)) = (images.contains(m.name.as_str()), sub) {
-                p.push(
-                    &format!("{path}.volumeMounts[{i}].subPath"),
-                    format!("Unsupported value: {sub:?}: podvisor mounts an image volume whole (no subPath yet)"),
-                );
-            }
-        }
-    }
 }
 
 /// `volumeMounts`: a volume of the pod, an absolute mount path, a subPath that stays inside.
@@ -451,6 +432,13 @@ fn validate_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, p: &mut 
             p.push(
                 &format!("{path}.volumeMounts[{i}].name"),
                 format!("Not found: {:?}: no volume of that name", m.name),
+            );
+        }
+        // Not expanded: refused rather than mounting the whole volume instead.
+        if let Some(expr) = m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+            p.push(
+                &format!("{path}.volumeMounts[{i}].subPathExpr"),
+                format!("Unsupported value: {expr:?}: podvisor does not expand subPathExpr; use subPath"),
             );
         }
         // validateLocalDescendingPath: relative, and no `..` element.

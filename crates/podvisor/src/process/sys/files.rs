@@ -70,3 +70,27 @@ pub fn set_mtime(path: &Path, seconds: i64) -> io::Result<()> {
     })
     .map(drop)
 }
+
+/// The value of the extended attribute `name` of `path` (not following a symlink), up to 64
+/// bytes; `None` when it has none.
+pub fn get_xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    let path = c_path(path)?;
+    let name = c_string(name.as_bytes())?;
+    let mut value = [0u8; 64];
+    // SAFETY: both strings are NUL-terminated and live across the call; `value` is a writable
+    // buffer of `value.len()` bytes.
+    let n = unsafe {
+        libc::lgetxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    // (At most 64 or -1: it fits.)
+    match check(n as libc::c_int) {
+        Ok(n) => Ok(Some(value[..n as usize].to_vec())),
+        Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -33,7 +33,7 @@ pub use alloc_count::allocations;
 pub use creds::{BpfInstruction, Credentials};
 pub use fd::*;
 #[cfg(feature = "full")]
-pub use files::{lchown, make_node, set_mtime, set_xattr};
+pub use files::{get_xattr, lchown, make_node, set_mtime, set_xattr};
 pub use fork::*;
 pub use namespaces::{
     make_pod_namespaces, mapped_user_namespace, open_namespace, open_namespace_path, IdMapLine,

@@ -323,7 +323,18 @@ fn lower_option(lower_dirs: &[std::path::PathBuf]) -> String {
     if lower_dirs.is_empty() {
         return "/".into();
     }
-    let dirs: Vec<String> = lower_dirs.iter().map(|d| d.display().to_string()).collect();
+    // A `\`, `:` or `,` in a path (a subPath's) is escaped as overlayfs reads them.
+    let escape = |d: &std::path::PathBuf| {
+        let mut out = String::new();
+        for ch in d.display().to_string().chars() {
+            if matches!(ch, '\\' | ':' | ',') {
+                out.push('\\');
+            }
+            out.push(ch);
+        }
+        out
+    };
+    let dirs: Vec<String> = lower_dirs.iter().map(escape).collect();
     dirs.join(":")
 }
 
