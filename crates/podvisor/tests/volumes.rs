@@ -1,6 +1,7 @@
 //! Volumes as the kubelet makes them: configMap, secret, downwardAPI and projected volumes are
 //! read-only whatever the mount says; downwardAPI and projected files have the values and modes
-//! asked for; a subPath cannot leave its volume.
+//! asked for; a subPath cannot leave its volume; a subPathExpr is expanded from the container's
+//! environment.
 
 use crate::harness::*;
 
@@ -125,6 +126,61 @@ fn a_sub_path_cannot_leave_its_volume() {
             .any(|m| m.contains("subPath \"out\" of volume \"v\" leads outside the volume")),
         "{failed:?}"
     );
+}
+
+#[test]
+fn a_sub_path_expr_is_expanded_from_the_containers_environment() {
+    // Checked as written: relative, no `..`, and not beside a subPath.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - name: a\n    command: ['true']\n    volumeMounts: [{name: v, mountPath: /x, subPathExpr: /$(A)}, {name: v, mountPath: /y, subPath: b, subPathExpr: $(B)}]\n",
+    ));
+    let out = Run::new(podvisor())
+        .arg("validate")
+        .arg(r.dir.file("pod.yaml"))
+        .output();
+    assert_eq!(out.code(), 2);
+    for expected in [
+        "spec.containers[0].volumeMounts[0].subPathExpr: Invalid value: \"/$(A)\": must be a relative path",
+        "spec.containers[0].volumeMounts[1].subPathExpr: Invalid value: \"$(B)\": subPathExpr and subPath are mutually exclusive",
+    ] {
+        assert!(out.stderr.contains(expected), "{expected}\n{out:?}");
+    }
+    if !is_root() {
+        return;
+    }
+    // Each writer sees its own directory of the volume, named from the downward API.
+    let writer = |name: &str| {
+        format!("  - name: {name}\n    command: [sh, -c, 'echo $(ME) > /x/out']\n    env: [{{name: ME, value: {name}}}, {{name: POD, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]\n    volumeMounts: [{{name: v, mountPath: /x, subPathExpr: '$(POD)/$(ME)'}}]\n")
+    };
+    let r = PodRun::new(&pod(
+        "Never",
+        &format!(
+            "  volumes: [{{name: v, emptyDir: {{}}}}]\n  initContainers:\n{}{}  containers:\n  - name: reader\n    command: [sh, -c, 'cat /v/p/one/out /v/p/two/out']\n    volumeMounts: [{{name: v, mountPath: /v}}]\n",
+            writer("one"),
+            writer("two")
+        ),
+    ));
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(r.log_lines("reader", 1), ["one", "two"]);
+    // A variable with no value: the kubelet's CreateContainerConfigError, nothing created.
+    let r = PodRun::new(&pod(
+        "Always",
+        "  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - name: app\n    command: [sleep, '600']\n    env: [{name: EMPTY, value: ''}]\n    volumeMounts: [{name: v, mountPath: /x, subPathExpr: '$(EMPTY)$(NOPE)'}]\n",
+    ));
+    let mut p = r.cmd(&[]).start();
+    let failed = r.wait_event("app", "Failed", 1);
+    assert_eq!(failed[0]["message"], "Error: missing value for EMPTY, NOPE");
+    let s: serde_json::Value =
+        serde_json::from_str(&client(&r, &["status", "-o", "json"]).stdout).unwrap();
+    let c = &s["status"]["containerStatuses"][0];
+    assert_eq!(
+        c["state"]["waiting"]["reason"], "CreateContainerConfigError",
+        "{c}"
+    );
+    assert!(r.find("app", "Created").is_empty());
+    crate::probes::stop(&mut p);
 }
 
 #[test]

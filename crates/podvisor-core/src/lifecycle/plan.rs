@@ -76,6 +76,10 @@ pub struct ContainerPlan {
     /// sure of before its starts (`Effect::EnsureVolumeImage`).
     #[cfg_attr(feature = "spec", serde(default))]
     pub image_volumes: Vec<usize>,
+    /// Why its configuration cannot be made whatever happens (a `subPathExpr` that expands to
+    /// nothing usable): it waits in `CreateContainerConfigError`.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub config_error: Option<String>,
 }
 
 impl ContainerPlan {
@@ -95,6 +99,7 @@ impl ContainerPlan {
             non_root: None,
             image: None,
             image_volumes: Vec::new(),
+            config_error: None,
         }
     }
 }

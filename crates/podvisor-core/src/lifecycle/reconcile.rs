@@ -342,19 +342,24 @@ impl Pod {
     }
 
     /// The kubelet's `CreateContainerConfigError`: container `i`'s configuration cannot be made
-    /// (`runAsNonRoot` and a root user), so nothing is created, no restart is counted, and the
+    /// (`runAsNonRoot` and a root user, a `subPathExpr` with no value), so nothing is created, no restart is counted, and the
     /// start is tried again after the pod worker's backoff. `true` while it is held back.
     fn config_blocks(&mut self, i: usize, now: Instant, fx: &mut Vec<Effect>) -> bool {
         let c = &self.containers[i];
         if c.config_retry.is_some_and(|at| now < at) {
             return true;
         }
-        let check = self.plan.containers[i].non_root.as_ref();
+        let plan = &self.plan.containers[i];
         let pod = format!(
             "{}_{}({})",
             self.plan.name, self.plan.namespace, self.plan.uid
         );
-        let Some(Err(message)) = check.map(|n| n.verify(&pod, &c.name)) else {
+        let failed = match (&plan.config_error, plan.non_root.as_ref()) {
+            (Some(error), _) => Some(error.clone()),
+            (None, Some(n)) => n.verify(&pod, &c.name).err(),
+            (None, None) => None,
+        };
+        let Some(message) = failed else {
             self.containers[i].config_retry = None;
             return false;
         };

@@ -195,6 +195,11 @@ fn format_map(m: &BTreeMap<String, String>) -> String {
 /// Kubernetes' `$(VAR)` expansion: a defined VAR is replaced, an undefined one is left as
 /// written, `$$` is a literal `$`, and any other `$` stays as it is.
 pub fn expand(input: &str, vars: &BTreeMap<&str, &str>) -> String {
+    expand_with(input, |name| vars.get(name).copied())
+}
+
+/// `expand` with `lookup` giving each variable's value (`None`: left as written).
+pub fn expand_with<'v>(input: &str, mut lookup: impl FnMut(&str) -> Option<&'v str>) -> String {
     let mut out = String::with_capacity(input.len());
     let mut rest = input;
     while let Some(i) = rest.find('$') {
@@ -207,7 +212,7 @@ pub fn expand(input: &str, vars: &BTreeMap<&str, &str>) -> String {
             match body.find(')') {
                 Some(end) => {
                     let name = &body[..end];
-                    match vars.get(name) {
+                    match lookup(name) {
                         Some(v) => out.push_str(v),
                         None => {
                             out.push_str("$(");

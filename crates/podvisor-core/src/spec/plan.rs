@@ -2,7 +2,7 @@
 //! defaults applied, and for each container its argv and environment, resolved as the kubelet
 //! resolves them (`$(VAR)` expansion, `valueFrom`, `envFrom`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::document::supervision::StagedInstrumentation;
@@ -95,8 +95,12 @@ pub struct ContainerExec {
     pub readiness: Option<Handler>,
     pub post_start: Option<Handler>,
     pub pre_stop: Option<Handler>,
-    /// `volumeMounts`, in order.
+    /// `volumeMounts`, in order (a `subPathExpr` expanded into `sub_path`).
     pub mounts: Vec<MountPlan>,
+    /// Why a mount cannot be made from the manifest (a `subPathExpr` that expands to nothing
+    /// usable): the kubelet's `CreateContainerConfigError`.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub mount_error: Option<String>,
     /// Requests and limits, requests defaulted from limits.
     pub resources: Resources,
     /// What it runs as and may do: the pod's and its own `securityContext`.
@@ -282,6 +286,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         // On the host's root the default user is root; from an image, the image's user (the
         // shell sets the check once it has the image).
         p.non_root = x.security.non_root(ImageUser::root());
+        p.config_error = x.mount_error.clone();
         if root_from_image {
             p.image = Some(c.image.clone().unwrap_or_default());
         }
@@ -387,6 +392,7 @@ fn container_plan(
         non_root: None,
         image: None,
         image_volumes: Vec::new(),
+        config_error: None,
     }
 }
 
@@ -489,6 +495,23 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
             }
         })
     };
+    let mut mount_error = None;
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let sub_path = match m.sub_path_expr.as_deref().filter(|e| !e.is_empty()) {
+            None => Ok(m.sub_path.clone().filter(|p| !p.is_empty())),
+            Some(expr) => expand_sub_path(expr, &vars).map(Some),
+        };
+        mounts.push(MountPlan {
+            volume: m.name.clone(),
+            path: m.mount_path.clone(),
+            sub_path: sub_path.unwrap_or_else(|e| {
+                mount_error.get_or_insert(e);
+                None
+            }),
+            read_only: m.read_only.unwrap_or(false),
+        });
+    }
     let lifecycle = c.lifecycle.as_ref();
     ContainerExec {
         argv,
@@ -503,21 +526,41 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
         readiness: probe(&c.readiness_probe),
         post_start: hook(lifecycle.and_then(|l| l.post_start.as_ref())),
         pre_stop: hook(lifecycle.and_then(|l| l.pre_stop.as_ref())),
-        mounts: c
-            .volume_mounts
-            .iter()
-            .flatten()
-            .map(|m| MountPlan {
-                volume: m.name.clone(),
-                path: m.mount_path.clone(),
-                sub_path: m.sub_path.clone().filter(|p| !p.is_empty()),
-                read_only: m.read_only.unwrap_or(false),
-            })
-            .collect(),
+        mounts,
+        mount_error,
         resources: Resources::of(c.resources.as_ref()),
         security: super::security::plan(&manifest.workload.spec, c, pod.host),
         stop_signal: lifecycle.and_then(|l| l.stop_signal.clone()),
     }
+}
+
+/// A `subPathExpr` expanded with the container's environment, as the kubelet's
+/// `ExpandContainerVolumeMounts` and `makeMounts`: a variable with no value (absent or empty)
+/// is an error, and so is a result that is absolute or has a `..` element.
+fn expand_sub_path(expr: &str, vars: &BTreeMap<&str, &str>) -> Result<String, String> {
+    let mut missing = BTreeSet::new();
+    let sub = super::env::expand_with(expr, |name| {
+        let value = vars.get(name).copied().filter(|v| !v.is_empty());
+        if value.is_none() {
+            missing.insert(name.to_string());
+        }
+        Some(value.unwrap_or(""))
+    });
+    if !missing.is_empty() {
+        let names: Vec<String> = missing.into_iter().collect();
+        return Err(format!("missing value for {}", names.join(", ")));
+    }
+    if sub.starts_with('/') {
+        return Err(format!(
+            "error SubPath `{sub}` must not be an absolute path"
+        ));
+    }
+    if sub.split('/').any(|e| e == "..") {
+        return Err(format!(
+            "unable to provision SubPath `{sub}`: must not contain '..'"
+        ));
+    }
+    Ok(sub)
 }
 
 fn exec_handler(command: Option<&[String]>, statics: &BTreeMap<&str, &str>) -> Handler {
@@ -582,6 +625,52 @@ mod tests {
             cpus: 2,
             memory: 1 << 30,
         }
+    }
+
+    #[test]
+    fn a_sub_path_expr_is_expanded_with_the_containers_environment() {
+        let text = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0}
+spec:
+  volumes: [{name: data, emptyDir: {}}]
+  containers:
+  - name: app
+    command: [app]
+    env:
+    - {name: POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: EMPTY, value: ''}
+    - {name: UP, value: '..'}
+    volumeMounts:
+    - {name: data, mountPath: /a, subPathExpr: 'logs/$(POD)/$$(x)'}
+    - {name: data, mountPath: /b, subPath: plain}
+  - name: missing
+    command: [app]
+    env: [{name: EMPTY, value: ''}]
+    volumeMounts: [{name: data, mountPath: /a, subPathExpr: '$(NOPE)-$(EMPTY)-$(NOPE)'}]
+  - name: up
+    command: [app]
+    env: [{name: UP, value: '..'}]
+    volumeMounts: [{name: data, mountPath: /a, subPathExpr: 'x/$(UP)/y'}]
+"#;
+        let manifest = crate::spec::load("web.yaml", text).expect("valid");
+        let plan = plan(&manifest, &host(), BackoffPolicy::default());
+        let subs: Vec<_> = plan.exec[0]
+            .mounts
+            .iter()
+            .map(|m| m.sub_path.as_deref())
+            .collect();
+        assert_eq!(subs, [Some("logs/web-0/$(x)"), Some("plain")]);
+        assert_eq!(plan.pod.containers[0].config_error, None);
+        assert_eq!(
+            plan.pod.containers[1].config_error.as_deref(),
+            Some("missing value for EMPTY, NOPE")
+        );
+        assert_eq!(
+            plan.pod.containers[2].config_error.as_deref(),
+            Some("unable to provision SubPath `x/../y`: must not contain '..'")
+        );
     }
 
     #[test]

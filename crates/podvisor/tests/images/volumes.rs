@@ -211,14 +211,14 @@ fn image_volumes_are_checked_before_the_run_and_refused_without_root() {
     let bad = host_pod(
         &t,
         "bad",
-        "  volumes:\n  - name: a\n    image: {pullPolicy: Sometimes}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a, subPathExpr: $(X)}]\n",
+        "  volumes:\n  - name: a\n    image: {pullPolicy: Sometimes}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a, subPath: /x}]\n",
     );
     let out = t.podvisor(&["validate"]).arg(&bad).output();
     assert_eq!(out.code(), 2, "{out:?}");
     for expected in [
         "spec.volumes[0].image.reference: Required value",
         "spec.volumes[0].image.pullPolicy: Unsupported value: \"Sometimes\"",
-        "spec.containers[0].volumeMounts[0].subPathExpr: Unsupported value: \"$(X)\": podvisor does not expand subPathExpr",
+        "spec.containers[0].volumeMounts[0].subPath: Invalid value: \"/x\": must be a relative path",
     ] {
         assert!(out.stderr.contains(expected), "{expected}\n{out:?}");
     }

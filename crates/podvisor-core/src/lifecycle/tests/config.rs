@@ -79,3 +79,32 @@ fn an_init_container_held_back_keeps_the_app_from_starting() {
     sim.run(15_000);
     assert_eq!(sim.log, ["t=0 spawn setup#1", "t=10 spawn app#1"]);
 }
+
+#[test]
+fn a_sub_path_expr_with_no_value_is_a_config_error_too() {
+    let mut p = plan(
+        RestartPolicy::Always,
+        &[("ok", Kind::Main), ("app", Kind::Main)],
+    );
+    p.containers[1].config_error = Some("missing value for SHARD".into());
+    let mut sim = Sim::new(p, vec![forever(), forever()]);
+    sim.run(15_000);
+    assert_eq!(sim.log, ["t=0 spawn ok#1"]);
+    let failed: Vec<_> = (sim.events.iter())
+        .filter(|e| e.contains("Failed app"))
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "t=0 Failed app: Error: missing value for SHARD",
+            "t=10000 Failed app: Error: missing value for SHARD",
+        ]
+    );
+    assert_eq!(
+        sim.pod.containers()[1].state,
+        ContainerState::Waiting {
+            reason: WaitingReason::CreateContainerConfigError,
+            message: Some("missing value for SHARD".into()),
+        }
+    );
+}

@@ -434,16 +434,13 @@ fn validate_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, p: &mut 
                 format!("Not found: {:?}: no volume of that name", m.name),
             );
         }
-        // Not expanded: refused rather than mounting the whole volume instead.
-        if let Some(expr) = m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
-            p.push(
-                &format!("{path}.volumeMounts[{i}].subPathExpr"),
-                format!("Unsupported value: {expr:?}: podvisor does not expand subPathExpr; use subPath"),
-            );
-        }
-        // validateLocalDescendingPath: relative, and no `..` element.
-        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            let at = format!("{path}.volumeMounts[{i}].subPath");
+        // validateLocalDescendingPath: relative, and no `..` element; subPathExpr too, as
+        // written (what it expands to is checked at each start).
+        let sub_path = m.sub_path.as_deref().filter(|s| !s.is_empty());
+        let expr = m.sub_path_expr.as_deref().filter(|s| !s.is_empty());
+        for (field, sub) in [("subPath", sub_path), ("subPathExpr", expr)] {
+            let Some(sub) = sub else { continue };
+            let at = format!("{path}.volumeMounts[{i}].{field}");
             if sub.starts_with('/') {
                 p.push(
                     &at,
@@ -455,6 +452,12 @@ fn validate_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, p: &mut 
                     format!("Invalid value: {sub:?}: must not contain '..'"),
                 );
             }
+        }
+        if let (Some(_), Some(expr)) = (sub_path, expr) {
+            p.push(
+                &format!("{path}.volumeMounts[{i}].subPathExpr"),
+                format!("Invalid value: {expr:?}: subPathExpr and subPath are mutually exclusive"),
+            );
         }
         if !m.mount_path.starts_with('/') {
             p.push(
