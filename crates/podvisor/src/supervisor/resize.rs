@@ -501,8 +501,13 @@ impl Supervisor {
             error.as_ref().map(|_| "Error".to_string()),
             error,
         );
+        // (By name through a map: a pod of 100 containers builds this on every change.)
+        let index: std::collections::HashMap<&str, usize> = (self.pod.containers().iter())
+            .enumerate()
+            .map(|(i, c)| (c.name.as_str(), i))
+            .collect();
         for s in statuses {
-            let Some(i) = (self.pod.containers().iter()).position(|c| c.name == s.name) else {
+            let Some(&i) = index.get(s.name.as_str()) else {
                 continue;
             };
             let allocated = self.plan.exec[i].resources;
