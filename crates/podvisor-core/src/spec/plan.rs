@@ -60,8 +60,13 @@ pub struct ImageRoot {
     pub image_id: String,
     /// The unpacked layers, top first.
     pub lower_dirs: Vec<String>,
-    /// The top-most layer with an `/etc/passwd` (users are named there), if any.
-    pub etc_layer: Option<String>,
+    /// The image's `/etc/passwd` as its merged layers show it (the file of the layer that
+    /// shows it), if it has one: its users are named there.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub passwd: Option<String>,
+    /// The image's `/etc/group`, found the same way.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub group: Option<String>,
     /// The image's `User` (`uid`, `name`, `uid:gid`, `name:group`), "" for root.
     pub user: String,
     /// The image's `StopSignal`, if it has one.

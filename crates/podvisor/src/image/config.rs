@@ -90,17 +90,20 @@ fn image_root(
     store: &Store,
 ) -> Result<ImageRoot, ImageError> {
     let lower_dirs = store.lower_dirs(found)?;
-    let etc_layer = lower_dirs
-        .iter()
-        .find(|d| d.join("etc/passwd").symlink_metadata().is_ok())
-        .map(|d| d.display().to_string());
+    // Each file as the container sees it: the layer that shows it may differ for each, and
+    // a whiteout, an opaque or linked `/etc` above decide which (or none).
+    let etc_file = |path: &str| match super::merged::find(&lower_dirs, path) {
+        Ok(super::merged::Found::File(f)) => Some(f.display().to_string()),
+        _ => None,
+    };
     let c = config.config().as_ref();
     Ok(ImageRoot {
         image: spec_image.to_string(),
         name: found.name.clone(),
         image_id: found.image_id(),
         lower_dirs: lower_dirs.iter().map(|d| d.display().to_string()).collect(),
-        etc_layer,
+        passwd: etc_file("etc/passwd"),
+        group: etc_file("etc/group"),
         user: c.and_then(|c| c.user().clone()).unwrap_or_default(),
         stop_signal: c.and_then(|c| c.stop_signal().clone()),
     })
@@ -153,11 +156,13 @@ fn apply_config(
         Some((u, g)) => (u.to_string(), Some(g.to_string())),
         None => (root.user.clone(), None),
     };
-    let etc = root.etc_layer.as_deref().map(std::path::Path::new);
+    let group_file = root.group.as_deref().map(std::path::Path::new);
     if x.security.run_as_group.is_none() && x.security.run_as_user.is_none() {
         if let Some(g) = group.filter(|g| !g.is_empty()) {
             x.security.run_as_group = g.parse().ok().or_else(|| {
-                let groups = etc.map(crate::security::users::groups).unwrap_or_default();
+                let groups = group_file
+                    .map(crate::security::users::groups)
+                    .unwrap_or_default();
                 groups.iter().find(|e| e.name == g).map(|e| e.gid)
             });
         }
@@ -186,7 +191,8 @@ mod tests {
             name: "docker.io/library/app:latest".into(),
             image_id: String::new(),
             lower_dirs: Vec::new(),
-            etc_layer: None,
+            passwd: None,
+            group: None,
             user: "1000:2000".into(),
             stop_signal: None,
         }

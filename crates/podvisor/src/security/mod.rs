@@ -13,7 +13,7 @@ pub mod subids;
 pub mod users;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use podvisor_core::seccomp::{Profile, Target};
@@ -88,12 +88,12 @@ pub fn default_seccomp_profiles() -> PathBuf {
     crate::state::config_dir("seccomp")
 }
 
-/// Container `name`'s credentials on the root `root` (whose `/etc` names its users), for a
-/// root that runs it as `image` when the plan names no user.
+/// Container `name`'s credentials on a root whose users are named in `etc`, for a root that
+/// runs it as `image` when the plan names no user.
 pub fn credentials(
     name: &str,
     plan: &SecurityPlan,
-    root: &Path,
+    etc: &users::Etc,
     image: &ImageUser,
     host: &Host,
     compiled: &mut Compiled,
@@ -104,7 +104,7 @@ pub fn credentials(
         needs,
         why,
     };
-    let users = users::users(root);
+    let users = etc.passwd.as_deref().map(users::users).unwrap_or_default();
     if !host.root && !host.user_namespaces {
         return as_this_user(name, plan, host, compiled);
     }
@@ -114,7 +114,7 @@ pub fn credentials(
         (None, None) => match users.iter().find(|u| u.name == image.name) {
             Some(u) => u.uid,
             None => {
-                let why = format!("no user {:?} in {}/etc/passwd", image.name, root.display());
+                let why = format!("no user {:?} in {}", image.name, etc.passwd_name());
                 return Err(refuse("user", "the image's user", why));
             }
         },
@@ -124,8 +124,10 @@ pub fn credentials(
     let mut groups = vec![gid];
     if plan.groups_policy == GroupsPolicy::Merge {
         if let Some(u) = user {
-            let member = users::groups(root)
+            let listed = etc.group.as_deref().map(users::groups);
+            let member = listed
                 .into_iter()
+                .flatten()
                 .filter(|g| g.name != u.name && g.members.contains(&u.name));
             groups.extend(member.map(|g| g.gid));
         }
@@ -299,6 +301,7 @@ fn filters(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn host() -> Host {
         Host {
@@ -316,7 +319,7 @@ mod tests {
         credentials(
             "app",
             plan,
-            root,
+            &users::Etc::of_root(root),
             &ImageUser::root(),
             &host(),
             &mut Compiled::default(),

@@ -36,7 +36,7 @@ pub fn sub_ids(file: &Path, name: &str, id: u32) -> Option<(u32, u32)> {
 /// (`/etc/subuid` and `/etc/subgid` under `etc`, users from `etc/passwd`).
 pub fn map_this_user(etc: &Path) -> (UserMap, Option<OwnedFd>) {
     let (uid, gid) = (sys::getuid(), sys::getgid());
-    let name = super::users::users(etc.parent().unwrap_or(Path::new("/")))
+    let name = super::users::users(&etc.join("passwd"))
         .into_iter()
         .find(|u| u.uid == uid)
         .map_or_else(|| uid.to_string(), |u| u.name);

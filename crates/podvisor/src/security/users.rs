@@ -2,7 +2,33 @@
 //! read them to resolve a container's user: a uid's name and primary group, and the groups a
 //! name is a member of.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Where a root keeps its users: its `/etc/passwd` and `/etc/group`, each where it is found
+/// (in an image, each may come from another layer), `None` where the root has none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Etc {
+    pub passwd: Option<PathBuf>,
+    pub group: Option<PathBuf>,
+}
+
+impl Etc {
+    /// The files of a root that is one directory tree (the host's `/`).
+    pub fn of_root(root: &Path) -> Etc {
+        Etc {
+            passwd: Some(root.join("etc/passwd")),
+            group: Some(root.join("etc/group")),
+        }
+    }
+
+    /// Where the users are named, for messages.
+    pub fn passwd_name(&self) -> String {
+        match &self.passwd {
+            Some(p) => p.display().to_string(),
+            None => "/etc/passwd (the root has none)".into(),
+        }
+    }
+}
 
 /// One line of `/etc/passwd`: name, uid, gid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,10 +46,10 @@ pub struct Group {
     pub members: Vec<String>,
 }
 
-/// The users of `root/etc/passwd` (none when there is no such file); lines that are not
+/// The users of a `passwd` file (none when there is no such file); lines that are not
 /// `name:x:uid:gid:...` are passed over, as libc does.
-pub fn users(root: &Path) -> Vec<User> {
-    lines(&root.join("etc/passwd"))
+pub fn users(passwd: &Path) -> Vec<User> {
+    lines(passwd)
         .filter_map(|f| {
             Some(User {
                 name: f.first()?.to_string(),
@@ -34,9 +60,9 @@ pub fn users(root: &Path) -> Vec<User> {
         .collect()
 }
 
-/// The groups of `root/etc/group`.
-pub fn groups(root: &Path) -> Vec<Group> {
-    lines(&root.join("etc/group"))
+/// The groups of a `group` file.
+pub fn groups(group: &Path) -> Vec<Group> {
+    lines(group)
         .filter_map(|f| {
             Some(Group {
                 name: f.first()?.to_string(),
@@ -84,12 +110,13 @@ mod tests {
             "root:x:0:\nweb:x:1001:\naudio:x:29:web,other\nvideo:x:44:\n",
         )
         .unwrap();
-        let u = users(&dir);
+        let etc = Etc::of_root(&dir);
+        let u = users(etc.passwd.as_deref().unwrap());
         assert_eq!(u.len(), 2);
         assert_eq!((u[1].uid, u[1].gid), (1000, 1001));
-        let g = groups(&dir);
+        let g = groups(etc.group.as_deref().unwrap());
         assert_eq!(g[2].members, ["web", "other"]);
-        assert!(users(&dir.join("nowhere")).is_empty());
+        assert!(users(&dir.join("nowhere/etc/passwd")).is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

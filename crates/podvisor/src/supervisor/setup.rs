@@ -188,11 +188,14 @@ pub(super) fn credentials_of(
         .filter(|l| l.rootless.is_some() && own_root)
         .map(|l| l.user_map.clone());
     let host = security::Host::this(user_map, seccomp_profiles);
-    // An image names its users in its own /etc (its top-most layer that has one), and runs
-    // as its `User` when the securityContext sets none.
-    let (root, image) = match &x.image {
+    // An image names its users in its own /etc/passwd and /etc/group (as its merged layers
+    // show them), and runs as its `User` when the securityContext sets none.
+    let (etc, image) = match &x.image {
         Some(i) => (
-            std::path::PathBuf::from(i.etc_layer.as_deref().unwrap_or("/nonexistent")),
+            security::users::Etc {
+                passwd: i.passwd.as_ref().map(std::path::PathBuf::from),
+                group: i.group.as_ref().map(std::path::PathBuf::from),
+            },
             match i.user.split(':').next().unwrap_or("") {
                 "" => ImageUser::root(),
                 user => ImageUser {
@@ -201,9 +204,12 @@ pub(super) fn credentials_of(
                 },
             },
         ),
-        None => (std::path::PathBuf::from("/"), ImageUser::root()),
+        None => (
+            security::users::Etc::of_root(std::path::Path::new("/")),
+            ImageUser::root(),
+        ),
     };
-    security::credentials(&c.name, &x.security, &root, &image, &host, compiled)
+    security::credentials(&c.name, &x.security, &etc, &image, &host, compiled)
 }
 
 /// The volumes' group ownership (`fsGroup`) as this run can give it. Without root, volumes

@@ -72,6 +72,60 @@ fn an_oci_layout_of_three_compressions_runs_as_its_layers_stack() {
 }
 
 #[test]
+fn an_images_users_and_groups_are_read_as_its_merged_layers_show_them() {
+    let bb = require!();
+    let t = Images::new();
+    // Each of /etc/passwd and /etc/group is the file of the layer that shows it: the user
+    // is named in the middle layer, over a lower one; the groups come from the top layer,
+    // over a whiteout in the middle one of the lowest layer's file.
+    let layout = Layout::new(t.dir.file("layout"))
+        .layer(
+            Compression::Gzip,
+            &[
+                Entry::Dir("bin"),
+                Entry::File("bin/busybox", &bb, 0o755),
+                Entry::Symlink("bin/sh", "busybox"),
+                Entry::Dir("etc"),
+                Entry::File("etc/passwd", b"svc:x:4242:100::/:/bin/sh\n", 0o644),
+                Entry::File("etc/group", b"svc:x:4343:\nold:x:5555:svc\n", 0o644),
+            ],
+        )
+        .layer(
+            Compression::None,
+            &[
+                Entry::Dir("etc"),
+                Entry::File("etc/passwd", b"svc:x:4242:4343::/:/bin/sh\n", 0o644),
+                Entry::File("etc/.wh.group", b"", 0o644),
+            ],
+        )
+        .layer(
+            Compression::None,
+            &[
+                Entry::Dir("etc"),
+                Entry::File("etc/group", b"svc:x:4343:\nextra:x:4444:svc\n", 0o644),
+            ],
+        )
+        .finish(
+            "registry.test/users:v1",
+            json!({"config": {
+                "Entrypoint": ["/bin/sh", "-c"],
+                "Cmd": ["/bin/busybox id -u; /bin/busybox id -g; /bin/busybox id -G"],
+                "Env": ["PATH=/bin"],
+                "User": "svc",
+            }}),
+        );
+    let out = t.load(&layout);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let run = t.run(
+        "users",
+        "  restartPolicy: Never\n  containers:\n  - name: app\n    image: registry.test/users:v1\n",
+    );
+    let logs = t.out(&["logs", "users", "app"]);
+    assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
+    assert_eq!(logs.stdout, "4242\n4343\n4343 4444", "{logs:?}");
+}
+
+#[test]
 fn command_and_args_replace_entrypoint_and_cmd_and_probes_and_exec_run_inside_the_image() {
     let bb = require!();
     let t = Images::new();
