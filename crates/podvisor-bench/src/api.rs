@@ -8,7 +8,7 @@ pub fn api_bench(args: &[String]) {
     let dir = std::env::temp_dir().join(format!("podvisor-bench-api-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mb = if quick { 20 } else { 100 };
-    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: api}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: api, annotations: {podvisor.io/root-from: host}}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     // One container writes the big log (100-byte lines), then sleeps; 99 more just sleep.
     yaml.push_str(&format!(
         "  - name: big\n    command: [sh, -c, 'head -c {} /dev/zero | tr \"\\\\000\" x | fold -w 99; exec sleep 1000']\n",

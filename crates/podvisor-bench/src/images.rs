@@ -11,8 +11,8 @@ const CONTAINERS: usize = 100;
 
 fn pod(dir: &Path, image: Option<&str>) -> PathBuf {
     let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n");
-    if image.is_some() {
-        yaml.push_str("  annotations: {podvisor.io/root-from: image}\n");
+    if image.is_none() {
+        yaml.push_str("  annotations: {podvisor.io/root-from: host}\n");
     }
     yaml.push_str("spec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     for i in 0..CONTAINERS {

@@ -15,7 +15,7 @@ const CONTAINERS: usize = 100;
 
 fn pod_yaml(dir: &Path) -> PathBuf {
     let mut yaml = String::from(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n  annotations: {podvisor.io/host-root: writable}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n  annotations: {podvisor.io/root-from: host, podvisor.io/host-root: writable}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n",
     );
     for i in 0..CONTAINERS {
         yaml.push_str(&format!(

@@ -72,7 +72,7 @@ pub fn probes_bench(args: &[String]) {
     std::fs::create_dir_all(&dir).unwrap();
     let (http_port, tcp_port, arrivals) = probe_targets();
 
-    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: probes}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: probes, annotations: {podvisor.io/root-from: host}}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     for i in 0..n {
         yaml.push_str(&format!(
             "  - name: c{i}\n    command: [sleep, '1000']\n    livenessProbe: {{tcpSocket: {{port: {tcp_port}}}, periodSeconds: 1}}\n    readinessProbe: {{httpGet: {{path: /r/{i}, port: {http_port}}}, periodSeconds: 1}}\n"
@@ -94,7 +94,7 @@ pub fn probes_bench(args: &[String]) {
     let ready = count_events(&events, "Ready");
     let floor = loopback_floor(http_port, tcp_port);
 
-    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: execs}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: execs, annotations: {podvisor.io/root-from: host}}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     for i in 0..n_exec {
         yaml.push_str(&format!(
             "  - name: c{i}\n    command: [sleep, '1000']\n    readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}\n"

@@ -15,7 +15,7 @@ pub fn run_bench(args: &[String]) {
     // `sleep` handles no SIGTERM: as PID 1 of a PID namespace of its own it would ignore it and
     // the stop would take the grace period. In the host's PID namespace (`hostPID`) SIGTERM
     // ends it, as it ends supervisord's, so the stop measures podvisor's own work.
-    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: bench}\nspec:\n  terminationGracePeriodSeconds: 5\n  hostPID: true\n  containers:\n");
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: bench, annotations: {podvisor.io/root-from: host}}\nspec:\n  terminationGracePeriodSeconds: 5\n  hostPID: true\n  containers:\n");
     for i in 0..100 {
         yaml.push_str(&format!("  - {{name: c{i}, command: [sleep, '1000']}}\n"));
     }
@@ -107,7 +107,7 @@ pub fn run_bench(args: &[String]) {
 /// How late each restart after the backoff was (ms): a container that fails at once, with a
 /// 100 ms backoff.
 fn restart_lateness(podvisor: &Path, dir: &Path, quick: bool) -> Vec<f64> {
-    let pod2 = "apiVersion: v1\nkind: Pod\nmetadata: {name: crash}\nspec:\n  containers:\n  - {name: c, command: [/bin/false]}\n";
+    let pod2 = "apiVersion: v1\nkind: Pod\nmetadata: {name: crash, annotations: {podvisor.io/root-from: host}}\nspec:\n  containers:\n  - {name: c, command: [/bin/false]}\n";
     std::fs::write(dir.join("crash.yaml"), pod2).unwrap();
     let events2 = dir.join("events2.json");
     let mut child = Command::new(podvisor)

@@ -144,7 +144,11 @@ fn set_mode(path: &Path, mode: u32) {
 fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
     let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n");
     if matches!(mode, Mode::Cgroups | Mode::Bare) {
-        yaml.push_str("  annotations: {podvisor.io/host-root: writable}\n");
+        yaml.push_str(
+            "  annotations: {podvisor.io/root-from: host, podvisor.io/host-root: writable}\n",
+        );
+    } else {
+        yaml.push_str("  annotations: {podvisor.io/root-from: host}\n");
     }
     yaml.push_str("spec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     for i in 0..CONTAINERS {

@@ -31,7 +31,7 @@ enum Way {
 
 fn pod(dir: &Path, way: Way) -> PathBuf {
     let secured = way != Way::Plain;
-    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\nspec:\n  terminationGracePeriodSeconds: 5\n");
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n  annotations: {podvisor.io/root-from: host}\nspec:\n  terminationGracePeriodSeconds: 5\n");
     if secured {
         yaml.push_str("  securityContext: {runAsUser: 1000, runAsGroup: 1000, supplementalGroups: [2000, 3000]}\n");
     } else {

@@ -176,7 +176,7 @@ fn list(v: &[f64]) -> String {
 }
 
 fn pod_yaml(name: &str, command: &str) -> String {
-    let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n");
+    let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n");
     for i in 0..100 {
         yaml.push_str(&format!("  - {{name: c{i}, command: {command}}}\n"));
     }

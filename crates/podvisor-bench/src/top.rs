@@ -159,7 +159,7 @@ fn start_pods(
 ) -> Vec<(std::process::Child, PathBuf)> {
     let mut runs = Vec::new();
     for p in 0..PODS {
-        let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, '{crash}']}}\n");
+        let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, '{crash}']}}\n");
         for i in 1..CONTAINERS {
             yaml.push_str(&format!("  - {{name: c{i}, command: [sleep, '100000']}}\n"));
         }

@@ -145,7 +145,7 @@ fn a_watcher_that_never_reads_is_dropped_and_the_others_go_on() {
     // Crash-looping containers in a pod with a 64 KiB annotation: every status line is as
     // big, some MiB a second.
     let filler = "x".repeat(64 << 10);
-    let mut manifest = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, annotations: {{podvisor.io/host-root: writable, filler: {filler}}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n");
+    let mut manifest = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, annotations: {{podvisor.io/root-from: host, podvisor.io/host-root: writable, filler: {filler}}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n");
     for i in 0..16 {
         manifest += &format!("  - {{name: crash{i}, command: ['false']}}\n");
     }

@@ -9,7 +9,7 @@ use crate::probes::stop;
 /// Two sleeping containers; `app` runs as 1000:1000 with no capabilities, no_new_privs and
 /// the runtime's default seccomp profile, in a root of its own (its own PID namespace).
 fn pod() -> String {
-    "apiVersion: v1\nkind: Pod\nmetadata: {name: ex, namespace: ns}\nspec:
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: ex, namespace: ns, annotations: {podvisor.io/root-from: host}}\nspec:
   terminationGracePeriodSeconds: 1
   securityContext: {runAsUser: 1000, runAsGroup: 1000}
   containers:

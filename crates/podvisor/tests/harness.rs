@@ -840,7 +840,7 @@ pub fn remove_cgroup_tree(dir: &Path) {
 /// tests of the lifecycle hand their containers host paths (markers, logs, health files);
 /// `tests/rootfs.rs` tests the private layer itself.
 pub fn pod(policy: &str, containers: &str) -> String {
-    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}, annotations: {{podvisor.io/host-root: writable}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, labels: {{tier: web}}, annotations: {{podvisor.io/root-from: host, podvisor.io/host-root: writable}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
 }
 
 /// `podvisor ARGS --state-dir DIR` run to completion, against a run's state dir.

@@ -278,7 +278,7 @@ spec:
     let pod = c.dir.file("pod.yaml");
     std::fs::write(
         &pod,
-        format!("{supervision}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - {{name: app, image: x, command: ['true']}}\n"),
+        format!("{supervision}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  containers:\n  - {{name: app, image: x, command: ['true']}}\n"),
     )
     .unwrap();
     let sup = c.dir.file("sup.yaml");

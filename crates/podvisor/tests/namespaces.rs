@@ -11,7 +11,7 @@ use crate::harness::*;
 /// A pod of `spec` (YAML under `spec:`) with private roots (no host-root annotation), grace 2.
 fn private(policy: &str, spec: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-0, namespace: ns}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 2\n{spec}"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-0, namespace: ns, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 2\n{spec}"
     )
 }
 

@@ -40,7 +40,7 @@ impl Base {
 
 fn pod(namespace: &str, name: &str, policy: &str, containers: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n  containers:\n{containers}"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n  containers:\n{containers}"
     )
 }
 

@@ -21,7 +21,7 @@ pub fn free_port() -> u16 {
 /// A pod of the given containers (YAML under `spec:`), grace `grace` seconds.
 pub fn pod_with(policy: &str, grace: u32, spec: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, annotations: {{podvisor.io/host-root: writable}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: {grace}\n{spec}"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, annotations: {{podvisor.io/root-from: host, podvisor.io/host-root: writable}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: {grace}\n{spec}"
     )
 }
 

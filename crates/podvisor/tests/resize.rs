@@ -312,7 +312,7 @@ fn resize_policies_are_checked_as_the_api_server_checks_them() {
     let file = dir.file("pod.yaml");
     std::fs::write(
         &file,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  restartPolicy: Never\n  initContainers:\n  - name: setup\n    command: ['true']\n    resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]\n  containers:\n  - name: app\n    command: [sleep, '1']\n    resizePolicy:\n    - {resourceName: cpu, restartPolicy: RestartContainer}\n    - {resourceName: cpu, restartPolicy: NotRequired}\n    - {resourceName: gpu, restartPolicy: Sometimes}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {podvisor.io/root-from: host}}\nspec:\n  restartPolicy: Never\n  initContainers:\n  - name: setup\n    command: ['true']\n    resizePolicy: [{resourceName: cpu, restartPolicy: NotRequired}]\n  containers:\n  - name: app\n    command: [sleep, '1']\n    resizePolicy:\n    - {resourceName: cpu, restartPolicy: RestartContainer}\n    - {resourceName: cpu, restartPolicy: NotRequired}\n    - {resourceName: gpu, restartPolicy: Sometimes}\n",
     )
     .unwrap();
     let out = Run::new(podvisor()).arg("validate").arg(&file).output();

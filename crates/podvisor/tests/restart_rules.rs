@@ -352,7 +352,7 @@ fn validation_reports_every_rule_error_with_its_line() {
     let text = format!(
         "apiVersion: v1
 kind: Pod
-metadata: {{name: p}}
+metadata: {{name: p, annotations: {{podvisor.io/root-from: host}}}}
 spec:
   initContainers:
   - name: init
@@ -419,7 +419,7 @@ fn explain_shows_each_exit_and_warns_about_loops() {
         &file,
         "apiVersion: v1
 kind: Pod
-metadata: {name: p}
+metadata: {name: p, annotations: {podvisor.io/root-from: host}}
 spec:
   restartPolicy: Never
   initContainers:

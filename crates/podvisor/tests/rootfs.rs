@@ -12,7 +12,7 @@ use crate::probes::stop;
 
 /// A pod of ours, without the `host-root: writable` of the lifecycle tests' helper.
 fn private_pod(policy: &str, rest: &str) -> String {
-    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: rootfs, namespace: ns}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{rest}")
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: rootfs, namespace: ns, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{rest}")
 }
 
 fn root_listing() -> BTreeSet<String> {

@@ -368,7 +368,7 @@ fn nothing_a_container_started_survives_it() {
 #[test]
 fn bad_input_exits_2() {
     let r = PodRun::new(
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c}]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {podvisor.io/root-from: host}}\nspec:\n  containers: [{name: c}]\n",
     );
     let out = r.cmd(&[]).output();
     assert_eq!(out.code(), 2, "{out:?}");

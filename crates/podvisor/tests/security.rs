@@ -415,7 +415,7 @@ fn a_container_gets_a_dev_of_its_own_a_read_only_sys_and_masked_proc_as_under_do
     let script = "ls /dev | tr \"\\n\" \" \"; echo; touch /sys/x 2>/dev/null && echo sys=written || echo sys=read-only; stat -c \"%a %t,%T\" /dev/null; (echo 1 > /proc/sys/kernel/shm_rmid_forced) 2>/dev/null && echo procsys=written || echo procsys=read-only; echo keys=$(cat /proc/keys 2>/dev/null | wc -c)";
     let pod = |sc: &str| {
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    command: [sh, -c, '{}']\n{sc}",
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    command: [sh, -c, '{}']\n{sc}",
             script.replace('\'', "''")
         )
     };

@@ -44,7 +44,7 @@ const AS_SUB_USER: [&str; 4] = [
 /// A pod of ours with a root of its own (no `host-root: writable`).
 fn sub_pod(pod_sc: &str, rest: &str) -> PodRun {
     let r = PodRun::new(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: subids}}\nspec:\n  terminationGracePeriodSeconds: 1\n  securityContext: {pod_sc}\n{rest}"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: subids, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  securityContext: {pod_sc}\n{rest}"
     ));
     std::fs::set_permissions(r.dir.file(""), std::fs::Permissions::from_mode(0o777)).unwrap();
     r

@@ -108,7 +108,7 @@ impl Drop for Tmux {
 
 fn manifest(name: &str, containers: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: ns, annotations: {{podvisor.io/host-root: writable}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n{containers}"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: ns, annotations: {{podvisor.io/root-from: host, podvisor.io/host-root: writable}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n{containers}"
     )
 }
 

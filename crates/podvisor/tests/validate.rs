@@ -77,10 +77,10 @@ spec:
         "bad.yaml:10:5: spec.containers[0]: unknown field \"imagePullPolicyy\"",
         "bad.yaml:4:3: metadata.name: Invalid value: \"Web_App\"",
         "bad.yaml:6:3: spec.restartPolicy: Unsupported value: \"Sometimes\"",
-        "bad.yaml:8:5: spec.containers[0].command: Required value",
         "bad.yaml:15:7: spec.containers[0].livenessProbe.successThreshold: Invalid value: must be 1",
         "bad.yaml:14:17: spec.containers[0].livenessProbe.httpGet.port: Invalid value: \"web\"",
         "bad.yaml:16:5: spec.containers[1].name: Duplicate value: \"app\"",
+        "bad.yaml:16:5: spec.containers[1].image: Required value",
         "bad.yaml:21:9: spec.containers[1].env[0].valueFrom.secretKeyRef: Not found: Secret \"creds\"",
     ];
     assert_eq!(got.len(), want.len(), "{got:#?}");
@@ -93,7 +93,7 @@ spec:
 fn wrong_types_name_the_field() {
     let out = validate_text(
         "t.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    command: [x]\n    ports:\n    - containerPort: eighty\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, annotations: {podvisor.io/root-from: host}}\nspec:\n  containers:\n  - name: c\n    command: [x]\n    ports:\n    - containerPort: eighty\n",
     );
     assert_eq!(out.code(), 2);
     assert_eq!(
@@ -106,7 +106,7 @@ fn wrong_types_name_the_field() {
 fn a_volume_kind_podvisor_does_not_provide_is_refused() {
     let out = validate_text(
         "v.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  volumes:\n  - name: data\n    nfs: {server: nas, path: /export}\n  containers:\n  - name: c\n    command: [x]\n    volumeMounts: [{name: data, mountPath: /data}]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, annotations: {podvisor.io/root-from: host}}\nspec:\n  volumes:\n  - name: data\n    nfs: {server: nas, path: /export}\n  containers:\n  - name: c\n    command: [x]\n    volumeMounts: [{name: data, mountPath: /data}]\n",
     );
     assert_eq!(out.code(), 2);
     assert_eq!(
@@ -139,7 +139,7 @@ fn malformed_yaml_and_missing_files() {
 
 #[test]
 fn one_workload_per_file_and_known_kinds_only() {
-    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, command: [x]}]\n";
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a, annotations: {podvisor.io/root-from: host}}\nspec:\n  containers: [{name: c, command: [x]}]\n";
     let out = validate_text("two.yaml", &format!("{pod}---\n{pod}"));
     assert_eq!(errors(&out), ["two.yaml:8:1: kind: a second workload: podvisor runs exactly one pod per file (the first is the document at line 1)"]);
     let out = validate_text(
@@ -164,7 +164,7 @@ fn templates_probes_and_init_containers() {
         "d.yaml",
         "apiVersion: apps/v1
 kind: Deployment
-metadata: {name: web}
+metadata: {name: web, annotations: {podvisor.io/root-from: host}}
 spec:
   selector: {}
   template:
@@ -199,7 +199,7 @@ fn supervision_is_checked_too() {
         "s.yaml",
         "apiVersion: v1
 kind: Pod
-metadata: {name: a}
+metadata: {name: a, annotations: {podvisor.io/root-from: host}}
 spec:
   containers: [{name: app, command: [x]}]
 ---
@@ -225,7 +225,7 @@ spec:
         "s.yaml",
         "apiVersion: v1
 kind: Pod
-metadata: {name: a}
+metadata: {name: a, annotations: {podvisor.io/root-from: host}}
 spec:
   containers: [{name: app, command: [x]}]
 ---
@@ -253,7 +253,7 @@ fn supervision_numbers_must_be_usable() {
         "z.yaml",
         "apiVersion: v1
 kind: Pod
-metadata: {name: a}
+metadata: {name: a, annotations: {podvisor.io/root-from: host}}
 spec:
   containers: [{name: app, command: [x]}]
 ---

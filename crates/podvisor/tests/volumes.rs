@@ -8,7 +8,7 @@ use crate::harness::*;
 /// A pod of these tests: unlike the lifecycle tests' helper, its containers get roots of their
 /// own, so that mount points such as /cache are made inside them, never on the host.
 fn pod(policy: &str, containers: &str) -> String {
-    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n{containers}")
 }
 
 const POD: &str = "apiVersion: v1
@@ -17,6 +17,7 @@ metadata:
   name: vols
   namespace: ns
   labels: {tier: web}
+  annotations: {podvisor.io/root-from: host}
 spec:
   restartPolicy: Never
   volumes:

@@ -217,7 +217,7 @@ mod tests {
     use super::*;
 
     fn spec(text: &str) -> PodSpec {
-        let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n{text}");
+        let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n{text}");
         crate::spec::load("p.yaml", &text)
             .expect("valid")
             .workload

@@ -612,7 +612,7 @@ mod tests {
     use super::*;
 
     fn manifest(containers: &str) -> Manifest {
-        let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  terminationGracePeriodSeconds: 20\n  containers:\n{containers}");
+        let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  terminationGracePeriodSeconds: 20\n  containers:\n{containers}");
         crate::spec::load("p.yaml", &text).expect("valid")
     }
 

@@ -43,10 +43,18 @@ pub struct HostFacts {
 /// The pod annotation that gives containers the host's root read-write (`writable`).
 pub const HOST_ROOT: &str = "podvisor.io/host-root";
 
-/// The pod annotation that says where containers' roots come from: `host` (the host's root
-/// under a private layer, the default) or `image` (each container's image, from podvisor's
-/// image store).
+/// The pod annotation that says where containers' roots come from: `image` (each container's
+/// image, pulled or loaded into podvisor's image store: the default, as under the kubelet) or
+/// `host` (the host's root under a private layer).
 pub const ROOT_FROM: &str = "podvisor.io/root-from";
+
+/// Whether a pod with these annotations runs its containers from their images: unless it
+/// asks for the host's root.
+pub fn roots_from_images(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|a| a.get(ROOT_FROM))
+        .is_none_or(|v| v != "host")
+}
 
 /// A container started from an image: what the shell found in the image store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +193,7 @@ pub struct RunPlan {
     pub host_root_writable: bool,
     /// The variables of staged instrumentation (for the containers `pod.staging` applies to).
     pub staged_env: StagedEnv,
-    /// `podvisor.io/root-from: image`: each container's root is its image.
+    /// Each container's root is its image (unless `podvisor.io/root-from: host`).
     #[cfg_attr(feature = "spec", serde(default))]
     pub root_from_image: bool,
     /// `imagePullSecrets`: the `.dockerconfigjson` of each such Secret of the file, in order
@@ -250,7 +258,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         .and_then(|m| m.annotations.clone())
         .or_else(|| w.metadata.annotations.clone())
         .unwrap_or_default();
-    let root_from_image = annotations.get(ROOT_FROM).is_some_and(|v| v == "image");
+    let root_from_image = roots_from_images(Some(&annotations));
     let facts = PodFacts {
         name: &name,
         namespace: &namespace,
@@ -637,7 +645,7 @@ mod tests {
         let text = r#"
 apiVersion: v1
 kind: Pod
-metadata: {name: web-0}
+metadata: {name: web-0, annotations: {podvisor.io/root-from: host}}
 spec:
   volumes: [{name: data, emptyDir: {}}]
   containers:
@@ -683,7 +691,7 @@ spec:
         let text = r#"
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: web, namespace: demo}
+metadata: {name: web, namespace: demo, annotations: {podvisor.io/root-from: host}}
 spec:
   selector: {}
   template:
@@ -790,7 +798,7 @@ data: {password: c2VjcmV0}
     fn defaults() {
         let manifest = crate::spec::load(
             "p.yaml",
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, command: [x]}]\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {podvisor.io/root-from: host}}\nspec:\n  containers: [{name: c, command: [x]}]\n",
         )
         .unwrap();
         let plan = plan(&manifest, &host(), BackoffPolicy::default());

@@ -64,7 +64,7 @@ pub(super) fn root_layer(
     if sys::getuid() != 0 && plan.root_from_image {
         return Err(Unenforceable {
             container: plan.pod.containers[0].name.clone(),
-            field: "image (podvisor.io/root-from: image)",
+            field: "image",
             needs: "root",
             why: "a root made of an image's layers is mounted as root in this release; run as root, or give the pod the host's root (podvisor.io/root-from: host)".into(),
         }

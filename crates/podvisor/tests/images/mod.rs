@@ -36,12 +36,13 @@ impl Images {
         self.podvisor(&["image", "load"]).arg(path).output()
     }
 
-    /// `podvisor run` of a pod whose containers run from their images.
+    /// `podvisor run` of a pod whose containers run from their images (as every pod does
+    /// without the annotation `podvisor.io/root-from: host`).
     pub(super) fn pod(&self, name: &str, spec: &str) -> Run {
         let manifest = self.dir.file(&format!("{name}.yaml"));
         std::fs::write(
             &manifest,
-            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, annotations: {{podvisor.io/root-from: image}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n{spec}"),
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n{spec}"),
         )
         .unwrap();
         self.podvisor(&["run", "-q"]).arg(manifest)

@@ -15,7 +15,7 @@ fn host_pod(t: &Images, name: &str, spec: &str) -> std::path::PathBuf {
     let manifest = t.dir.file(&format!("{name}.yaml"));
     std::fs::write(
         &manifest,
-        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n{spec}"),
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n{spec}"),
     )
     .unwrap();
     manifest
@@ -230,7 +230,7 @@ fn image_volumes_are_checked_before_the_run_and_refused_without_root() {
     let manifest = format!("{base}.yaml");
     std::fs::write(
         &manifest,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: good}\nspec:\n  volumes:\n  - name: a\n    image: {reference: registry.test/layered:v1}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a}]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: good, annotations: {podvisor.io/root-from: host}}\nspec:\n  volumes:\n  - name: a\n    image: {reference: registry.test/layered:v1}\n  containers:\n  - name: app\n    command: [sleep, '1']\n    volumeMounts: [{name: a, mountPath: /a}]\n",
     )
     .unwrap();
     let out = Run::new("setpriv")

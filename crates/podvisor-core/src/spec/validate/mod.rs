@@ -209,15 +209,13 @@ fn validate_container(
     let annotations = (w.template_metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .or(w.metadata.annotations.as_ref());
-    let from_image = annotations
-        .and_then(|a| a.get(super::plan::ROOT_FROM))
-        .is_some_and(|v| v == "image");
-    if from_image {
+    if super::plan::roots_from_images(annotations) {
         if c.image.as_ref().is_none_or(|i| i.trim().is_empty()) {
             p.push(
                 &at("image"),
                 format!(
-                    "Required value: the pod's containers run from their images ({}: image)",
+                    "Required value: the pod's containers run from their images (or, with \
+                     the annotation {}: host, on this host's root)",
                     super::plan::ROOT_FROM
                 ),
             );
@@ -226,9 +224,9 @@ fn validate_container(
         p.push(
             &at("command"),
             format!(
-                "Required value: the pod's containers run on this host's root, so there is no \
-                 image entrypoint to fall back on: set command, or run them from their images \
-                 (annotation {}: image)",
+                "Required value: the pod's containers run on this host's root ({}: host), so \
+                 there is no image entrypoint to fall back on: set command, or run them from \
+                 their images (without that annotation)",
                 super::plan::ROOT_FROM
             ),
         );
