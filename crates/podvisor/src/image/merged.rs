@@ -1,9 +1,10 @@
 //! One path of an image as its container sees it: the image's unpacked layers merged the way
-//! overlayfs merges them, for the `subPath` of an image volume. An upper layer's entry hides
-//! the lower layers' entries of that name; a whiteout (a 0/0 character device) hides them and
-//! itself; an opaque directory (`trusted.overlay.opaque`) shows only what the layers down to it
-//! hold; symbolic links are followed inside the image's root, never out of it (`..` stops at
-//! the root, an absolute target starts from it).
+//! overlayfs merges them, for the `subPath` of an image volume and the image's users. An
+//! upper layer's entry hides the lower layers' entries of that name; a whiteout (a 0/0
+//! character device) hides them and itself; an opaque directory (`trusted.overlay.opaque`,
+//! `user.overlay.opaque` without root) shows only what the layers down to it hold; symbolic
+//! links are followed inside the image's root, never out of it (`..` stops at the root, an
+//! absolute target starts from it).
 
 use std::ffi::OsString;
 use std::fs::Metadata;
@@ -119,7 +120,7 @@ fn step(
         }
         dirs.push(l);
         let opaque =
-            sys::get_xattr(&path, "trusted.overlay.opaque").map_err(|e| io_error(&path, e))?;
+            sys::get_xattr(&path, super::opaque_xattr()).map_err(|e| io_error(&path, e))?;
         if opaque.as_deref() == Some(b"y") {
             break;
         }
@@ -287,7 +288,12 @@ mod tests {
         assert_eq!(t.find("gone").unwrap(), t.dirs(&[0], "gone"));
         t.file(2, "opaque/old");
         t.file(1, "opaque/new");
-        sys::set_xattr(&t.layers[1].join("opaque"), "trusted.overlay.opaque", b"y").unwrap();
+        sys::set_xattr(
+            &t.layers[1].join("opaque"),
+            crate::image::opaque_xattr(),
+            b"y",
+        )
+        .unwrap();
         t.file(0, "opaque/top");
         assert_eq!(t.find("opaque").unwrap(), t.dirs(&[0, 1], "opaque"));
     }

@@ -23,6 +23,16 @@ pub use store::{ImageRecord, Store};
 /// copies): `hosts`, `hostname`, then `resolv.conf`.
 pub const RUNTIME_FILES: [&str; 3] = ["hosts", "hostname", "resolv.conf"];
 
+/// The extended attribute that marks a directory of an unpacked layer opaque. As root it is
+/// `trusted.overlay.opaque`; without root, `user.overlay.opaque`, the one an overlay mounted
+/// with `userxattr` in a user namespace reads (a user's store is that user's alone).
+pub fn opaque_xattr() -> &'static str {
+    match crate::process::sys::getuid() {
+        0 => "trusted.overlay.opaque",
+        _ => "user.overlay.opaque",
+    }
+}
+
 /// Why an image operation failed; the message names the file, blob or entry.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {

@@ -1,6 +1,6 @@
 //! One layer (a tar, plain or gzip or zstd) unpacked into an empty directory that an overlay
 //! stacks as a lower layer: OCI whiteouts become the overlay's (a 0/0 character device, and
-//! `trusted.overlay.opaque` on a directory), owners, modes, times, hard links and xattrs are
+//! `trusted.overlay.opaque` on a directory, `user.overlay.opaque` without root), owners, modes, times, hard links and xattrs are
 //! kept. No entry lands outside the directory: absolute names, `..` and paths through a
 //! symlink are refused, with the layer and entry named. The digest of what was unpacked must
 //! be the layer's diff_id.
@@ -179,7 +179,7 @@ impl Unpacker {
             .unwrap_or_default();
         let parent = path.parent().unwrap_or(&self.dest).to_path_buf();
         if file_name == OPAQUE {
-            return sys::set_xattr(&parent, "trusted.overlay.opaque", b"y")
+            return sys::set_xattr(&parent, super::opaque_xattr(), b"y")
                 .map_err(|e| ImageError::io(&parent, e));
         }
         if let Some(hidden) = file_name.strip_prefix(WHITEOUT) {

@@ -15,7 +15,7 @@ use podvisor_core::spec::volumes::VolumePlan;
 use super::{persist, volumes, RunError, Supervisor};
 use crate::cgroup::Unenforceable;
 use crate::mountinfo;
-use crate::process::sys::{self, Rootless};
+use crate::process::sys::{self, Rootless, TopEntry};
 use crate::security;
 use crate::state::StateDir;
 
@@ -61,12 +61,12 @@ pub(super) fn root_layer(
     plan: &RunPlan,
     state_dir: &StateDir,
 ) -> Result<Option<RootLayer>, RunError> {
-    if sys::getuid() != 0 && plan.root_from_image {
+    if sys::getuid() != 0 && plan.root_from_image && !sys::user_namespaces_work() {
         return Err(Unenforceable {
             container: plan.pod.containers[0].name.clone(),
             field: "image",
-            needs: "root",
-            why: "a root made of an image's layers is mounted as root in this release; run as root, or give the pod the host's root (podvisor.io/root-from: host)".into(),
+            needs: "root, or user namespaces",
+            why: "a root made of an image's layers is an overlay, which this user may mount only in a user namespace of its own, and the kernel does not let it make one (user.max_user_namespaces, or a distribution's unprivileged_userns_clone); run as root, or give the pod the host's root (podvisor.io/root-from: host)".into(),
         }
         .into());
     }
@@ -94,19 +94,32 @@ pub(super) fn root_layer(
             use std::os::fd::AsRawFd;
             PathBuf::from(format!("/proc/{}/fd/{}", sys::getpid(), fd.as_raw_fd()))
         });
+        // From images, the root is the image's overlay, with the host's /proc, /sys and /dev
+        // bound in as rootless runtimes do (a user namespace cannot make device nodes).
+        let mut entries = volumes::rootless_entries(&mountinfo::read());
+        let image_files = match plan.root_from_image {
+            true => {
+                entries.retain(|e| {
+                    let live = ["/proc", "/sys", "/dev"].map(std::path::Path::new);
+                    matches!(e, TopEntry::Bind { path, .. } if live.contains(&path.as_path()))
+                });
+                image_files(plan, state_dir)?
+            }
+            false => Vec::new(),
+        };
         return Ok(Some(RootLayer {
             dir,
             carry: Vec::new(),
             rootless: Some(Rootless {
                 uid: sys::getuid(),
                 gid: sys::getgid(),
-                entries: volumes::rootless_entries(&mountinfo::read()),
+                entries,
                 upper_dir,
                 user_namespace,
             }),
             user_map,
             _user_ns: user_ns,
-            image_files: Vec::new(),
+            image_files,
         }));
     }
     if sys::getuid() != 0 {

@@ -59,27 +59,36 @@ pub(super) fn isolate(
             "not running as root: containers write to the host's root filesystem (no private writable layer, /tmp shared)".into(),
         ));
     }
-    let mut images: Vec<&str> = (plan.exec.iter())
-        .filter_map(|x| x.image.as_ref().map(|i| i.name.as_str()))
+    // The images as the manifest names them (they are pulled after this).
+    let mut images: Vec<&str> = (plan.pod.containers.iter())
+        .filter_map(|c| c.image.as_deref())
         .collect();
     images.sort_unstable();
     images.dedup();
-    let image_note = format!("images ({}), private layer per start", images.join(", "));
-    let mapped_note = match root_layer.as_ref().map(|l| &l.user_map) {
+    let rootless = match root_layer.as_ref().map(|l| &l.user_map) {
         Some(security::subids::UserMap::Range { uids, gids }) => format!(
-            "private layer per start, rootless (user namespace: uids 0-{uids}, gids 0-{gids} from /etc/subuid, /etc/subgid)"
+            "rootless (user namespace: uids 0-{uids}, gids 0-{gids} from /etc/subuid, /etc/subgid)"
         ),
-        _ => "private layer per start, rootless (user namespace)".into(),
+        _ => "rootless (user namespace)".into(),
     };
     let root_note = match &root_layer {
-        Some(_) if plan.root_from_image => image_note.as_str(),
-        Some(l) if l.rootless.is_some() => mapped_note.as_str(),
-        Some(_) if plan.host_root_writable => "host's, writable (podvisor.io/host-root)",
-        Some(_) => "private layer per start",
-        None => "host's (not root)",
+        Some(l) => {
+            let mut note = match plan.root_from_image {
+                true => format!("images ({}), private layer per start", images.join(", ")),
+                false if plan.host_root_writable && l.rootless.is_none() => {
+                    "host's, writable (podvisor.io/host-root)".into()
+                }
+                false => "private layer per start".into(),
+            };
+            if l.rootless.is_some() {
+                note = format!("{note}, {rootless}");
+            }
+            note
+        }
+        None => "host's (not root)".into(),
     };
     info.annotations
-        .insert("podvisor.io/root".into(), root_note.into());
+        .insert("podvisor.io/root".into(), root_note);
     // A `medium: Memory` emptyDir is a tmpfs in podvisor's own mount namespace: its
     // containers see it, the host never does, and it cannot outlive the run.
     let memory = plan

@@ -426,3 +426,57 @@ fn a_docker_save_archive_of_the_engine_here_runs() {
         "hello-from-docker\n1000\n/app"
     );
 }
+
+#[test]
+fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
+    let bb = require!();
+    let has_range = std::fs::read_to_string("/etc/subuid")
+        .is_ok_and(|t| t.lines().any(|l| l.starts_with("podvisor-sub:")));
+    if !has_range || !have("setpriv", "rootless images") || !have("newuidmap", "rootless images") {
+        skip("no podvisor-sub in /etc/subuid (.ci/run makes it), or no setpriv / newuidmap");
+        return;
+    }
+    let t = Images::new();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(t.dir.file(""), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let layout = layered(t.dir.file("layout"), &bb);
+    let as_sub_user = |args: &[&str]| {
+        Run::new("setpriv")
+            .args([
+                "--reuid=podvisor-sub",
+                "--regid=podvisor-sub",
+                "--clear-groups",
+            ])
+            .arg(podvisor())
+            .args(args)
+            .env("PODVISOR_STATE_BASE", t.dir.file("base"))
+    };
+    // Loaded without root: the opaque directory is marked as an overlay in a user namespace
+    // reads it (`user.overlay.opaque`).
+    let load = as_sub_user(&["image", "load"]).arg(&layout).output();
+    assert_eq!(load.code(), 0, "{load:?}");
+    let manifest = t.dir.file("rootless.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: rootless}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    image: registry.test/layered:v1\n    env: [{name: MINE, value: container}]\n",
+    )
+    .unwrap();
+    let run = as_sub_user(&["run", "-q"]).arg(&manifest).output();
+    let logs = as_sub_user(&["logs", "rootless", "app"]).output();
+    assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
+    // What the root test sees: the whiteout and the opaque directory hide what is below
+    // them, the hard link, the image's env, WorkingDir and User (4242:4343, subordinate
+    // ids of podvisor-sub outside).
+    assert_eq!(
+        logs.stdout,
+        "cmd\n/data:\nkept\n\n/opaque:\nnew\nlinked\nimage container\n/srv\n4242\n4343",
+        "{logs:?}"
+    );
+    let describe = as_sub_user(&["describe", "rootless"]).output();
+    assert!(
+        describe.stdout.contains(
+            "Root:         images (registry.test/layered:v1), private layer per start, rootless (user namespace: uids 0-"
+        ),
+        "{describe:?}"
+    );
+}

@@ -294,7 +294,8 @@ pub(super) unsafe fn map_ids(r: &RootSpec) -> libc::c_int {
 }
 
 /// In a rootless child, in its new mount namespace: a tmpfs as the new root, the upper layers
-/// on a second one, and the host's top level entry by entry; a fresh /tmp unless read-only.
+/// on a second one, and the host's top level entry by entry (or an image's overlay and the
+/// host's /proc, /sys and /dev in it); a fresh /tmp unless read-only or from an image.
 ///
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
@@ -321,8 +322,10 @@ pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
                         && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == 0
                 }
                 1 | 3 => {
+                    // An image may have the directory already.
                     let made = if st.kind == 1 {
                         libc::mkdir(st.target, 0o755) == 0
+                            || *libc::__errno_location() == libc::EEXIST
                     } else {
                         let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
                         let fd = libc::open(st.target, flags, 0o644);
@@ -339,7 +342,8 @@ pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
                 return -1;
             }
         }
-        if !r.read_only {
+        // An image's own /tmp (no `tmp`) stays as it is.
+        if !r.read_only && !r.tmp.is_null() {
             let flags = libc::MS_NOSUID | libc::MS_NODEV;
             let tmp_mode = c"mode=1777".as_ptr().cast();
             if libc::mkdir(r.tmp, 0o1777) == -1

@@ -255,8 +255,8 @@ impl MountStrings {
             return Ok(out);
         };
         // As root the overlay is mounted at `merged` inside the layer's tmpfs; rootless the
-        // tmpfs itself is the new root.
-        let merged = if root.rootless.is_some() {
+        // tmpfs itself is the new root, or, from an image, the image's overlay at `merged`.
+        let merged = if root.rootless.is_some() && root.lower_dirs.is_empty() {
             root.layer_dir.clone()
         } else {
             root.layer_dir.join("merged")
@@ -287,7 +287,7 @@ impl MountStrings {
                 c(&r.upper_dir)?,
             ]);
             out.mapped = r.user_namespace.is_some();
-            out.steps = rootless_steps(r, &inside, root.read_only)?;
+            out.steps = rootless_steps(r, &root.lower_dirs, &merged, &inside, root.read_only)?;
         }
         // Rootless, the host's mounts come in with the top-level entries.
         let carry = root.carry.iter().filter(|_| root.rootless.is_none());
@@ -376,17 +376,33 @@ fn overlay_option(m: &BindMount) -> io::Result<Option<CString>> {
     c_string(format!("lowerdir={}", lower_option(&m.lower)).as_bytes()).map(Some)
 }
 
-/// The steps that build a rootless root from the host's top-level entries (`inside` maps a
-/// path into it): (kind, source, target, upper, work, flag) each.
+/// The steps that build a rootless root (`inside` maps a path into it): from an image
+/// (`lower_dirs`), its layers' overlay at `merged` first (read-only, if asked, once the root
+/// is built); then the host's top-level entries: (kind, source, target, upper, work, flag)
+/// each.
 #[allow(clippy::type_complexity)]
 fn rootless_steps(
     r: &Rootless,
+    lower_dirs: &[std::path::PathBuf],
+    merged: &std::path::Path,
     inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
     read_only: bool,
 ) -> io::Result<Vec<(u8, CString, CString, CString, CString, bool)>> {
     let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
     let empty = || c_string(b"");
     let mut steps = Vec::new();
+    if !lower_dirs.is_empty() {
+        let upper = r.upper_dir.join("image.u");
+        let work = r.upper_dir.join("image.w");
+        let options = format!(
+            "userxattr,lowerdir={},upperdir={},workdir={}",
+            lower_option(lower_dirs),
+            upper.display(),
+            work.display()
+        );
+        let options = c_string(options.as_bytes())?;
+        steps.push((0, options, c(merged)?, c(&upper)?, c(&work)?, false));
+    }
     for (i, e) in r.entries.iter().enumerate() {
         steps.push(match e {
             TopEntry::Overlay(path) => {
