@@ -73,14 +73,15 @@ pub(super) fn root_layer(
     let image_volume = (plan.volumes.iter())
         .find(|v| matches!(v, VolumePlan::Image { .. }))
         .map(|v| v.name());
-    if let (true, Some(volume)) = (sys::getuid() != 0, image_volume) {
+    let no_user_namespaces = sys::getuid() != 0 && !sys::user_namespaces_work();
+    if let (true, Some(volume)) = (no_user_namespaces, image_volume) {
         let user = (plan.exec.iter().zip(&plan.pod.containers))
             .find(|(x, _)| x.mounts.iter().any(|m| m.volume == volume));
         return Err(Unenforceable {
             container: user.map_or_else(String::new, |(_, c)| c.name.clone()),
             field: "volumes[].image",
-            needs: "root",
-            why: format!("image volume {volume:?} is an overlay of the image store's layers, mounted as root in this release; run as root"),
+            needs: "root, or user namespaces",
+            why: format!("image volume {volume:?} is an overlay of the image store's layers, which this user may mount only in a user namespace of its own, and the kernel does not let it make one; run as root"),
         }
         .into());
     }

@@ -458,7 +458,7 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
     let manifest = t.dir.file("rootless.yaml");
     std::fs::write(
         &manifest,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: rootless}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    image: registry.test/layered:v1\n    env: [{name: MINE, value: container}]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: rootless}\nspec:\n  restartPolicy: Never\n  volumes: [{name: tools, image: {reference: registry.test/layered:v1}}]\n  containers:\n  - name: app\n    image: registry.test/layered:v1\n    env: [{name: MINE, value: container}]\n  - name: volume\n    image: registry.test/layered:v1\n    command: [/bin/sh, -c, '/bin/busybox ls /tools/data /tools/opaque /opaque-only']\n    volumeMounts:\n    - {name: tools, mountPath: /tools}\n    - {name: tools, mountPath: /opaque-only, subPath: opaque}\n",
     )
     .unwrap();
     let run = as_sub_user(&["run", "-q"]).arg(&manifest).output();
@@ -471,6 +471,13 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
         logs.stdout,
         "cmd\n/data:\nkept\n\n/opaque:\nnew\nlinked\nimage container\n/srv\n4242\n4343",
         "{logs:?}"
+    );
+    // The image as a volume too: an overlay of its layers in the container's user namespace,
+    // and a subPath of it.
+    let volume = as_sub_user(&["logs", "rootless", "volume"]).output();
+    assert_eq!(
+        volume.stdout, "/opaque-only:\nnew\n\n/tools/data:\nkept\n\n/tools/opaque:\nnew",
+        "{volume:?}"
     );
     let describe = as_sub_user(&["describe", "rootless"]).output();
     assert!(

@@ -249,7 +249,7 @@ impl MountStrings {
                     dirs: Vec::new(),
                     file: false,
                     recursive_read_only: false,
-                    overlay: overlay_option(m)?,
+                    overlay: overlay_option(m, false)?,
                 });
             }
             return Ok(out);
@@ -303,7 +303,8 @@ impl MountStrings {
             });
         }
         for m in mounts {
-            out.mounts.push(volume_in_root(m, &inside)?);
+            out.mounts
+                .push(volume_in_root(m, &inside, root.rootless.is_some())?);
         }
         if own_proc {
             out.proc = Some(c(&inside(std::path::Path::new("/proc")))?);
@@ -343,6 +344,7 @@ fn lower_option(lower_dirs: &[std::path::PathBuf]) -> String {
 fn volume_in_root(
     m: &BindMount,
     inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
+    rootless: bool,
 ) -> io::Result<MountString> {
     let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
     let target = inside(&m.target);
@@ -364,16 +366,18 @@ fn volume_in_root(
         dirs,
         file: is_file,
         recursive_read_only: false,
-        overlay: overlay_option(m)?,
+        overlay: overlay_option(m, rootless)?,
     })
 }
 
-/// The overlay options of an image volume of several layers (`None`: a bind mount).
-fn overlay_option(m: &BindMount) -> io::Result<Option<CString>> {
+/// The overlay options of an image volume of several layers (`None`: a bind mount);
+/// `rootless`: mounted in the container's user namespace, which reads `user.` xattrs.
+fn overlay_option(m: &BindMount, rootless: bool) -> io::Result<Option<CString>> {
     if m.lower.is_empty() {
         return Ok(None);
     }
-    c_string(format!("lowerdir={}", lower_option(&m.lower)).as_bytes()).map(Some)
+    let user = if rootless { "userxattr," } else { "" };
+    c_string(format!("{user}lowerdir={}", lower_option(&m.lower)).as_bytes()).map(Some)
 }
 
 /// The steps that build a rootless root (`inside` maps a path into it): from an image
