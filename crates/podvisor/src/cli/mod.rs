@@ -117,6 +117,14 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     if argv.get(1).is_some_and(|a| a == "keeper") {
         return crate::keeper::main(&argv[2..]);
     }
+    // The owners of a layer unpacked without root, set in a user namespace (internal).
+    #[cfg(feature = "full")]
+    if argv
+        .get(1)
+        .is_some_and(|a| a == crate::image::owners::HELPER)
+    {
+        return crate::image::owners::helper_main(&argv[2..]);
+    }
     // The PID 1 of a pod's shared PID namespace, started by `run` (internal).
     #[cfg(feature = "full")]
     if argv.get(1).is_some_and(|a| a == "pause") {

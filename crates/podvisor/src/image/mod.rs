@@ -11,6 +11,7 @@ pub mod config;
 pub mod hosts;
 pub mod load;
 pub mod merged;
+pub mod owners;
 pub mod pull;
 pub mod reference;
 pub mod store;

@@ -128,7 +128,7 @@ impl Store {
         {
             let p = entry.path();
             let _ = if p.is_dir() && !p.is_symlink() {
-                std::fs::remove_dir_all(&p)
+                super::owners::remove_tree(&p)
             } else {
                 std::fs::remove_file(&p)
             };
@@ -337,7 +337,7 @@ impl Store {
                 let gone = self.temp("removed");
                 std::fs::rename(e.path(), &gone).map_err(|err| ImageError::io(&e.path(), err))?;
                 let removed = if gone.is_dir() {
-                    std::fs::remove_dir_all(&gone)
+                    super::owners::remove_tree(&gone)
                 } else {
                     std::fs::remove_file(&gone)
                 };
@@ -369,7 +369,7 @@ fn commit(tmp: &Path, path: &Path) -> Result<(), ImageError> {
             if path.exists()
                 && matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) =>
         {
-            let _ = std::fs::remove_dir_all(tmp);
+            let _ = super::owners::remove_tree(tmp);
         }
         Err(e) => return Err(ImageError::io(path, e)),
     }

@@ -61,6 +61,7 @@ pub fn unpack(blob: &Path, diff_id: &str, dest: &Path) -> Result<(), ImageError>
         dest: dest.to_path_buf(),
         dirs: Vec::new(),
         root: sys::getuid() == 0,
+        owners: Vec::new(),
     };
     {
         let mut archive = tar::Archive::new(&mut hashing);
@@ -86,7 +87,9 @@ pub fn unpack(blob: &Path, diff_id: &str, dest: &Path) -> Result<(), ImageError>
     for (dir, mtime) in unpacker.dirs.iter().rev() {
         let _ = sys::set_mtime(dir, *mtime);
     }
-    Ok(())
+    // Without root, the owners once all is written (a directory given to another id is no
+    // longer this user's to write in).
+    super::owners::apply(&layer, &unpacker.owners)
 }
 
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -106,6 +109,8 @@ struct Unpacker {
     /// Directories made, with their times, to set at the end.
     dirs: Vec<(PathBuf, i64)>,
     root: bool,
+    /// Without root: the entries owned by another id than 0, to set at the end.
+    owners: Vec<super::owners::Owner>,
 }
 
 impl Unpacker {
@@ -258,9 +263,7 @@ impl Unpacker {
                 return Ok(());
             }
         }
-        if self.root {
-            sys::lchown(&path, uid, gid).map_err(io_err)?;
-        }
+        self.own(&path, uid, gid, (!kind.is_symlink()).then_some(mode))?;
         if !kind.is_symlink() {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
@@ -278,6 +281,28 @@ impl Unpacker {
         }
         if !kind.is_dir() {
             sys::set_mtime(&path, mtime).map_err(io_err)?;
+        }
+        Ok(())
+    }
+
+    /// Gives `path` its owner: at once as root; without root, noted for the end (`mode`:
+    /// the entry's, to set again after the chown; `None` for a symbolic link).
+    fn own(
+        &mut self,
+        path: &Path,
+        uid: u32,
+        gid: u32,
+        mode: Option<u32>,
+    ) -> Result<(), ImageError> {
+        if self.root {
+            sys::lchown(path, uid, gid).map_err(|e| ImageError::io(path, e))?;
+        } else if (uid, gid) != (0, 0) && path != self.dest {
+            self.owners.push(super::owners::Owner {
+                path: path.to_path_buf(),
+                uid,
+                gid,
+                mode,
+            });
         }
         Ok(())
     }

@@ -23,6 +23,8 @@ pub(super) enum Entry<'a> {
     Hardlink(&'a str, &'a str),
     /// A file whose name is written into the header as is (no checks): for escapes.
     RawName(&'a str),
+    /// A directory or file (with content) of this owner and mode.
+    Owned(&'a str, Option<&'a [u8]>, u32, u32, u32),
 }
 
 pub(super) fn sha256(bytes: &[u8]) -> String {
@@ -65,6 +67,23 @@ fn tar_of(entries: &[Entry<'_>]) -> Vec<u8> {
                 name[..path.len()].copy_from_slice(path.as_bytes());
                 h.set_cksum();
                 b.append(&h, &[][..]).unwrap();
+            }
+            Entry::Owned(path, data, uid, gid, mode) => {
+                h.set_uid(u64::from(*uid));
+                h.set_gid(u64::from(*gid));
+                h.set_mode(*mode);
+                match data {
+                    Some(data) => {
+                        h.set_entry_type(tar::EntryType::Regular);
+                        h.set_size(data.len() as u64);
+                        b.append_data(&mut h, path, *data).unwrap();
+                    }
+                    None => {
+                        h.set_entry_type(tar::EntryType::Directory);
+                        h.set_size(0);
+                        b.append_data(&mut h, path, &[][..]).unwrap();
+                    }
+                }
             }
             Entry::RawName(path) => {
                 h.set_entry_type(tar::EntryType::Regular);

@@ -486,4 +486,70 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
         ),
         "{describe:?}"
     );
+    // Owners: the layer's are set through the user namespace, so that the container sees
+    // them (its user may write in its home) and they are subordinate ids on the host.
+    let owned = Layout::new(t.dir.file("owned-layout"))
+        .layer(
+            Compression::Gzip,
+            &[
+                Entry::Dir("bin"),
+                Entry::File("bin/busybox", &bb, 0o755),
+                Entry::Symlink("bin/sh", "busybox"),
+                Entry::Dir("home"),
+                Entry::Owned("home/svc", None, 4242, 4343, 0o700),
+                Entry::Owned("home/svc/tool", Some(b"#!/bin/sh\n"), 4242, 4343, 0o4750),
+            ],
+        )
+        .finish(
+            "registry.test/owned:v1",
+            json!({"config": {
+                "Entrypoint": ["/bin/sh", "-c"],
+                "Cmd": ["/bin/busybox stat -c '%u:%g %a' /home/svc /home/svc/tool; echo mine > /home/svc/f && /bin/busybox cat /home/svc/f"],
+                "User": "4242:4343",
+            }}),
+        );
+    let load = as_sub_user(&["image", "load"]).arg(&owned).output();
+    assert_eq!(load.code(), 0, "{load:?}");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: owned}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    image: registry.test/owned:v1\n",
+    )
+    .unwrap();
+    let run = as_sub_user(&["run", "-q"]).arg(&manifest).output();
+    let logs = as_sub_user(&["logs", "owned", "app"]).output();
+    assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
+    assert_eq!(
+        logs.stdout, "4242:4343 700\n4242:4343 4750\nmine",
+        "{logs:?}"
+    );
+    let first = |file: &str| -> u32 {
+        let text = std::fs::read_to_string(file).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("podvisor-sub:"))
+            .unwrap();
+        line.split(':').nth(1).unwrap().parse().unwrap()
+    };
+    let home = std::fs::read_dir(t.store().join("layers/sha256"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("home/svc"))
+        .find(|p| p.exists())
+        .unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&home).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (first("/etc/subuid") + 4241, first("/etc/subgid") + 4342)
+    );
+    // This user cannot remove what subordinate ids own; `image rm` does, through the
+    // user namespace.
+    for name in ["registry.test/owned:v1", "registry.test/layered:v1"] {
+        let rm = as_sub_user(&["image", "rm", name]).output();
+        assert_eq!(rm.code(), 0, "{rm:?}");
+    }
+    let left = std::fs::read_dir(t.store().join("layers/sha256"))
+        .unwrap()
+        .count();
+    assert_eq!(left, 0);
 }

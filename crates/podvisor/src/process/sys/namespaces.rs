@@ -193,3 +193,21 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     // SAFETY: both descriptors were just made and are owned by nothing else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
+
+/// Makes `cmd` join the user namespace `ns` before it runs its program (setns(2) in the
+/// child, which is single-threaded there, as setns into a user namespace needs): it runs as
+/// root of that namespace, with its capabilities over what the namespace maps.
+pub fn command_in_user_namespace(cmd: &mut std::process::Command, ns: &OwnedFd) {
+    use std::os::unix::process::CommandExt;
+    let fd = ns.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only makes one system
+    // call on a descriptor the parent keeps open until the child has been spawned.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWUSER) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
