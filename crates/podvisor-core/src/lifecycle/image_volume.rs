@@ -2,7 +2,8 @@
 //! read-only in the containers that mount the volume. As the kubelet pulls them in `SyncPod`
 //! (pkg/kubelet/kuberuntime, `getImageVolumes`), an image volume is a pod's, not a container's:
 //! made sure of once for the pod (and again after a whole-pod restart, which refreshes what the
-//! pod shares), before the first start of a container that mounts it; its `Pulling`, `Pulled`,
+//! pod shares), before the first start of a container that mounts it (one that no container
+//! mounts, once the pod is admitted); its `Pulling`, `Pulled`,
 //! `Failed` and `BackOff` events are the pod's. A container that mounts a volume whose image
 //! cannot be had waits (`ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`,
 //! `InvalidImageName`) with a `Failed` "Error: …" event of its own, as `toKubeContainerImageVolumes`
@@ -83,6 +84,32 @@ impl Pod {
             fx.push(Effect::EnsureVolumeImage(v));
         }
         blocks
+    }
+
+    /// Image volumes that no container mounts are made sure of all the same, as the kubelet's
+    /// `getImageVolumes` pulls every image volume of the pod at each sync: with their events
+    /// and back-off, and nothing else (no container waits for them).
+    pub(super) fn ensure_unmounted_volume_images(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        for v in 0..self.volume_images.len() {
+            let mounted = (self.plan.containers.iter()).any(|c| c.image_volumes.contains(&v));
+            let pull = &mut self.volume_images[v].pull;
+            if mounted || pull.ready || pull.asked {
+                continue;
+            }
+            if pull.retry_at.is_some_and(|at| now < at) {
+                // In its back-off: said once the failure has settled, as for a container.
+                let settled = (pull.failed_at).is_some_and(|t| now >= t + BACKOFF_SAID_AFTER);
+                if settled && !pull.told {
+                    pull.told = true;
+                    let message =
+                        format!("Back-off pulling image {:?}", self.plan.image_volumes[v]);
+                    fx.push(self.pod_event(EventType::Normal, "BackOff", message));
+                }
+                continue;
+            }
+            pull.asked = true;
+            fx.push(Effect::EnsureVolumeImage(v));
+        }
     }
 
     /// Volume `v`'s pull failed and its back-off lasts: once the failure has settled, the

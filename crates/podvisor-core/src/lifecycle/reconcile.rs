@@ -169,6 +169,7 @@ impl Pod {
             return;
         }
         self.judge(now, fx);
+        self.ensure_unmounted_volume_images(now, fx);
         // Restarts asked for by `podvisor restart CONTAINER`, once the container is down.
         for i in 0..self.containers.len() {
             if self.decide(i) == (NextStart::Now { manual: true }) && !self.act(i, now, fx) {

@@ -1,8 +1,8 @@
 //! Image volumes (`volumes[].image`): an image's files mounted read-only in the containers
 //! that mount the volume, of a host-root pod and of a pod of images alike; the pull's events are
 //! the pod's; a subPath is what the merged image shows there; a volume whose image is absent
-//! holds back only its containers; prune keeps what a running pod's volumes use; without root
-//! the run is refused, naming the volume.
+//! holds back only its containers, and one no container mounts is pulled all the same, as the
+//! kubelet pulls it, holding back nothing; prune keeps what a running pod's volumes use.
 
 use serde_json::json;
 
@@ -48,7 +48,7 @@ fn an_image_volume_shows_the_images_layers_read_only_in_host_and_image_roots() {
         &t,
         "vols",
         &format!(
-            "  volumes:\n  - name: tools\n    image: {{reference: registry.test/layered:v1}}\n  - name: conf\n    image: {{reference: registry.test/one:v1, pullPolicy: Never}}\n  containers:\n  - name: app\n    command: [/bin/sh, -c, {script:?}]\n    volumeMounts:\n    - {{name: tools, mountPath: {m}/tools}}\n    - {{name: conf, mountPath: {m}/conf, readOnly: false}}\n",
+            "  volumes:\n  - name: tools\n    image: {{reference: registry.test/layered:v1}}\n  - name: conf\n    image: {{reference: registry.test/one:v1, pullPolicy: Never}}\n  - name: spare\n    image: {{reference: registry.test/absent:v1, pullPolicy: Never}}\n  containers:\n  - name: app\n    command: [/bin/sh, -c, {script:?}]\n    volumeMounts:\n    - {{name: tools, mountPath: {m}/tools}}\n    - {{name: conf, mountPath: {m}/conf, readOnly: false}}\n",
             m = mnt.display()
         ),
     );
@@ -66,6 +66,12 @@ fn an_image_volume_shows_the_images_layers_read_only_in_host_and_image_roots() {
     let events = t.out(&["events", "vols"]).stdout;
     assert!(
         events.contains("Pulled      pod           Container image \"registry.test/layered:v1\" already present on machine"),
+        "{events}"
+    );
+    // A volume no container mounts is made sure of too; that it cannot be had changes
+    // nothing for the containers.
+    assert!(
+        events.contains("\"registry.test/absent:v1\" is not present with pull policy of Never"),
         "{events}"
     );
     // `podvisor exec` joins the container's mounts: it sees the volume too.

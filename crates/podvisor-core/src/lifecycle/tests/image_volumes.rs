@@ -213,3 +213,62 @@ fn a_container_that_cannot_mount_the_volume_waits_in_create_container_error_the_
     // The volume's image was made sure of once.
     assert_eq!(sim.lines("ensure"), ["t=0 ensure volume image 0"]);
 }
+
+#[test]
+fn a_volume_no_container_mounts_is_pulled_too_and_its_failures_hold_back_nothing() {
+    let mut p = pod_with_an_image_volume();
+    // Nobody mounts it: the pod runs at once, and the volume is pulled as the kubelet pulls
+    // every image volume of a pod, failing twice and backing off as an image does.
+    p.containers.remove(0);
+    p.containers[0].image_volumes.clear();
+    let mut sim = Sim::new(p, vec![forever(), forever()]);
+    sim.image = Rc::new(|_, n| {
+        (
+            100,
+            if n < 3 {
+                Err(ImageFailure::Pull)
+            } else {
+                Ok(true)
+            },
+        )
+    });
+    sim.run(40_000);
+    assert!(
+        sim.log.starts_with(&[
+            "t=0 ensure volume image 0".to_string(),
+            "t=0 spawn app#1".to_string(),
+            "t=0 spawn other#1".to_string(),
+        ]),
+        "{:#?}",
+        sim.log
+    );
+    assert_eq!(
+        sim.lines("ensure"),
+        [
+            "t=0 ensure volume image 0",
+            "t=10100 ensure volume image 0",
+            "t=30200 ensure volume image 0",
+        ]
+    );
+    let pulls: Vec<&String> = (sim.events.iter())
+        .filter(|e| e.contains(" pod: "))
+        .collect();
+    assert_eq!(
+        pulls,
+        [
+            "t=100 Failed pod: Failed to pull image \"registry.test/tools:v1\": no such host",
+            "t=10200 Failed pod: Failed to pull image \"registry.test/tools:v1\": no such host",
+            "t=30200 Pulling pod: Pulling image \"registry.test/tools:v1\"",
+            "t=30300 Pulled pod: pulled",
+        ],
+    );
+    // The pod's BackOff once each failure has settled, as for a volume a container waits for.
+    assert_eq!(
+        sim.lines("backoff"),
+        ["t=1100 backoff pod", "t=11200 backoff pod"]
+    );
+    for c in sim.pod.containers() {
+        assert!(matches!(c.state, ContainerState::Running { .. }), "{c:?}");
+        assert_eq!(c.restart_count, 0);
+    }
+}
