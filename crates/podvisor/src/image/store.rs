@@ -65,9 +65,9 @@ pub struct Store {
 pub struct StoreLock(#[allow(dead_code)] std::fs::File);
 
 impl Store {
-    /// The store under the state base (docs/state.md), made if missing.
+    /// This user's store (docs/images.md), made if missing.
     pub fn open() -> Result<Store, ImageError> {
-        Store::at(crate::state::base().join(".images"))
+        Store::at(crate::state::images_dir())
     }
 
     pub fn at(root: PathBuf) -> Result<Store, ImageError> {

@@ -271,6 +271,25 @@ pub fn base() -> PathBuf {
     }
 }
 
+/// Where a user's image store lives: `.images` under the state base for root or when
+/// `$PODVISOR_STATE_BASE` is set; else `$XDG_DATA_HOME/podvisor/images`
+/// (`~/.local/share/podvisor/images`): images are data a user keeps, not a run's state.
+pub fn images_dir() -> PathBuf {
+    let set = std::env::var_os("PODVISOR_STATE_BASE").is_some_and(|b| !b.is_empty());
+    if set || crate::process::sys::getuid() == 0 {
+        return base().join(".images");
+    }
+    // An empty value is unset (the XDG Base Directory rules).
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
+                .join(".local/share")
+        });
+    data.join("podvisor/images")
+}
+
 /// A settings directory of podvisor's: `/etc/podvisor/LEAF` for root,
 /// `$XDG_CONFIG_HOME/podvisor/LEAF` (`~/.config/podvisor/LEAF`) for others.
 pub fn config_dir(leaf: &str) -> PathBuf {

@@ -26,7 +26,7 @@ pub mod record;
 pub use file::{StateError, StateFile, RESET_REMEDY};
 
 #[cfg(feature = "full")]
-pub use dir::{base, config_dir, under, Lock, LockError, StateDir, StateDirInUse};
+pub use dir::{base, config_dir, images_dir, under, Lock, LockError, StateDir, StateDirInUse};
 
 /// A state dir's lock file: a run holds it while it runs (`StateDir::lock`).
 pub(crate) const LOCK: &str = "podvisor.lock";

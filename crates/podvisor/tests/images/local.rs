@@ -552,4 +552,24 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
         .unwrap()
         .count();
     assert_eq!(left, 0);
+    // Without $PODVISOR_STATE_BASE a user's store is data of theirs: under
+    // $XDG_DATA_HOME (~/.local/share), apart from the runs' state. (Empty is unset.)
+    let home = t.dir.file("home");
+    let load = Run::new("setpriv")
+        .args([
+            "--reuid=podvisor-sub",
+            "--regid=podvisor-sub",
+            "--clear-groups",
+        ])
+        .arg(podvisor())
+        .args(["image", "load"])
+        .arg(&owned)
+        .env("PODVISOR_STATE_BASE", "")
+        .env("XDG_DATA_HOME", "")
+        .env("HOME", &home)
+        .output();
+    assert_eq!(load.code(), 0, "{load:?}");
+    assert!(home
+        .join(".local/share/podvisor/images/images.json")
+        .is_file());
 }
