@@ -7,6 +7,7 @@ use std::os::fd::RawFd;
 use super::creds::{become_user, last_filters, CredsSpec};
 use super::newroot::{
     build_dev, build_root, enter_root, map_ids, place_mount, DevSpec, MountSpec, RootSpec,
+    OVERLAY_IN_USER_NAMESPACE_FAILED,
 };
 use super::SigAction;
 
@@ -448,7 +449,16 @@ unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
         let ret = libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null());
         check_step(ret, c"make its mounts private")?;
         if !plan.root.is_null() {
-            check_step(build_root(&*plan.root), c"build its root")?;
+            match build_root(&*plan.root) {
+                // Rootless: the kernel may not let a user namespace mount an overlay.
+                OVERLAY_IN_USER_NAMESPACE_FAILED => {
+                    return Err((
+                        c"mount an overlay in its user namespace (Linux 5.11 and later allow it; otherwise run as root)",
+                        std::ptr::null(),
+                    ))
+                }
+                ret => check_step(ret, c"build its root")?,
+            }
         }
         if !plan.dev.is_null() {
             check_step(build_dev(&*plan.dev), c"make its /dev")?;

@@ -85,7 +85,8 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 
 /// In the child, in its new mount namespace: the layer's tmpfs, its directories and the
 /// overlay of `/` at `merged`, with a fresh /tmp unless the root is read-only. -1 on error
-/// (errno set).
+/// (errno set); rootless, `OVERLAY_IN_USER_NAMESPACE_FAILED` when an overlay could not be
+/// mounted (errno set).
 ///
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
@@ -293,6 +294,9 @@ pub(super) unsafe fn map_ids(r: &RootSpec) -> libc::c_int {
     0
 }
 
+/// What `build_root` returns when a rootless root's overlay could not be mounted.
+pub(super) const OVERLAY_IN_USER_NAMESPACE_FAILED: libc::c_int = -2;
+
 /// In a rootless child, in its new mount namespace: a tmpfs as the new root, the upper layers
 /// on a second one, and the host's top level entry by entry (or an image's overlay and the
 /// host's /proc, /sys and /dev in it); a fresh /tmp unless read-only or from an image.
@@ -316,10 +320,15 @@ pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
             let ok = match st.kind {
                 0 => {
                     let flags = if st.flag { libc::MS_RDONLY } else { 0 };
-                    libc::mkdir(st.upper, 0o755) == 0
+                    let made = libc::mkdir(st.upper, 0o755) == 0
                         && libc::mkdir(st.work, 0o755) == 0
-                        && libc::mkdir(st.target, 0o755) == 0
-                        && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == 0
+                        && libc::mkdir(st.target, 0o755) == 0;
+                    if made
+                        && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == -1
+                    {
+                        return OVERLAY_IN_USER_NAMESPACE_FAILED;
+                    }
+                    made
                 }
                 1 | 3 => {
                     // An image may have the directory already.
