@@ -455,14 +455,20 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
     // reads it (`user.overlay.opaque`).
     let load = as_sub_user(&["image", "load"]).arg(&layout).output();
     assert_eq!(load.code(), 0, "{load:?}");
-    let manifest = t.dir.file("rootless.yaml");
-    std::fs::write(
-        &manifest,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: rootless}\nspec:\n  restartPolicy: Never\n  volumes: [{name: tools, image: {reference: registry.test/layered:v1}}]\n  containers:\n  - name: app\n    image: registry.test/layered:v1\n    env: [{name: MINE, value: container}]\n  - name: volume\n    image: registry.test/layered:v1\n    command: [/bin/sh, -c, '/bin/busybox ls /tools/data /tools/opaque /opaque-only']\n    volumeMounts:\n    - {name: tools, mountPath: /tools}\n    - {name: tools, mountPath: /opaque-only, subPath: opaque}\n",
-    )
-    .unwrap();
-    let run = as_sub_user(&["run", "-q"]).arg(&manifest).output();
-    let logs = as_sub_user(&["logs", "rootless", "app"]).output();
+    // Runs pod `name` of `spec` as podvisor-sub to its end: the run, and app's logs.
+    let run_pod = |name: &str, spec: &str| {
+        let manifest = t.dir.file(&format!("{name}.yaml"));
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: Never\n{spec}"
+        );
+        std::fs::write(&manifest, text).unwrap();
+        let run = as_sub_user(&["run", "-q"]).arg(&manifest).output();
+        (run, as_sub_user(&["logs", name, "app"]).output())
+    };
+    let (run, logs) = run_pod(
+        "rootless",
+        "  volumes: [{name: tools, image: {reference: registry.test/layered:v1}}]\n  containers:\n  - name: app\n    image: registry.test/layered:v1\n    env: [{name: MINE, value: container}]\n  - name: volume\n    image: registry.test/layered:v1\n    command: [/bin/sh, -c, '/bin/busybox ls /tools/data /tools/opaque /opaque-only']\n    volumeMounts:\n    - {name: tools, mountPath: /tools}\n    - {name: tools, mountPath: /opaque-only, subPath: opaque}\n",
+    );
     assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
     // What the root test sees: the whiteout and the opaque directory hide what is below
     // them, the hard link, the image's env, WorkingDir and User (4242:4343, subordinate
@@ -510,13 +516,10 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
         );
     let load = as_sub_user(&["image", "load"]).arg(&owned).output();
     assert_eq!(load.code(), 0, "{load:?}");
-    std::fs::write(
-        &manifest,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: owned}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    image: registry.test/owned:v1\n",
-    )
-    .unwrap();
-    let run = as_sub_user(&["run", "-q"]).arg(&manifest).output();
-    let logs = as_sub_user(&["logs", "owned", "app"]).output();
+    let (run, logs) = run_pod(
+        "owned",
+        "  containers:\n  - name: app\n    image: registry.test/owned:v1\n",
+    );
     assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
     assert_eq!(
         logs.stdout, "4242:4343 700\n4242:4343 4750\nmine",
@@ -555,14 +558,7 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
     // Without $PODVISOR_STATE_BASE a user's store is data of theirs: under
     // $XDG_DATA_HOME (~/.local/share), apart from the runs' state. (Empty is unset.)
     let home = t.dir.file("home");
-    let load = Run::new("setpriv")
-        .args([
-            "--reuid=podvisor-sub",
-            "--regid=podvisor-sub",
-            "--clear-groups",
-        ])
-        .arg(podvisor())
-        .args(["image", "load"])
+    let load = as_sub_user(&["image", "load"])
         .arg(&owned)
         .env("PODVISOR_STATE_BASE", "")
         .env("XDG_DATA_HOME", "")
