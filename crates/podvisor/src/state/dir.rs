@@ -263,11 +263,26 @@ pub fn base() -> PathBuf {
         .unwrap_or(false);
     if root {
         PathBuf::from("/var/lib/podvisor")
-    } else if let Some(x) = std::env::var_os("XDG_STATE_HOME") {
-        PathBuf::from(x).join("podvisor")
     } else {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
-            .join(".local/state/podvisor")
+        xdg_home("XDG_STATE_HOME", ".local/state").join("podvisor")
+    }
+}
+
+/// A user's XDG base directory: `$VAR`, else `~/FALLBACK`.
+fn xdg_home(var: &str, fallback: &str) -> PathBuf {
+    xdg_home_of(std::env::var_os(var), std::env::var_os("HOME"), fallback)
+}
+
+/// `value` when it is an absolute path (the XDG Base Directory rules: an empty or relative
+/// value is ignored), else `fallback` under `home` (`.` without one).
+fn xdg_home_of(
+    value: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+    fallback: &str,
+) -> PathBuf {
+    match value.map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        _ => PathBuf::from(home.unwrap_or_else(|| ".".into())).join(fallback),
     }
 }
 
@@ -279,15 +294,7 @@ pub fn images_dir() -> PathBuf {
     if set || crate::process::sys::getuid() == 0 {
         return base().join(".images");
     }
-    // An empty value is unset (the XDG Base Directory rules).
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
-                .join(".local/share")
-        });
-    data.join("podvisor/images")
+    xdg_home("XDG_DATA_HOME", ".local/share").join("podvisor/images")
 }
 
 /// A settings directory of podvisor's: `/etc/podvisor/LEAF` for root,
@@ -296,12 +303,9 @@ pub fn config_dir(leaf: &str) -> PathBuf {
     if crate::process::sys::getuid() == 0 {
         return PathBuf::from("/etc/podvisor").join(leaf);
     }
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".config")
-        });
-    config.join("podvisor").join(leaf)
+    xdg_home("XDG_CONFIG_HOME", ".config")
+        .join("podvisor")
+        .join(leaf)
 }
 
 /// The state dirs under a base (`BASE/NAMESPACE/POD`), whether a run is there or not.
@@ -314,4 +318,23 @@ pub fn under(base: &Path) -> Vec<StateDir> {
     }
     found.sort();
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_xdg_variable_counts_only_as_an_absolute_path() {
+        let home = Some("/home/u".into());
+        let of = |v: Option<&str>| xdg_home_of(v.map(Into::into), home.clone(), ".local/share");
+        assert_eq!(of(Some("/data")), PathBuf::from("/data"));
+        assert_eq!(of(None), PathBuf::from("/home/u/.local/share"));
+        assert_eq!(of(Some("")), PathBuf::from("/home/u/.local/share"));
+        assert_eq!(of(Some("rel/dir")), PathBuf::from("/home/u/.local/share"));
+        assert_eq!(
+            xdg_home_of(None, None, ".config"),
+            PathBuf::from("./.config")
+        );
+    }
 }
