@@ -98,13 +98,7 @@ impl Pod {
             }
             if pull.retry_at.is_some_and(|at| now < at) {
                 // In its back-off: said once the failure has settled, as for a container.
-                let settled = (pull.failed_at).is_some_and(|t| now >= t + BACKOFF_SAID_AFTER);
-                if settled && !pull.told {
-                    pull.told = true;
-                    let message =
-                        format!("Back-off pulling image {:?}", self.plan.image_volumes[v]);
-                    fx.push(self.pod_event(EventType::Normal, "BackOff", message));
-                }
+                self.volume_backoff_settled(v, now, fx);
                 continue;
             }
             pull.asked = true;
@@ -112,22 +106,32 @@ impl Pod {
         }
     }
 
+    /// Volume `v`'s failed pull, once the failure has settled (`None` before), with the pod's
+    /// `BackOff` said once per failure.
+    fn volume_backoff_settled(
+        &mut self,
+        v: usize,
+        now: Instant,
+        fx: &mut Vec<Effect>,
+    ) -> Option<String> {
+        let pull = &self.volume_images[v].pull;
+        let settled = (pull.failed_at).is_some_and(|t| now >= t + BACKOFF_SAID_AFTER);
+        let error = pull.failed.clone().filter(|_| settled)?;
+        if !pull.told {
+            self.volume_images[v].pull.told = true;
+            let message = format!("Back-off pulling image {:?}", self.plan.image_volumes[v]);
+            fx.push(self.pod_event(EventType::Normal, "BackOff", message));
+        }
+        Some(error)
+    }
+
     /// Volume `v`'s pull failed and its back-off lasts: once the failure has settled, the
     /// pod's `BackOff` (once per failure) and container `i` in `ImagePullBackOff`.
     fn volume_backing_off(&mut self, v: usize, i: usize, now: Instant, fx: &mut Vec<Effect>) {
         let image = self.plan.image_volumes[v].clone();
-        let pull = &self.volume_images[v].pull;
-        let settled = pull
-            .failed_at
-            .is_some_and(|t| now >= t + BACKOFF_SAID_AFTER);
-        let Some(error) = pull.failed.clone().filter(|_| settled) else {
+        let Some(error) = self.volume_backoff_settled(v, now, fx) else {
             return;
         };
-        if !pull.told {
-            self.volume_images[v].pull.told = true;
-            let message = format!("Back-off pulling image {image:?}");
-            fx.push(self.pod_event(EventType::Normal, "BackOff", message));
-        }
         let told = matches!(
             self.containers[i].state,
             ContainerState::Waiting {
