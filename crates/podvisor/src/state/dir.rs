@@ -232,6 +232,11 @@ impl StateDir {
         self.root.join("rootfs-upper")
     }
 
+    /// `lowers/`: short links to the layers of overlays whose layers are many.
+    pub fn lowers_dir(&self) -> PathBuf {
+        self.root.join("lowers")
+    }
+
     fn entries(&self, dir: &Path) -> impl Iterator<Item = (String, PathBuf)> {
         std::fs::read_dir(dir)
             .into_iter()

@@ -201,9 +201,58 @@ fn image_files(plan: &RunPlan, state_dir: &StateDir) -> Result<Vec<sys::BindMoun
             target: std::path::Path::new("/etc").join(name),
             read_only: false,
             lower: Vec::new(),
+            lower_base: None,
         });
     }
     Ok(mounts)
+}
+
+/// Above this many bytes of layer paths, an overlay is mounted from short links to them:
+/// mount(2) takes its options in one page (4 KiB), upper and work directories included,
+/// which is about 35 layers of the store's paths.
+const LONG_LOWERDIR: usize = 2048;
+
+/// Short names for a long list of overlay layers (top first): a directory in `dir` (the
+/// pod's `lowers/`) of links `0`, `1`, … to each, named by the digest of the list and made
+/// once, as Docker's overlay2 keeps short links for the same limit. Returns (that
+/// directory, the names), or `None` when the list fits as it is.
+pub(super) fn short_lowers(
+    dir: &std::path::Path,
+    lowers: &[PathBuf],
+) -> io::Result<Option<(PathBuf, Vec<PathBuf>)>> {
+    use std::os::unix::ffi::OsStrExt;
+    let length: usize = lowers.iter().map(|l| l.as_os_str().len() + 1).sum();
+    if length <= LONG_LOWERDIR {
+        return Ok(None);
+    }
+    let mut list = Vec::with_capacity(length);
+    for l in lowers {
+        list.extend_from_slice(l.as_os_str().as_bytes());
+        list.push(0);
+    }
+    let digest = crate::image::store::digest_of(&list);
+    let chain = dir.join(digest.trim_start_matches("sha256:"));
+    let names: Vec<PathBuf> = (0..lowers.len())
+        .map(|i| PathBuf::from(i.to_string()))
+        .collect();
+    // Made whole (every link) before its name appears; the last link says it is there.
+    let last = chain.join(lowers.len().saturating_sub(1).to_string());
+    if std::fs::read_link(&last).ok().as_ref() != lowers.last() {
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".new-{}", std::process::id()));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir(&tmp)?;
+        for (name, target) in names.iter().zip(lowers) {
+            std::os::unix::fs::symlink(target, tmp.join(name))?;
+        }
+        if chain.exists() {
+            std::fs::remove_dir_all(&chain)?;
+        }
+        std::fs::rename(&tmp, &chain)?;
+    }
+    Ok(Some((chain, names)))
 }
 
 impl Supervisor {
@@ -248,5 +297,36 @@ impl Supervisor {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_layer_lists_get_short_links_made_once_and_mended() {
+        let dir = std::env::temp_dir().join(format!("podvisor-lowers-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let few = vec![PathBuf::from("/a"), PathBuf::from("/b")];
+        assert!(short_lowers(&dir, &few).unwrap().is_none());
+        assert!(!dir.exists());
+        let many: Vec<PathBuf> = (0..40)
+            .map(|i| PathBuf::from(format!("/store/layers/sha256/{i:064}")))
+            .collect();
+        let (chain, names) = short_lowers(&dir, &many).unwrap().unwrap();
+        assert_eq!(names[0], PathBuf::from("0"));
+        assert_eq!(names[39], PathBuf::from("39"));
+        for (name, target) in names.iter().zip(&many) {
+            assert_eq!(&std::fs::read_link(chain.join(name)).unwrap(), target);
+        }
+        // Asked again: the same directory. One whose last link is wrong is made again.
+        assert_eq!(short_lowers(&dir, &many).unwrap().unwrap().0, chain);
+        std::fs::remove_file(chain.join("39")).unwrap();
+        std::os::unix::fs::symlink("/elsewhere", chain.join("39")).unwrap();
+        assert_eq!(short_lowers(&dir, &many).unwrap().unwrap().0, chain);
+        assert_eq!(std::fs::read_link(chain.join("39")).unwrap(), many[39]);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -235,6 +235,7 @@ impl Supervisor {
                 lower_dirs: image.map_or_else(Vec::new, |i| {
                     i.lower_dirs.iter().map(PathBuf::from).collect()
                 }),
+                lower_base: None,
                 own_dev: !exec.security.privileged,
                 rootless: layer.rootless.clone(),
             })
@@ -248,7 +249,31 @@ impl Supervisor {
                 .filter(|f| !mounts.iter().any(|m| f.target.starts_with(&m.target)));
             mounts.splice(0..0, files.cloned().collect::<Vec<_>>());
         }
+        let mut root = root;
+        self.shorten_lowers(root.as_mut(), &mut mounts)
+            .map_err(|e| format!("link the layers of an overlay: {e}"))?;
         Ok((root, mounts))
+    }
+
+    /// The overlays of a root and of image volumes whose layers are too many to name in
+    /// mount(2)'s options are mounted from short links to them (`rootfs::short_lowers`).
+    fn shorten_lowers(
+        &self,
+        root: Option<&mut PrivateRoot>,
+        mounts: &mut [BindMount],
+    ) -> io::Result<()> {
+        let dir = self.dir.lowers_dir();
+        let lists = root.map(|r| (&mut r.lower_dirs, &mut r.lower_base));
+        let lists = lists
+            .into_iter()
+            .chain(mounts.iter_mut().map(|m| (&mut m.lower, &mut m.lower_base)));
+        for (lowers, base) in lists {
+            if let Some((chain, names)) = super::rootfs::short_lowers(&dir, lowers)? {
+                *lowers = names;
+                *base = Some(chain);
+            }
+        }
+        Ok(())
     }
 
     /// Container `i`'s environment for an instance in `stage`, `NAME=value`.

@@ -314,6 +314,7 @@ impl Volumes {
                 target,
                 read_only,
                 lower,
+                lower_base: None,
             });
         }
         Ok(out)

@@ -255,3 +255,29 @@ pub(super) fn layered(dir: PathBuf, bb: &[u8]) -> PathBuf {
             }}),
         )
 }
+
+/// A layout of 100 layers: busybox (gzip), then 99 of one file each, `/l/1` to `/l/99`
+/// (uncompressed): their paths overflow the one page of options mount(2) takes.
+pub(super) fn deep(dir: PathBuf, bb: &[u8]) -> PathBuf {
+    let names: Vec<(String, String)> = (1..100)
+        .map(|i| (format!("l/{i}"), format!("{i}\n")))
+        .collect();
+    let mut layout = Layout::new(dir).layer(
+        Compression::Gzip,
+        &[
+            Entry::Dir("bin"),
+            Entry::File("bin/busybox", bb, 0o755),
+            Entry::Symlink("bin/sh", "busybox"),
+        ],
+    );
+    for (path, text) in &names {
+        layout = layout.layer(
+            Compression::None,
+            &[Entry::Dir("l"), Entry::File(path, text.as_bytes(), 0o644)],
+        );
+    }
+    layout.finish(
+        "registry.test/deep:v1",
+        json!({"config": {"Env": ["PATH=/bin"]}}),
+    )
+}

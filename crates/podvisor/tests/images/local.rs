@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::layout::{layered, Compression, Entry, Layout};
+use super::layout::{deep, layered, Compression, Entry, Layout};
 use super::Images;
 use crate::harness::*;
 
@@ -485,6 +485,18 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
         volume.stdout, "/opaque-only:\nnew\n\n/tools/data:\nkept\n\n/tools/opaque:\nnew",
         "{volume:?}"
     );
+    // An image of 100 layers: its overlays, in the user namespace too, are mounted from
+    // short links to the layers (their paths overflow mount(2)'s page of options).
+    let load = as_sub_user(&["image", "load"])
+        .arg(deep(t.dir.file("deep"), &bb))
+        .output();
+    assert_eq!(load.code(), 0, "{load:?}");
+    let (run, logs) = run_pod(
+        "deep",
+        "  volumes: [{name: deep, image: {reference: registry.test/deep:v1}}]\n  containers:\n  - name: app\n    image: registry.test/deep:v1\n    command: [/bin/sh, -c, 'busybox ls /l | busybox wc -l; busybox cat /sub/42']\n    volumeMounts: [{name: deep, mountPath: /sub, subPath: l}]\n",
+    );
+    assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
+    assert_eq!(logs.stdout, "99\n42", "{logs:?}");
     let describe = as_sub_user(&["describe", "rootless"]).output();
     assert!(
         describe.stdout.contains(
@@ -547,7 +559,11 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
     );
     // This user cannot remove what subordinate ids own; `image rm` does, through the
     // user namespace.
-    for name in ["registry.test/owned:v1", "registry.test/layered:v1"] {
+    for name in [
+        "registry.test/owned:v1",
+        "registry.test/layered:v1",
+        "registry.test/deep:v1",
+    ] {
         let rm = as_sub_user(&["image", "rm", name]).output();
         assert_eq!(rm.code(), 0, "{rm:?}");
     }

@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use super::layout::{layered, Compression, Entry, Layout};
+use super::layout::{deep, layered, Compression, Entry, Layout};
 use super::Images;
 use crate::harness::*;
 
@@ -228,4 +228,40 @@ fn image_volumes_are_checked_before_the_run() {
     ] {
         assert!(out.stderr.contains(expected), "{expected}\n{out:?}");
     }
+}
+
+/// An image of 100 layers: their paths overflow the one page of options mount(2) takes, so
+/// its overlays (a root, a volume, a volume's subPath, on an image's root and on the host's)
+/// are mounted from short links to the layers.
+#[test]
+fn an_image_of_a_hundred_layers_mounts_as_a_root_and_as_volumes() {
+    let bb = require!();
+    let t = Images::new();
+    let deep = deep(t.dir.file("deep"), &bb);
+    assert_eq!(t.load(&deep).code(), 0);
+    let count = "busybox ls /l | busybox wc -l; busybox ls /vol/l | busybox wc -l; \
+                 busybox ls /sub | busybox wc -l; busybox cat /sub/57";
+    let run = t.run(
+        "deep",
+        &format!(
+            "  restartPolicy: Never\n  volumes:\n  - name: deep\n    image: {{reference: registry.test/deep:v1}}\n  containers:\n  - name: app\n    image: registry.test/deep:v1\n    command: [/bin/sh, -c, {count:?}]\n    volumeMounts:\n    - {{name: deep, mountPath: /vol}}\n    - {{name: deep, mountPath: /sub, subPath: l}}\n"
+        ),
+    );
+    let logs = t.out(&["logs", "deep", "app"]);
+    assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
+    assert_eq!(logs.stdout, "99\n99\n99\n57", "{logs:?}");
+    // On the host's root, the volume's overlay is mounted from the links as well.
+    let mnt = t.dir.file("mnt");
+    let manifest = host_pod(
+        &t,
+        "deephost",
+        &format!(
+            "  restartPolicy: Never\n  volumes:\n  - name: deep\n    image: {{reference: registry.test/deep:v1}}\n  containers:\n  - name: app\n    command: [/bin/sh, -c, \"ls {m}/l | wc -l; cat {m}/l/99\"]\n    volumeMounts:\n    - {{name: deep, mountPath: {m}}}\n",
+            m = mnt.display()
+        ),
+    );
+    let run = t.podvisor(&["run", "-q"]).arg(&manifest).output();
+    let logs = t.out(&["logs", "deephost", "app"]);
+    assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
+    assert_eq!(logs.stdout, "99\n99", "{logs:?}");
 }

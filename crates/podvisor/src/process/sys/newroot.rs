@@ -18,6 +18,8 @@ pub(super) struct MountSpec {
     /// Not null: an overlay with these options (`lowerdir=…`, no upper layer, so read-only)
     /// is mounted at `target` instead (an image volume of several layers).
     pub(super) overlay: *const libc::c_char,
+    /// Not null: the overlay's `lowerdir` names are relative to this directory.
+    pub(super) overlay_base: *const libc::c_char,
 }
 
 /// One step of building a rootless root, as the child reads it.
@@ -40,6 +42,8 @@ pub(super) struct RootSpec {
     pub(super) work: *const libc::c_char,
     pub(super) merged: *const libc::c_char,
     pub(super) overlay_options: *const libc::c_char,
+    /// Not null: the image's `lowerdir` names are relative to this directory.
+    pub(super) lower_base: *const libc::c_char,
     pub(super) tmp: *const libc::c_char,
     pub(super) read_only: bool,
     /// Rootless: the maps to write, the upper layers' tmpfs and the steps (null: as root).
@@ -111,6 +115,10 @@ pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
             if libc::mkdir(d, 0o755) == -1 {
                 return -1;
             }
+        }
+        // Relative layer names are read from their directory (`enter_root` moves on).
+        if !r.lower_base.is_null() && libc::chdir(r.lower_base) == -1 {
+            return -1;
         }
         let overlay = c"overlay".as_ptr();
         if libc::mount(overlay, r.merged, overlay, 0, r.overlay_options.cast()) == -1 {
@@ -218,9 +226,7 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
             libc::close(fd);
         }
         if !m.overlay.is_null() {
-            let overlay = c"overlay".as_ptr();
-            let data = m.overlay.cast::<libc::c_void>();
-            return libc::mount(overlay, m.target, overlay, libc::MS_RDONLY, data);
+            return mount_overlay_volume(m);
         }
         let bind = libc::MS_BIND | libc::MS_REC;
         if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
@@ -233,6 +239,39 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
             }
         }
         if m.recursive_read_only && read_only_below(m.target) == -1 {
+            return -1;
+        }
+    }
+    0
+}
+
+/// A read-only overlay at `m.target`; with relative layer names, mounted from their
+/// directory, and back in the working directory it was in after (on the host's root, the
+/// program may start there). -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn mount_overlay_volume(m: &MountSpec) -> libc::c_int {
+    let overlay = c"overlay".as_ptr();
+    let data = m.overlay.cast::<libc::c_void>();
+    // SAFETY: open(2), chdir(2), mount(2), fchdir(2), close(2) on prepared paths and the
+    // descriptor opened here.
+    unsafe {
+        if m.overlay_base.is_null() {
+            return libc::mount(overlay, m.target, overlay, libc::MS_RDONLY, data);
+        }
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        let here = libc::open(c".".as_ptr(), flags);
+        if here == -1 {
+            return -1;
+        }
+        let ret = match libc::chdir(m.overlay_base) {
+            0 => libc::mount(overlay, m.target, overlay, libc::MS_RDONLY, data),
+            e => e,
+        };
+        let back = libc::fchdir(here);
+        libc::close(here);
+        if ret == -1 || back == -1 {
             return -1;
         }
     }
@@ -313,6 +352,10 @@ pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
         if libc::mount(tmpfs, r.layer_dir, tmpfs, 0, mode) == -1
             || libc::mount(tmpfs, r.upper_dir, tmpfs, 0, mode) == -1
         {
+            return -1;
+        }
+        // Relative layer names are read from their directory (`enter_root` moves on).
+        if !r.lower_base.is_null() && libc::chdir(r.lower_base) == -1 {
             return -1;
         }
         for i in 0..r.step_count {

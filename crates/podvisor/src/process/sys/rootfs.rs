@@ -26,6 +26,9 @@ pub struct PrivateRoot {
     /// An image's unpacked layers, top first, beneath the writable layer; none: the host's `/`.
     #[cfg_attr(feature = "full", serde(default))]
     pub lower_dirs: Vec<std::path::PathBuf>,
+    /// Set: `lower_dirs` are relative to it, as `BindMount::lower_base` says.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub lower_base: Option<std::path::PathBuf>,
     /// A /dev of its own, as a runtime gives a container that is not privileged: a tmpfs
     /// with null, zero, full, random, urandom and tty, the /proc/self/fd links, a devpts of
     /// its own, /dev/shm and /dev/mqueue. Otherwise (`privileged`) the host's /dev is carried.
@@ -89,6 +92,14 @@ pub struct BindMount {
         serde(default, skip_serializing_if = "Vec::is_empty")
     )]
     pub lower: Vec<std::path::PathBuf>,
+    /// Set: `lower` are names relative to this directory (short links to the layers), and
+    /// the overlay is mounted from it, so that a long list fits mount(2)'s one page of
+    /// options.
+    #[cfg_attr(
+        feature = "full",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub lower_base: Option<std::path::PathBuf>,
 }
 
 /// One mount of `MountStrings`, as C strings.
@@ -104,6 +115,8 @@ pub(super) struct MountString {
     pub(super) recursive_read_only: bool,
     /// An overlay's options (`lowerdir=…`): mounted instead of a bind of `source`.
     pub(super) overlay: Option<CString>,
+    /// The directory the overlay's `lowerdir` names are relative to (none: absolute).
+    pub(super) overlay_base: Option<CString>,
 }
 
 /// What the parent prepares for a container's mounts, kept alive until the child has exec'd.
@@ -112,6 +125,8 @@ pub(super) struct MountStrings {
     pub(super) mounts: Vec<MountString>,
     pub(super) root: Option<[CString; 6]>,
     pub(super) root_read_only: bool,
+    /// The directory the root's `lowerdir` names are relative to (none: absolute).
+    pub(super) root_lower_base: Option<CString>,
     /// An image's root: its upper layer is fresh at each start already, so no /tmp is made.
     pub(super) root_from_image: bool,
     /// Rootless: uid map, gid map, upper dir; and per step (kind, source, target, upper,
@@ -250,6 +265,7 @@ impl MountStrings {
                     file: false,
                     recursive_read_only: false,
                     overlay: overlay_option(m, false)?,
+                    overlay_base: lower_base(m.lower_base.as_deref())?,
                 });
             }
             return Ok(out);
@@ -279,6 +295,7 @@ impl MountStrings {
             c(&merged.join("tmp"))?,
         ]);
         out.root_read_only = root.read_only;
+        out.root_lower_base = lower_base(root.lower_base.as_deref())?;
         out.root_from_image = !root.lower_dirs.is_empty();
         if let Some(r) = &root.rootless {
             out.rootless = Some([
@@ -300,6 +317,7 @@ impl MountStrings {
                 file: false,
                 recursive_read_only: *read_only,
                 overlay: None,
+                overlay_base: None,
             });
         }
         for m in mounts {
@@ -367,7 +385,13 @@ fn volume_in_root(
         file: is_file,
         recursive_read_only: false,
         overlay: overlay_option(m, rootless)?,
+        overlay_base: lower_base(m.lower_base.as_deref())?,
     })
+}
+
+/// The directory relative `lowerdir` names are read from, as a C string.
+fn lower_base(base: Option<&std::path::Path>) -> io::Result<Option<CString>> {
+    base.map(|b| c_string(b.as_os_str().as_bytes())).transpose()
 }
 
 /// The overlay options of an image volume of several layers (`None`: a bind mount);

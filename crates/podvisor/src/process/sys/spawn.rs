@@ -316,6 +316,7 @@ impl MountPtrs {
                 make_file: m.file,
                 recursive_read_only: m.recursive_read_only,
                 overlay: m.overlay.as_ref().map_or(std::ptr::null(), |o| o.as_ptr()),
+                overlay_base: (m.overlay_base.as_ref()).map_or(std::ptr::null(), |b| b.as_ptr()),
             })
             .collect();
         let steps = strings
@@ -382,6 +383,7 @@ impl MountPtrs {
             work: r[2].as_ptr(),
             merged: r[3].as_ptr(),
             overlay_options: r[4].as_ptr(),
+            lower_base: (strings.root_lower_base.as_ref()).map_or(std::ptr::null(), |b| b.as_ptr()),
             // An image's own /tmp (fresh with the layer at each start) stays as it is.
             tmp: match strings.root_from_image {
                 true => std::ptr::null(),
