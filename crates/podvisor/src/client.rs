@@ -375,6 +375,44 @@ pub fn restart_path(container: Option<&str>) -> String {
     }
 }
 
+/// Watches the status of the pod in `dir`: hands `f` the Pod now, then again on every
+/// change, one line of JSON each, until the run ends. The run sends each change as a JSON
+/// Patch (`?watch=1&patch=1`: it writes what changed once, whoever watches), which is
+/// applied here to the Pod before.
+pub fn watch_status(
+    dir: &Path,
+    mut f: impl FnMut(&str) -> io::Result<()>,
+) -> Result<(), ClientError> {
+    let r = request(dir, "GET", "/status?watch=1&patch=1")?;
+    let mut pod: Option<serde_json::Value> = None;
+    let mut unreadable = None;
+    let mut next = |line: &str| -> Result<String, String> {
+        let doc = match pod.as_mut() {
+            None => pod.insert(serde_json::from_str(line).map_err(|e| e.to_string())?),
+            Some(doc) => {
+                let patch: json_patch::Patch =
+                    serde_json::from_str(line).map_err(|e| e.to_string())?;
+                json_patch::patch(doc, &patch).map_err(|e| e.to_string())?;
+                doc
+            }
+        };
+        serde_json::to_string(doc).map_err(|e| e.to_string())
+    };
+    stream_lines(r, |line| match next(line) {
+        Ok(pod) => f(&pod),
+        Err(e) => {
+            unreadable = Some(e);
+            Err(io::Error::other("unreadable"))
+        }
+    })?;
+    match unreadable {
+        Some(e) => Err(ClientError(format!(
+            "the status watch sent a line that is not a Pod or a patch of the one before: {e}"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Reads lines of a stream (`?watch=1`) and hands each to `f` until the server closes.
 pub fn stream_lines(
     mut r: Response,

@@ -305,6 +305,79 @@ fn events_and_status_streams_survive_clients_that_come_and_go() {
     assert!(watch.wait().unwrap().success());
 }
 
+/// A raw watch of `path` on the pod's socket, its head read: its lines as they come.
+fn raw_watch(r: &PodRun, path: &str) -> BufReader<UnixStream> {
+    let mut s = UnixStream::connect(r.dir.file("state").join("podvisor.sock")).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: podvisor\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(s);
+    let mut head = String::new();
+    while reader.read_line(&mut head).unwrap() > 2 && !head.ends_with("\r\n\r\n") {}
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    reader
+}
+
+#[test]
+fn a_status_watch_gets_each_change_whole_or_as_a_patch_of_the_one_before() {
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600']}\n  - {name: other, command: [sleep, '600']}\n  - {name: third, command: [sleep, '600']}\n",
+    ));
+    let mut p = r.cmd(&[]).start();
+    started(&r, "third", 1);
+    wait_until("every container ready", || {
+        client(&r, &["status"]).stdout.contains("3/3")
+    });
+    let mut whole = raw_watch(&r, "/status?watch=1");
+    let mut patches = raw_watch(&r, "/status?watch=1&patch=1");
+    let mut cli = Command::new(podvisor())
+        .args(["status", "-w", "-o", "json", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut cli_out = BufReader::new(cli.stdout.take().unwrap());
+    let read_all = |reader: &mut dyn BufRead| -> Vec<String> {
+        reader.lines().map(|l| l.unwrap()).collect()
+    };
+    // Each has the Pod now before anything changes.
+    let mut first = String::new();
+    for reader in [&mut whole as &mut dyn BufRead, &mut patches, &mut cli_out] {
+        first.clear();
+        reader.read_line(&mut first).unwrap();
+        assert!(first.contains("\"containerStatuses\""), "{first}");
+    }
+    let now = first.trim_end().to_string();
+    assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+    started(&r, "app", 2);
+    assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+    started(&r, "app", 3);
+    stop(&mut p);
+    // Every change, whole; then as patches, each of what changed only: applied to the Pod
+    // before, each makes the same line. `status -w -o json` prints the same lines.
+    let lines = read_all(&mut whole);
+    let ops = read_all(&mut patches);
+    assert!(lines.len() >= 4, "{lines:?}");
+    assert_eq!(ops.len(), lines.len(), "{ops:?}");
+    let mut doc: serde_json::Value = serde_json::from_str(&now).unwrap();
+    for (op, line) in ops.iter().zip(&lines) {
+        assert!(op.starts_with("[{\"op\":"), "{op}");
+        let patch: json_patch::Patch = serde_json::from_str(op).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        assert_eq!(&serde_json::to_string(&doc).unwrap(), line);
+    }
+    let one_container: Vec<&String> = ops
+        .iter()
+        .filter(|op| op.contains("\"restartCount\":1") && !op.contains("/metadata"))
+        .collect();
+    assert!(!one_container.is_empty(), "{ops:?}");
+    for op in one_container {
+        assert!(!op.contains("\"name\":\"other\""), "{op}");
+    }
+    assert_eq!(read_all(&mut cli_out), lines);
+    assert!(cli.wait().unwrap().success());
+}
+
 #[test]
 fn the_socket_is_for_its_owner_only_and_a_stale_one_is_replaced() {
     let r = PodRun::new(&pod_with(

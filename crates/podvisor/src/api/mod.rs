@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `GET /status` | the v1 Pod, `.status` a PodStatus |
 //! | `GET /status?watch=1` | the Pod now, then again on every change, one JSON line each |
+//! | `GET /status?watch=1&patch=1` | the Pod now, then on every change the JSON Patch (RFC 6902) that makes the Pod before into it, one JSON line each: what changed, written once for every watcher (`status -w` and `top` ask for this) |
 //! | `GET /events` | the recent events (up to 1,000), JSON lines, oldest first |
 //! | `GET /events?watch=1` | the same, then each new event as it happens |
 //! | `POST /stop` | graceful termination (202) |
@@ -67,12 +68,23 @@ enum Mode {
     Reading,
     /// Answer queued; close once it is written.
     Closing,
-    /// A stream of status lines.
-    WatchStatus,
+    /// A stream of status lines: each the whole Pod, or (`patches`) after the first the JSON
+    /// Patch from the one before.
+    WatchStatus { patches: bool },
     /// A stream of event lines.
     WatchEvents,
     /// A command runs for this client (its pid): the answer comes when it ends.
     Exec(i32),
+}
+
+/// What a watch streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    Events,
+    /// `patches`: after the first line, the JSON Patch from the status before.
+    Status {
+        patches: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -100,7 +112,6 @@ pub struct Server {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     events: VecDeque<String>,
-    last_status: String,
     token_base: u64,
     /// Commands whose client went away before they ended: to be killed.
     abandoned: Vec<i32>,
@@ -133,7 +144,6 @@ impl Server {
             conns: Vec::new(),
             free: Vec::new(),
             events: VecDeque::new(),
-            last_status: String::new(),
             token_base,
             abandoned: Vec::new(),
             dropped: Vec::new(),
@@ -155,7 +165,6 @@ impl Server {
             conns: Vec::new(),
             free: Vec::new(),
             events: VecDeque::new(),
-            last_status: String::new(),
             token_base,
             abandoned: Vec::new(),
             dropped: Vec::new(),
@@ -349,18 +358,17 @@ impl Server {
         }
     }
 
-    /// Turns a connection into a stream: the head, then `first` (lines), then whatever is
-    /// broadcast.
-    pub fn watch(&mut self, slot: usize, events: bool, first: &str, epoll: &Epoll) {
+    /// Turns a connection into a stream of `kind`: the head, then `first` (lines), then
+    /// whatever is broadcast.
+    pub fn watch(&mut self, slot: usize, kind: Watch, first: &str, epoll: &Epoll) {
         if let Some(Some(conn)) = self.conns.get_mut(slot) {
             conn.output.extend_from_slice(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n",
             );
             conn.output.extend_from_slice(first.as_bytes());
-            conn.mode = if events {
-                Mode::WatchEvents
-            } else {
-                Mode::WatchStatus
+            conn.mode = match kind {
+                Watch::Events => Mode::WatchEvents,
+                Watch::Status { patches } => Mode::WatchStatus { patches },
             };
             self.flush(slot, epoll);
         }
@@ -384,26 +392,24 @@ impl Server {
 
     /// Whether anyone watches the status (so it is worth computing).
     pub fn status_watched(&self) -> bool {
-        self.conns
-            .iter()
-            .flatten()
-            .any(|c| c.mode == Mode::WatchStatus)
+        (self.conns.iter().flatten()).any(|c| matches!(c.mode, Mode::WatchStatus { .. }))
     }
 
-    /// Sends the status to its watchers if it changed.
-    pub fn status(&mut self, line: String, epoll: &Epoll) {
-        if line == self.last_status {
-            return;
+    /// Sends a changed status to its watchers: `patch` (a JSON Patch from the status sent
+    /// before) to those that asked for patches, the whole line (made only if one did not)
+    /// to the others.
+    pub fn status(&mut self, patch: &str, line: impl FnOnce() -> String, epoll: &Epoll) {
+        let patches = self.watchers(Mode::WatchStatus { patches: true });
+        for slot in patches {
+            self.send(slot, patch, epoll);
         }
-        for slot in self.watchers(Mode::WatchStatus) {
-            self.send(slot, &line, epoll);
+        let whole = self.watchers(Mode::WatchStatus { patches: false });
+        if !whole.is_empty() {
+            let line = line();
+            for slot in whole {
+                self.send(slot, &line, epoll);
+            }
         }
-        self.last_status = line;
-    }
-
-    /// Notes the status last sent, so that a watcher's first line is not repeated.
-    pub fn seen_status(&mut self, line: &str) {
-        self.last_status = line.to_string();
     }
 
     fn watchers(&self, mode: Mode) -> Vec<usize> {
@@ -447,7 +453,7 @@ impl Server {
             return;
         };
         let what = match conn.mode {
-            Mode::WatchStatus => "a status watcher",
+            Mode::WatchStatus { .. } => "a status watcher",
             Mode::WatchEvents => "an events watcher",
             _ => "a client",
         };

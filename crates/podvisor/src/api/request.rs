@@ -5,7 +5,10 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Status,
-    WatchStatus,
+    /// `patches`: `&patch=1`, after the first line the JSON Patch from the status before.
+    WatchStatus {
+        patches: bool,
+    },
     Events,
     WatchEvents,
     Stop,
@@ -67,7 +70,9 @@ pub fn parse_request(head: &str) -> Result<Request, (u16, String)> {
     };
     let watch = param("watch").is_some_and(|v| v == "1" || v == "true");
     match (method, path) {
-        ("GET", "/status") if watch => Ok(Request::WatchStatus),
+        ("GET", "/status") if watch => Ok(Request::WatchStatus {
+            patches: param("patch").is_some_and(|v| v == "1" || v == "true"),
+        }),
         ("GET", "/status") => Ok(Request::Status),
         ("GET", "/events") if watch => Ok(Request::WatchEvents),
         ("GET", "/events") => Ok(Request::Events),
@@ -201,7 +206,11 @@ mod tests {
         );
         assert_eq!(
             parse_request("GET /status?watch=1 HTTP/1.1"),
-            Ok(Request::WatchStatus)
+            Ok(Request::WatchStatus { patches: false })
+        );
+        assert_eq!(
+            parse_request("GET /status?watch=1&patch=1 HTTP/1.1"),
+            Ok(Request::WatchStatus { patches: true })
         );
         assert_eq!(
             parse_request("POST /restart?container=my%2Dapp HTTP/1.1"),

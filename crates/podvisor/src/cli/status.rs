@@ -59,9 +59,8 @@ fn run(dir: PathBuf, format: Format, watch: bool) -> Result<(), ClientError> {
         super::write_out(&out);
         return Ok(());
     }
-    let r = client::request(&dir, "GET", "/status?watch=1")?;
     let mut first = true;
-    client::stream_lines(r, |line| {
+    client::watch_status(&dir, |line| {
         let pod = read(line).map_err(|e| std::io::Error::other(e.0))?;
         let out = match format {
             // One object per line while watching (`jq` and scripts read them as they come).

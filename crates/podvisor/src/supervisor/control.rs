@@ -10,7 +10,7 @@ use podvisor_core::lifecycle::{EventType, Input, InstanceId, Kind};
 
 use super::Supervisor;
 use crate::api::metrics::{render, ContainerSample, PodSample};
-use crate::api::Request;
+use crate::api::{Request, Watch};
 use crate::status;
 
 impl Supervisor {
@@ -21,11 +21,14 @@ impl Supervisor {
                 let body = format!("{}\n", self.status_json(true));
                 self.api.reply(slot, 200, &body, &self.epoll);
             }
-            Request::WatchStatus => {
-                let line = self.status_json(false);
-                self.api.seen_status(&line);
-                self.api
-                    .watch(slot, false, &format!("{line}\n"), &self.epoll);
+            Request::WatchStatus { patches } => {
+                // The watchers there already are brought up to now first: every patch is
+                // from the status all of them were sent last.
+                let parts = self.status_parts(false);
+                self.send_status(parts.clone());
+                let first = format!("{}\n", parts.line());
+                let kind = Watch::Status { patches };
+                self.api.watch(slot, kind, &first, &self.epoll);
             }
             Request::Events => {
                 let body = self.api.recent_events();
@@ -33,7 +36,7 @@ impl Supervisor {
             }
             Request::WatchEvents => {
                 let first = self.api.recent_events();
-                self.api.watch(slot, true, &first, &self.epoll);
+                self.api.watch(slot, Watch::Events, &first, &self.epoll);
             }
             Request::Stop => {
                 self.api
@@ -142,6 +145,11 @@ impl Supervisor {
     /// uses (read from its cgroup) for `status` and `describe`. A watch goes without: usage is
     /// no change of state, and it would make every pushed line differ.
     pub(super) fn status_json(&self, with_usage: bool) -> String {
+        self.status_parts(with_usage).line()
+    }
+
+    /// `status_json` in its parts (`status::LineParts`).
+    fn status_parts(&self, with_usage: bool) -> status::LineParts {
         // The clock is anchored to the epoch.
         let wall = move |t: Instant| SystemTime::UNIX_EPOCH + t.since_origin();
         let times: BTreeMap<&'static str, SystemTime> = self
@@ -176,7 +184,7 @@ impl Supervisor {
                 );
             }
         }
-        status::pod_json(&pod, &self.info.spec)
+        status::pod_parts(pod, &self.info.spec, &mut self.status_lines.borrow_mut())
     }
 
     /// An event of the pod's, from the shell (announced with the turn's others).
@@ -214,8 +222,21 @@ impl Supervisor {
             }
         }
         if self.api.status_watched() {
-            let line = self.status_json(false);
-            self.api.status(line, &self.epoll);
+            let parts = self.status_parts(false);
+            self.send_status(parts);
+        }
+    }
+
+    /// Sends the status to its watchers if it changed since they were sent it last.
+    fn send_status(&mut self, parts: status::LineParts) {
+        let Some(before) = &self.status_sent else {
+            // Nobody was sent one yet: nobody watches.
+            self.status_sent = Some(parts);
+            return;
+        };
+        if let Some(patch) = parts.patch_from(before) {
+            self.api.status(&patch, || parts.line(), &self.epoll);
+            self.status_sent = Some(parts);
         }
     }
 }

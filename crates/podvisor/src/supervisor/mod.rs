@@ -219,6 +219,8 @@ pub fn run(
         info,
         api,
         condition_times: BTreeMap::new(),
+        status_lines: Default::default(),
+        status_sent: None,
         instances: Instances::default(),
         credentials,
         images,
@@ -314,6 +316,10 @@ struct Supervisor {
     api: Server,
     /// Each pod condition's status and when it last changed.
     condition_times: BTreeMap<&'static str, (bool, SystemTime)>,
+    /// What the last status line serialized (`status_json` writes only what changed).
+    status_lines: std::cell::RefCell<crate::status::LineCache>,
+    /// The status the watchers were sent last (what their next patch is from).
+    status_sent: Option<crate::status::LineParts>,
     /// The running container instances.
     instances: Instances,
     /// What each container's processes run as and may do (made when the run began; for a

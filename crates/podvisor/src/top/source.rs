@@ -49,9 +49,11 @@ pub fn discover(roots: &[PathBuf], dirs: &[PathBuf], watched: &BTreeSet<PathBuf>
 pub fn watch(dir: PathBuf, tx: Sender<Msg>) {
     let (d, t) = (dir.clone(), tx.clone());
     std::thread::spawn(move || {
-        let sent = stream(&d, "/status?watch=1", &t, |v| {
-            Msg::Status(d.clone(), Box::new(v))
-        });
+        let sent = client::watch_status(&d, |line| {
+            let pod = serde_json::from_str(line).map_err(std::io::Error::other)?;
+            (t.send(Msg::Status(d.clone(), Box::new(pod)))).map_err(std::io::Error::other)
+        })
+        .map_err(|e| e.0);
         if let Err(e) = sent {
             let _ = t.send(Msg::Problem(d.clone(), e));
         }
