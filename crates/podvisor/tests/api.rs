@@ -337,9 +337,8 @@ fn a_status_watch_gets_each_change_whole_or_as_a_patch_of_the_one_before() {
         .spawn()
         .unwrap();
     let mut cli_out = BufReader::new(cli.stdout.take().unwrap());
-    let read_all = |reader: &mut dyn BufRead| -> Vec<String> {
-        reader.lines().map(|l| l.unwrap()).collect()
-    };
+    let read_all =
+        |reader: &mut dyn BufRead| -> Vec<String> { reader.lines().map(|l| l.unwrap()).collect() };
     // Each has the Pod now before anything changes.
     let mut first = String::new();
     for reader in [&mut whole as &mut dyn BufRead, &mut patches, &mut cli_out] {
