@@ -61,13 +61,17 @@ fn run(dir: PathBuf, format: Format, watch: bool) -> Result<(), ClientError> {
     }
     let mut first = true;
     client::watch_status(&dir, |line| {
-        let pod = read(line).map_err(|e| std::io::Error::other(e.0))?;
+        // One object per line while watching (`jq` and scripts read them as they come).
         let out = match format {
-            // One object per line while watching (`jq` and scripts read them as they come).
             Format::Json => format!("{line}\n"),
-            Format::Yaml => format!("---\n{}", yaml(&pod)),
-            Format::Describe => format!("{}\n", describe(&pod, "")),
-            _ => render(&pod, format, first),
+            _ => {
+                let pod = read(line).map_err(|e| std::io::Error::other(e.0))?;
+                match format {
+                    Format::Yaml => format!("---\n{}", yaml(&pod)),
+                    Format::Describe => format!("{}\n", describe(&pod, "")),
+                    _ => render(&pod, format, first),
+                }
+            }
         };
         first = false;
         let mut stdout = std::io::stdout().lock();
