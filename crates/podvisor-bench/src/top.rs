@@ -1,8 +1,9 @@
 //! `podvisor-bench top`: `podvisor top` watching 10 pods of 100 containers each (one of them
 //! crash-looping every 2 s, so that statuses and events change all the time; `--idle`: none):
 //! top's own CPU and
-//! peak RSS, and the supervisors' CPU with and without top attached, in one run (windows
-//! without, with, without; the two without are averaged). top runs in a tmux terminal, and
+//! peak RSS, and the supervisors' CPU with and without top attached, in one run (rounds of a
+//! window without, then one with; medians of three rounds, one with --quick and a second
+//! window without). top runs in a tmux terminal, and
 //! beside it `--watchers N` (default 5) `podvisor status -w -o json` on each pod.
 
 use super::*;
@@ -38,54 +39,22 @@ pub fn top_bench(args: &[String]) {
         std::thread::sleep(window);
         (what() - before) as f64 / 1e9
     };
-    let without_1 = measure(&supervisors);
-
-    // top in a terminal of its own.
-    let socket = format!("podvisor-bench-top-{}", std::process::id());
-    let tmux = |a: &[&str]| {
-        Command::new("tmux")
-            .args(["-L", &socket])
-            .args(a)
-            .output()
-            .expect("tmux (apt-get install tmux)")
-    };
-    let cmd = format!("exec {} top --root {}", podvisor.display(), root.display());
-    let started = tmux(&[
-        "-f",
-        "/dev/null",
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "160",
-        "-y",
-        "50",
-        &cmd,
-    ]);
-    assert!(started.status.success(), "tmux: {started:?}");
-    let pane = tmux(&["list-panes", "-t", "top", "-F", "#{pane_pid}"]);
-    let top: u32 = String::from_utf8_lossy(&pane.stdout)
-        .trim()
-        .parse()
-        .unwrap();
-    wait_for("top to show every pod", Duration::from_secs(60), || {
-        let screen = tmux(&["capture-pane", "-p", "-t", "top"]);
-        String::from_utf8_lossy(&screen.stdout).contains("pods 10")
-    });
-    let watching = watch_pods(&podvisor, &root, watchers);
-    std::thread::sleep(Duration::from_secs(2));
-    let top_before = cpu_ns(top);
-    let with = measure(&supervisors);
-    let top_cpu = (cpu_ns(top) - top_before) as f64 / 1e9;
-    let top_hwm = vm_hwm_kb(top).unwrap_or(0.0);
-    tmux(&["kill-server"]);
-    for mut w in watching {
-        let _ = w.kill();
-        let _ = w.wait();
+    // Rounds of a window without, then one with top and the watchers: the crash loops'
+    // timing moves the supervisors' CPU from one window to the next by a fifth, so the
+    // figures are the medians of the rounds.
+    let rounds = if quick { 1 } else { 3 };
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let (mut top_cpu, mut top_hwm) = (0.0, 0.0f64);
+    for _ in 0..rounds {
+        without.push(measure(&supervisors));
+        let watched = watched_window(&podvisor, &root, watchers, &|| measure(&supervisors));
+        with.push(watched.0);
+        top_cpu += watched.1 / rounds as f64;
+        top_hwm = top_hwm.max(watched.2);
     }
-    std::thread::sleep(Duration::from_secs(1));
-    let without_2 = measure(&supervisors);
+    if quick {
+        without.push(measure(&supervisors));
+    }
 
     for (child, _) in &mut runs {
         let _ = Command::new("kill")
@@ -95,7 +64,14 @@ pub fn top_bench(args: &[String]) {
     for (child, _) in &mut runs {
         let _ = child.wait();
     }
-    let without = (without_1 + without_2) / 2.0;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        match v.len() % 2 {
+            1 => v[v.len() / 2],
+            _ => (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0,
+        }
+    };
+    let (without, with) = (median(&mut without), median(&mut with));
     let secs = window.as_secs_f64();
     println!(
         "podvisor top on {PODS} pods × {CONTAINERS} containers ({}), {}s windows (podvisor {})",
@@ -116,11 +92,15 @@ pub fn top_bench(args: &[String]) {
     println!("{:<58} {:>9.1} MiB", "top's peak RSS", top_hwm / 1024.0);
     println!(
         "{:<58} {:>9.3} s",
-        "10 supervisors' CPU without top (mean of before and after)", without
+        format!(
+            "10 supervisors' CPU without top (median of {} windows)",
+            rounds + usize::from(quick)
+        ),
+        without
     );
     println!(
         "{:<58} {:>9.3} s",
-        format!("10 supervisors' CPU with top and {watchers} status -w per pod"),
+        format!("10 supervisors' CPU with top and {watchers} status -w per pod (median)"),
         with
     );
     if without > 0.0 {
@@ -129,6 +109,50 @@ pub fn top_bench(args: &[String]) {
         println!("{:<58} {:>12}", "ratio with / without", "n/a (no CPU)");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One window with top in a tmux terminal of its own and `watchers` `status -w` on each pod:
+/// the supervisors' CPU (`measure`), top's CPU and its peak RSS (KiB).
+fn watched_window(
+    podvisor: &Path,
+    root: &Path,
+    watchers: usize,
+    measure: &dyn Fn() -> f64,
+) -> (f64, f64, f64) {
+    let socket = format!("podvisor-bench-top-{}", std::process::id());
+    let tmux = |a: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(a)
+            .output()
+            .expect("tmux (apt-get install tmux)")
+    };
+    let cmd = format!("exec {} top --root {}", podvisor.display(), root.display());
+    let session = ["-f", "/dev/null", "new-session", "-d", "-s", "top"];
+    let started = tmux(&[&session[..], &["-x", "160", "-y", "50", &cmd]].concat());
+    assert!(started.status.success(), "tmux: {started:?}");
+    let pane = tmux(&["list-panes", "-t", "top", "-F", "#{pane_pid}"]);
+    let top: u32 = String::from_utf8_lossy(&pane.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("top to show every pod", Duration::from_secs(60), || {
+        let screen = tmux(&["capture-pane", "-p", "-t", "top"]);
+        String::from_utf8_lossy(&screen.stdout).contains("pods 10")
+    });
+    let watching = watch_pods(podvisor, root, watchers);
+    std::thread::sleep(Duration::from_secs(2));
+    let top_before = cpu_ns(top);
+    let with = measure();
+    let top_cpu = (cpu_ns(top) - top_before) as f64 / 1e9;
+    let top_hwm = vm_hwm_kb(top).unwrap_or(0.0);
+    tmux(&["kill-server"]);
+    for mut w in watching {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    (with, top_cpu, top_hwm)
 }
 
 /// `n` `podvisor status -w -o json` on each pod.
