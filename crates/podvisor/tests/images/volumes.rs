@@ -241,12 +241,16 @@ fn an_image_of_a_hundred_layers_mounts_as_a_root_and_as_volumes() {
     assert_eq!(t.load(&deep).code(), 0);
     let count = "busybox ls /l | busybox wc -l; busybox ls /vol/l | busybox wc -l; \
                  busybox ls /sub | busybox wc -l; busybox cat /sub/57";
-    let run = t.run(
-        "deep",
-        &format!(
+    // Under --live-restore: the keeper starts the container from what the run sends it.
+    let run = t
+        .pod(
+            "deep",
+            &format!(
             "  restartPolicy: Never\n  volumes:\n  - name: deep\n    image: {{reference: registry.test/deep:v1}}\n  containers:\n  - name: app\n    image: registry.test/deep:v1\n    command: [/bin/sh, -c, {count:?}]\n    volumeMounts:\n    - {{name: deep, mountPath: /vol}}\n    - {{name: deep, mountPath: /sub, subPath: l}}\n"
-        ),
-    );
+            ),
+        )
+        .arg("--live-restore")
+        .output();
     let logs = t.out(&["logs", "deep", "app"]);
     assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
     assert_eq!(logs.stdout, "99\n99\n99\n57", "{logs:?}");
