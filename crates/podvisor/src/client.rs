@@ -378,7 +378,7 @@ pub fn restart_path(container: Option<&str>) -> String {
 /// Watches the status of the pod in `dir`: hands `f` the Pod now, then again on every
 /// change, one line of JSON each, until the run ends. The run sends each change as a JSON
 /// Patch (`?watch=1&patch=1`: it writes what changed once, whoever watches), which is
-/// applied here to the Pod before.
+/// applied here to the Pod before; a run of an older podvisor sends whole Pods.
 pub fn watch_status(
     dir: &Path,
     mut f: impl FnMut(&str) -> io::Result<()>,
@@ -386,19 +386,7 @@ pub fn watch_status(
     let r = request(dir, "GET", "/status?watch=1&patch=1")?;
     let mut pod: Option<serde_json::Value> = None;
     let mut unreadable = None;
-    let mut next = |line: &str| -> Result<String, String> {
-        let doc = match pod.as_mut() {
-            None => pod.insert(serde_json::from_str(line).map_err(|e| e.to_string())?),
-            Some(doc) => {
-                let patch: json_patch::Patch =
-                    serde_json::from_str(line).map_err(|e| e.to_string())?;
-                json_patch::patch(doc, &patch).map_err(|e| e.to_string())?;
-                doc
-            }
-        };
-        serde_json::to_string(doc).map_err(|e| e.to_string())
-    };
-    stream_lines(r, |line| match next(line) {
+    stream_lines(r, |line| match watched_line(&mut pod, line) {
         Ok(pod) => f(&pod),
         Err(e) => {
             unreadable = Some(e);
@@ -411,6 +399,21 @@ pub fn watch_status(
         ))),
         None => Ok(()),
     }
+}
+
+/// The Pod after `line` of a status watch, as one line of JSON: a whole Pod (the first line;
+/// every line of a run older than patches, which leaves the parameter unread) replaces the
+/// one before, a patch changes it.
+fn watched_line(pod: &mut Option<serde_json::Value>, line: &str) -> Result<String, String> {
+    let doc = match pod.as_mut() {
+        Some(doc) if !line.starts_with('{') => {
+            let patch: json_patch::Patch = serde_json::from_str(line).map_err(|e| e.to_string())?;
+            json_patch::patch(doc, &patch).map_err(|e| e.to_string())?;
+            doc
+        }
+        _ => pod.insert(serde_json::from_str(line).map_err(|e| e.to_string())?),
+    };
+    serde_json::to_string(doc).map_err(|e| e.to_string())
 }
 
 /// Reads lines of a stream (`?watch=1`) and hands each to `f` until the server closes.
@@ -460,4 +463,27 @@ pub fn default_container(pod: &crate::status::ApiPod) -> Result<String, ClientEr
         eprintln!("Defaulted container {first:?} out of: {}", names.join(", "));
     }
     Ok(first.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watched_line_is_a_whole_pod_or_a_patch_of_the_one_before() {
+        let mut pod = None;
+        let first = r#"{"kind":"Pod","status":{"phase":"Pending","n":[1,2]}}"#;
+        assert_eq!(watched_line(&mut pod, first).unwrap(), first);
+        let patch = r#"[{"op":"replace","path":"/status/n/1","value":3}]"#;
+        assert_eq!(
+            watched_line(&mut pod, patch).unwrap(),
+            r#"{"kind":"Pod","status":{"phase":"Pending","n":[1,3]}}"#
+        );
+        // An older run sends every change whole.
+        let whole = r#"{"kind":"Pod","status":{"phase":"Running"}}"#;
+        assert_eq!(watched_line(&mut pod, whole).unwrap(), whole);
+        let bad = r#"[{"op":"replace","path":"/status/n/1","value":3}]"#;
+        assert!(watched_line(&mut pod, bad).is_err());
+        assert!(watched_line(&mut pod, "[nonsense").is_err());
+    }
 }
