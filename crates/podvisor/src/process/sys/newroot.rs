@@ -95,6 +95,12 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
 pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
+    // Relative layer names are read from their directory, as root and rootless alike
+    // (`enter_root` moves on).
+    // SAFETY: chdir(2) on a path the parent prepared.
+    if !r.lower_base.is_null() && unsafe { libc::chdir(r.lower_base) } == -1 {
+        return -1;
+    }
     if !r.uid_map.is_null() {
         // SAFETY: as below, on the parent's prepared paths.
         return unsafe { build_rootless_root(r) };
@@ -115,10 +121,6 @@ pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
             if libc::mkdir(d, 0o755) == -1 {
                 return -1;
             }
-        }
-        // Relative layer names are read from their directory (`enter_root` moves on).
-        if !r.lower_base.is_null() && libc::chdir(r.lower_base) == -1 {
-            return -1;
         }
         let overlay = c"overlay".as_ptr();
         if libc::mount(overlay, r.merged, overlay, 0, r.overlay_options.cast()) == -1 {
@@ -352,10 +354,6 @@ pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
         if libc::mount(tmpfs, r.layer_dir, tmpfs, 0, mode) == -1
             || libc::mount(tmpfs, r.upper_dir, tmpfs, 0, mode) == -1
         {
-            return -1;
-        }
-        // Relative layer names are read from their directory (`enter_root` moves on).
-        if !r.lower_base.is_null() && libc::chdir(r.lower_base) == -1 {
             return -1;
         }
         for i in 0..r.step_count {
