@@ -385,20 +385,12 @@ pub fn watch_status(
 ) -> Result<(), ClientError> {
     let r = request(dir, "GET", "/status?watch=1&patch=1")?;
     let mut pod: Option<serde_json::Value> = None;
-    let mut unreadable = None;
     stream_lines(r, |line| match watched_line(&mut pod, line) {
         Ok(pod) => f(&pod),
-        Err(e) => {
-            unreadable = Some(e);
-            Err(io::Error::other("unreadable"))
-        }
-    })?;
-    match unreadable {
-        Some(e) => Err(ClientError(format!(
+        Err(e) => Err(io::Error::other(format!(
             "the status watch sent a line that is not a Pod or a patch of the one before: {e}"
         ))),
-        None => Ok(()),
-    }
+    })
 }
 
 /// The Pod after `line` of a status watch, as one line of JSON: a whole Pod (the first line;
@@ -416,7 +408,9 @@ fn watched_line(pod: &mut Option<serde_json::Value>, line: &str) -> Result<Strin
     serde_json::to_string(doc).map_err(|e| e.to_string())
 }
 
-/// Reads lines of a stream (`?watch=1`) and hands each to `f` until the server closes.
+/// Reads lines of a stream (`?watch=1`) and hands each to `f` until the server closes. An
+/// error of `f` ends the stream: quietly when it is a broken pipe (stdout closed, as by
+/// `head`; the reader gone), as that error otherwise.
 pub fn stream_lines(
     mut r: Response,
     mut f: impl FnMut(&str) -> io::Result<()>,
@@ -431,12 +425,11 @@ pub fn stream_lines(
         line.clear();
         match r.body.read_line(&mut line) {
             Ok(0) => return Ok(()),
-            Ok(_) => {
-                if f(line.trim_end()).is_err() {
-                    // stdout closed (a pipe to `head`): done.
-                    return Ok(());
-                }
-            }
+            Ok(_) => match f(line.trim_end()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(e) => return Err(ClientError(e.to_string())),
+            },
             Err(e) => return Err(ClientError(format!("reading the stream: {e}"))),
         }
     }

@@ -525,3 +525,83 @@ data: {{color: blue}}
     stop(&mut p);
     assert!(!mnt.exists(), "mount points made for the run are removed");
 }
+
+/// A socket in a state dir that answers each watch with `lines(path)`, then closes.
+fn answering_socket(
+    dir: &std::path::Path,
+    lines: fn(&str) -> String,
+) -> std::thread::JoinHandle<()> {
+    let listener = std::os::unix::net::UnixListener::bind(dir.join("podvisor.sock")).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let began = std::time::Instant::now();
+        // Until the test's clients are done (the listener goes with the thread).
+        while began.elapsed() < Duration::from_secs(30) {
+            let Ok((s, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            s.set_nonblocking(false).unwrap();
+            let mut reader = BufReader::new(&s);
+            let mut first = String::new();
+            reader.read_line(&mut first).unwrap();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let path = first.split(' ').nth(1).unwrap_or_default().to_string();
+            let body = lines(&path);
+            let _ = write!(&s, "HTTP/1.1 200 OK\r\n\r\n{body}");
+        }
+    })
+}
+
+#[test]
+fn a_watch_that_sends_a_line_it_cannot_read_ends_with_an_error_naming_it() {
+    let dir = TempDir::new();
+    let state = dir.file("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let _server = answering_socket(&state, |path| match path {
+        p if p.starts_with("/status") => {
+            let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"watched-pod"},"spec":{"containers":[{"name":"app"}]}}"#;
+            format!("{pod}\n[{{\"op\":\"bogus\"}}]\n")
+        }
+        _ => "{\"reason\":\"Started\"\n".to_string(),
+    });
+    let run = |args: &[&str]| {
+        Run::new(podvisor())
+            .args(args)
+            .arg("--state-dir")
+            .arg(&state)
+            .output_within(Duration::from_secs(20))
+    };
+    for format in [&[][..], &["-o", "json"], &["-o", "yaml"]] {
+        let out = run(&[&["status", "-w"][..], format].concat());
+        assert_eq!(out.code(), 1, "{format:?}: {out:?}");
+        assert!(
+            out.stderr.contains(
+                "the status watch sent a line that is not a Pod or a patch of the one before"
+            ),
+            "{format:?}: {}",
+            out.stderr
+        );
+        // The Pod before the bad line was printed.
+        assert!(
+            out.stdout.contains("watched-pod"),
+            "{format:?}: {}",
+            out.stdout
+        );
+    }
+    let out = run(&["events", "-w"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("the events watch sent a line that is not an event"),
+        "{}",
+        out.stderr
+    );
+    // As JSON, the lines are handed on as they come, unread.
+    let out = run(&["events", "-w", "-o", "json"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.stdout, "{\"reason\":\"Started\"");
+}

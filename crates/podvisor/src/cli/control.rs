@@ -99,7 +99,11 @@ pub fn events(c: EventsArgs) -> i32 {
             let out = if json {
                 format!("{line}\n")
             } else {
-                let e: EventLine = serde_json::from_str(line).map_err(std::io::Error::other)?;
+                let e: EventLine = serde_json::from_str(line).map_err(|e| {
+                    std::io::Error::other(format!(
+                        "the events watch sent a line that is not an event: {e}"
+                    ))
+                })?;
                 event_line(&e)
             };
             let mut stdout = std::io::stdout().lock();

@@ -60,17 +60,12 @@ fn run(dir: PathBuf, format: Format, watch: bool) -> Result<(), ClientError> {
         return Ok(());
     }
     let mut first = true;
-    let mut unreadable = None;
     client::watch_status(&dir, |line| {
         // One object per line while watching (`jq` and scripts read them as they come).
         let out = match format {
             Format::Json => format!("{line}\n"),
             _ => {
-                let pod = read(line).map_err(|e| {
-                    let io = std::io::Error::other(e.0.clone());
-                    unreadable = Some(e);
-                    io
-                })?;
+                let pod = read(line).map_err(|e| std::io::Error::other(e.0))?;
                 match format {
                     Format::Yaml => format!("---\n{}", yaml(&pod)),
                     Format::Describe => format!("{}\n", describe(&pod, "")),
@@ -82,9 +77,7 @@ fn run(dir: PathBuf, format: Format, watch: bool) -> Result<(), ClientError> {
         let mut stdout = std::io::stdout().lock();
         std::io::Write::write_all(&mut stdout, out.as_bytes())?;
         std::io::Write::flush(&mut stdout)
-    })?;
-    // (An error of the callback ends the stream quietly: a closed stdout. This one is not.)
-    unreadable.map_or(Ok(()), Err)
+    })
 }
 
 /// The pod from the API's answer.

@@ -50,8 +50,14 @@ pub fn watch(dir: PathBuf, tx: Sender<Msg>) {
     let (d, t) = (dir.clone(), tx.clone());
     std::thread::spawn(move || {
         let sent = client::watch_status(&d, |line| {
-            let pod = serde_json::from_str(line).map_err(std::io::Error::other)?;
-            (t.send(Msg::Status(d.clone(), Box::new(pod)))).map_err(std::io::Error::other)
+            let pod = serde_json::from_str(line).map_err(|e| {
+                std::io::Error::other(format!(
+                    "the status watch sent a line that is not a v1 Pod: {e}"
+                ))
+            })?;
+            // The screen is gone (top quits): the watch ends, quietly.
+            (t.send(Msg::Status(d.clone(), Box::new(pod))))
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
         })
         .map_err(|e| e.0);
         if let Err(e) = sent {
@@ -60,7 +66,9 @@ pub fn watch(dir: PathBuf, tx: Sender<Msg>) {
         let _ = t.send(Msg::Gone(d));
     });
     std::thread::spawn(move || {
-        let _ = stream(&dir, "/events?watch=1", &tx, |v| Msg::Event(dir.clone(), v));
+        if let Err(e) = stream(&dir, "/events?watch=1", &tx, |v| Msg::Event(dir.clone(), v)) {
+            let _ = tx.send(Msg::Problem(dir.clone(), e));
+        }
     });
 }
 
@@ -73,8 +81,12 @@ fn stream<T: DeserializeOwned>(
 ) -> Result<(), String> {
     let r = client::request(dir, "GET", path).map_err(|e| e.0)?;
     client::stream_lines(r, |line| {
-        let v: T = serde_json::from_str(line).map_err(std::io::Error::other)?;
-        tx.send(msg(v)).map_err(std::io::Error::other)
+        let v: T = serde_json::from_str(line).map_err(|e| {
+            std::io::Error::other(format!("{path} sent a line that is not JSON: {e}"))
+        })?;
+        // The screen is gone (top quits): the watch ends, quietly.
+        tx.send(msg(v))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
     })
     .map_err(|e| e.0)
 }
