@@ -438,3 +438,74 @@ fn pod_level_resources_are_checked_and_refused_on_cgroup_v1() {
         "{out:?}"
     );
 }
+
+/// A thread of process `pid` by its name: its id.
+fn thread_named(pid: i32, name: &str) -> Option<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .map(|t| t.file_name().to_string_lossy().into_owned())
+        .find(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim() == name)
+        })
+}
+
+/// The time thread `tid` of `pid` has run, in nanoseconds (schedstat).
+fn ran_ns(pid: i32, tid: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap();
+    text.split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn on_cgroup_v1_the_migration_lock_is_kept_warm_while_containers_start_and_nothing_moves() {
+    if !cgroups_here() {
+        return;
+    }
+    let containers: String = (1..=3)
+        .map(|n| format!("  - {{name: c{n}, command: [sleep, '600'], resources: {{limits: {{memory: 32Mi}}}}}}\n"))
+        .collect();
+    let r = PodRun::new(&pod("Always", &format!("  containers:\n{containers}")));
+    let mut p = r.cmd(&[]).start();
+    let run = p.init_pid();
+    let own = std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap();
+    wait_until("the containers run", || {
+        (0..3).all(|i| container_pid(&r, i).is_some())
+    });
+    let warmer = thread_named(run, "cgroup-warmer").expect("a cgroup-warmer thread in the run");
+    // Taking the lock moved nothing: the run and each of its threads are where it started.
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap(),
+        own
+    );
+    for task in std::fs::read_dir(format!("/proc/{run}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let path = task.path().join("cgroup");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            own,
+            "{}",
+            path.display()
+        );
+    }
+    // Once the starts are over it sleeps.
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = ran_ns(run, &warmer);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        ran_ns(run, &warmer),
+        idle,
+        "the warmer ran with no container starting"
+    );
+    // A start wakes it, and it sleeps again after.
+    assert_eq!(client(&r, &["restart", "c2"]).code(), 0);
+    wait_until("c2 restarted", || r.find("c2", "Started").len() == 2);
+    std::thread::sleep(Duration::from_secs(1));
+    let after = ran_ns(run, &warmer);
+    assert!(after > idle, "the warmer did not run for a start");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ran_ns(run, &warmer), after);
+    stop(&mut p);
+}

@@ -184,6 +184,24 @@ impl Pod {
         }
     }
 
+    /// When the first container waiting out its backoff (`CrashLoopBackOff`) is due to
+    /// start again, if one is: what a runtime may get ready for ahead of time.
+    pub fn next_restart(&self) -> Option<Instant> {
+        if self.stopping.is_some() {
+            return None;
+        }
+        (0..self.containers.len())
+            .filter(|&i| self.containers[i].backing_off())
+            .filter_map(|i| match self.decide(i) {
+                reconcile::NextStart::Restart {
+                    wait: Some((_, until)),
+                    ..
+                } => Some(until),
+                _ => None,
+            })
+            .min()
+    }
+
     fn compute_slow_deadline(&self) -> Option<Instant> {
         let mut at: Option<Instant> = None;
         let mut consider = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));

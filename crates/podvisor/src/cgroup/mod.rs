@@ -16,6 +16,7 @@
 //! Never: a process that is not the pod's touched (podvisor moves only itself).
 
 mod fs;
+mod migration;
 mod pod;
 pub mod systemd;
 pub mod unified;
@@ -23,6 +24,7 @@ pub mod unified;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub use migration::Warmer;
 pub use pod::{instance_dir, oom_kills_in, InstanceCgroup, PodCgroup, Resource, Usage};
 
 use crate::mountinfo::{self, Mount};
@@ -309,6 +311,9 @@ pub struct PodCgroups {
     pub pod: Option<PodCgroup>,
     /// For `describe`: the layout used, or why there is none.
     pub note: String,
+    /// On cgroup v1, what keeps the migration lock warm while containers start
+    /// (`migration`).
+    pub warmer: Option<Warmer>,
 }
 
 /// A limit podvisor cannot enforce: the run is refused rather than run without it.
@@ -382,12 +387,21 @@ impl PodCgroups {
                 pids_max,
                 keep,
             )?;
-            Ok((at.note, pod))
+            // (Without it the starts only wait longer.)
+            let warmer = match layout.version {
+                Version::V1 => layout
+                    .roots
+                    .first()
+                    .and_then(|(_, own)| Warmer::start(&own.join("cgroup.procs")).ok()),
+                Version::V2 => None,
+            };
+            Ok((at.note, pod, warmer))
         });
         match made {
-            Ok((note, pod)) => Ok(PodCgroups {
+            Ok((note, pod, warmer)) => Ok(PodCgroups {
                 pod: Some(pod),
                 note,
+                warmer,
             }),
             Err(e) => {
                 let why = if e.says_the_fix() {
@@ -431,6 +445,7 @@ impl PodCgroups {
                 Ok(PodCgroups {
                     pod: None,
                     note: format!("none: {why}"),
+                    warmer: None,
                 })
             }
         }

@@ -96,6 +96,9 @@ impl Supervisor {
     /// Starts an instance, its environment made for its stage; returns the input that reports
     /// how it went.
     pub(super) fn spawn(&mut self, id: InstanceId, stage: Option<Stage>) -> io::Result<Input> {
+        if let Some(warmer) = &self.cgroups.warmer {
+            warmer.starting();
+        }
         // Probes and hooks of this instance see what it sees.
         self.envs[id.container] = self.instance_env(id.container, stage);
         let (root, mounts) = match self.root_and_mounts(id.container) {

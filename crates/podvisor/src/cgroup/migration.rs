@@ -1,0 +1,163 @@
+//! On cgroup v1, a container process joins its cgroups by writing to their `cgroup.procs`
+//! files, and each such write is a migration. Every migration takes one lock of the kernel's
+//! for all cgroups (`cgroup_threadgroup_rwsem`). Its writers wait for an RCU grace period
+//! (6 to 30 ms on a 2-core machine) unless another writer took the lock less than a grace
+//! period before. A pod whose containers start one after the other, a few milliseconds apart,
+//! so pays that wait in about four starts of ten: most of the time of 100 starts.
+//!
+//! While a pod's containers start, a thread of podvisor's keeps that lock warm: every
+//! millisecond it writes "0" into the `cgroup.procs` of the cgroup podvisor runs in. That
+//! moves nothing (podvisor is there already) but takes the lock, so that it never goes cold
+//! between two starts. It stops once no container has started for `HOLD`. It also begins
+//! `LEAD` before a restart the pod's backoff has scheduled, so that the restarted process
+//! does not wait either. On a host whose hierarchies are mounted with `favordynmods` the lock
+//! is never cold, and on cgroup v2 podvisor clones each process into its cgroup
+//! (`CLONE_INTO_CGROUP`), with no migration: there is nothing to keep warm then.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long after the last start the lock is kept warm: longer than the gap between two
+/// starts of a burst, so that the burst never waits again.
+const HOLD: Duration = Duration::from_millis(100);
+
+/// How long before a scheduled restart the lock is taken first: longer than a grace period.
+const LEAD: Duration = Duration::from_millis(50);
+
+/// How often the lock is taken while warm: well within a grace period.
+const PERIOD: Duration = Duration::from_millis(1);
+
+#[derive(Debug, Default)]
+struct Wanted {
+    /// Warm until then (a start now).
+    until: Option<Instant>,
+    /// The next start the backoff has scheduled: warm from `LEAD` before it to `HOLD` after.
+    expected: Option<Instant>,
+    /// The pod's cgroups are going: the thread ends.
+    done: bool,
+}
+
+impl Wanted {
+    /// Whether the lock is to be kept warm at `now`; else when it is next, if known.
+    fn warm_at(&self, now: Instant) -> Result<(), Option<Instant>> {
+        if self.until.is_some_and(|u| now < u) {
+            return Ok(());
+        }
+        match self.expected {
+            Some(at) if now + LEAD < at => Err(Some(at - LEAD)),
+            Some(at) if now < at + HOLD => Ok(()),
+            _ => Err(None),
+        }
+    }
+}
+
+/// The thread that keeps the migration lock warm while containers start (see the module).
+#[derive(Debug)]
+pub struct Warmer {
+    wanted: Arc<(Mutex<Wanted>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Warmer {
+    /// A warmer writing into `procs`, the `cgroup.procs` of a v1 cgroup this process is in,
+    /// already warming (the pod's first containers start soon).
+    pub fn start(procs: &Path) -> io::Result<Warmer> {
+        let file = std::fs::OpenOptions::new().write(true).open(procs)?;
+        let wanted: Arc<(Mutex<Wanted>, Condvar)> = Arc::default();
+        let theirs = wanted.clone();
+        let thread = std::thread::Builder::new()
+            .name("cgroup-warmer".into())
+            .spawn(move || warm(&file, &theirs))?;
+        let warmer = Warmer {
+            wanted,
+            thread: Some(thread),
+        };
+        warmer.starting();
+        Ok(warmer)
+    }
+
+    /// A container is about to start: the lock stays warm until `HOLD` after now.
+    pub fn starting(&self) {
+        let (lock, wake) = &*self.wanted;
+        let mut wanted = lock.lock().unwrap_or_else(|e| e.into_inner());
+        wanted.until = Some(Instant::now() + HOLD);
+        wake.notify_one();
+    }
+
+    /// The next restart the pod's backoff has scheduled (`None`: none): the lock is warm
+    /// from `LEAD` before it.
+    pub fn expect(&self, at: Option<Instant>) {
+        let (lock, wake) = &*self.wanted;
+        let mut wanted = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if wanted.expected != at {
+            wanted.expected = at;
+            wake.notify_one();
+        }
+    }
+}
+
+impl Drop for Warmer {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.wanted;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).done = true;
+        wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The thread: takes the lock every `PERIOD` while wanted, sleeps otherwise. A write that
+/// fails (the cgroup is gone) ends it: the starts wait as they would without it.
+fn warm(mut procs: &File, wanted: &(Mutex<Wanted>, Condvar)) {
+    let (lock, wake) = wanted;
+    let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if state.done {
+            return;
+        }
+        state = match state.warm_at(Instant::now()) {
+            Ok(()) => {
+                drop(state);
+                if procs.write_all(b"0").is_err() {
+                    return;
+                }
+                std::thread::sleep(PERIOD);
+                lock.lock().unwrap_or_else(|e| e.into_inner())
+            }
+            Err(Some(next)) => {
+                let wait = next.saturating_duration_since(Instant::now());
+                let (state, _) = wake
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(|e| e.into_inner());
+                state
+            }
+            Err(None) => wake.wait(state).unwrap_or_else(|e| e.into_inner()),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_after_a_start_and_ahead_of_a_scheduled_one() {
+        let t0 = Instant::now();
+        let ms = |n| Duration::from_millis(n);
+        let mut w = Wanted::default();
+        assert_eq!(w.warm_at(t0), Err(None));
+        w.until = Some(t0 + HOLD);
+        assert_eq!(w.warm_at(t0 + ms(99)), Ok(()));
+        assert_eq!(w.warm_at(t0 + HOLD), Err(None));
+        w.expected = Some(t0 + ms(10_000));
+        assert_eq!(w.warm_at(t0 + ms(99)), Ok(()));
+        assert_eq!(w.warm_at(t0 + ms(200)), Err(Some(t0 + ms(10_000) - LEAD)));
+        assert_eq!(w.warm_at(t0 + ms(10_000) - LEAD), Ok(()));
+        assert_eq!(w.warm_at(t0 + ms(10_000) + HOLD - ms(1)), Ok(()));
+        assert_eq!(w.warm_at(t0 + ms(10_000) + HOLD), Err(None));
+    }
+}
