@@ -28,33 +28,38 @@ pub struct Owner {
     pub mode: Option<u32>,
 }
 
-/// Sets `owners` (the entries of layer `layer`) through the helper in this user's mapped
-/// user namespace. Without subordinate ids the files stay this user's (uid 0 inside), as
-/// without any map there is no other id to give them.
-pub fn apply(layer: &str, owners: &[Owner]) -> Result<(), ImageError> {
-    if owners.is_empty() {
+/// Sets the owners of the layers just unpacked (`(layer, its entries)`), through one run of
+/// the helper in this user's mapped user namespace for them all. Without subordinate ids the
+/// files stay this user's (uid 0 inside), as without any map there is no other id to give
+/// them.
+pub fn apply(layers: &[(&str, Vec<Owner>)]) -> Result<(), ImageError> {
+    if layers.iter().all(|(_, owners)| owners.is_empty()) {
         return Ok(());
     }
     let (map, ns) = subids::map_this_user(Path::new("/etc"));
     let (UserMap::Range { uids, gids }, Some(ns)) = (map, ns) else {
         return Ok(());
     };
-    if let Some(o) = owners.iter().find(|o| o.uid > uids || o.gid > gids) {
-        return Err(ImageError::Invalid(format!(
-            "layer {layer}: {} is owned by {}:{}, outside the ids this user's subordinate ids map (0-{uids}, 0-{gids} from /etc/subuid, /etc/subgid)",
-            o.path.display(),
-            o.uid,
-            o.gid
-        )));
-    }
     let mut input = Vec::new();
-    for o in owners {
-        let mode = o.mode.map_or_else(|| "-".to_string(), |m| format!("{m:o}"));
-        input.extend_from_slice(format!("{} {} {mode} ", o.uid, o.gid).as_bytes());
-        input.extend_from_slice(o.path.as_os_str().as_bytes());
-        input.push(0);
+    for (layer, owners) in layers {
+        if let Some(o) = owners.iter().find(|o| o.uid > uids || o.gid > gids) {
+            return Err(ImageError::Invalid(format!(
+                "layer {layer}: {} is owned by {}:{}, outside the ids this user's subordinate ids map (0-{uids}, 0-{gids} from /etc/subuid, /etc/subgid)",
+                o.path.display(),
+                o.uid,
+                o.gid
+            )));
+        }
+        for o in owners {
+            let mode = o.mode.map_or_else(|| "-".to_string(), |m| format!("{m:o}"));
+            input.extend_from_slice(format!("{} {} {mode} ", o.uid, o.gid).as_bytes());
+            input.extend_from_slice(o.path.as_os_str().as_bytes());
+            input.push(0);
+        }
     }
-    run_helper(&ns, &[], &input).map_err(|e| ImageError::Invalid(format!("layer {layer}: {e}")))
+    let names: Vec<&str> = layers.iter().map(|(l, _)| *l).collect();
+    run_helper(&ns, &[], &input)
+        .map_err(|e| ImageError::Invalid(format!("layers {}: {e}", names.join(", "))))
 }
 
 /// Removes the directory tree `path`; without root, one whose files belong to subordinate

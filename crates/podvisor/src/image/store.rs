@@ -198,17 +198,35 @@ impl Store {
         std::fs::read(&path).map_err(|e| ImageError::io(&path, e))
     }
 
-    /// Unpacks each layer of `image` not yet unpacked (only under the lock).
+    /// Unpacks each layer of `image` not yet unpacked (only under the lock). Without root,
+    /// the owners of all of them are set in one go before any is put in place.
     pub fn unpack(&self, image: &ImageRecord) -> Result<(), ImageError> {
-        for layer in &image.layers {
-            let dir = self.layer_path(&layer.diff_id)?;
-            if dir.is_dir() {
-                continue;
+        let mut unpacked: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let mut owners = Vec::new();
+        let made = (|| {
+            for layer in &image.layers {
+                let dir = self.layer_path(&layer.diff_id)?;
+                if dir.is_dir() {
+                    continue;
+                }
+                let tmp = self.temp("layer");
+                let blob = self.blob_path(&layer.digest)?;
+                unpacked.push((tmp.clone(), dir));
+                owners.push((
+                    layer.diff_id.as_str(),
+                    super::unpack::unpack(&blob, &layer.diff_id, &tmp)?,
+                ));
             }
-            let tmp = self.temp("layer");
-            let blob = self.blob_path(&layer.digest)?;
-            super::unpack::unpack(&blob, &layer.diff_id, &tmp)?;
-            commit(&tmp, &dir)?;
+            super::owners::apply(&owners)
+        })();
+        if let Err(e) = made {
+            for (tmp, _) in &unpacked {
+                let _ = super::owners::remove_tree(tmp);
+            }
+            return Err(e);
+        }
+        for (tmp, dir) in &unpacked {
+            commit(tmp, dir)?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 
+use super::owners::Owner;
 use super::ImageError;
 use crate::process::sys;
 
@@ -33,8 +34,10 @@ impl<R: Read> Read for Hashing<R> {
 }
 
 /// Unpacks the layer blob at `blob` into `dest` (made here), checking that the tar's digest is
-/// `diff_id`.
-pub fn unpack(blob: &Path, diff_id: &str, dest: &Path) -> Result<(), ImageError> {
+/// `diff_id`. Without root, the owners the layer gives that are not this user are returned,
+/// for `owners::apply` once all is written (a directory given to another id is no longer
+/// this user's to write in), with those of the image's other layers.
+pub fn unpack(blob: &Path, diff_id: &str, dest: &Path) -> Result<Vec<Owner>, ImageError> {
     let layer = diff_id.to_string();
     let mut file = std::fs::File::open(blob).map_err(|e| ImageError::io(blob, e))?;
     let mut magic = [0u8; 4];
@@ -87,9 +90,7 @@ pub fn unpack(blob: &Path, diff_id: &str, dest: &Path) -> Result<(), ImageError>
     for (dir, mtime) in unpacker.dirs.iter().rev() {
         let _ = sys::set_mtime(dir, *mtime);
     }
-    // Without root, the owners once all is written (a directory given to another id is no
-    // longer this user's to write in).
-    super::owners::apply(&layer, &unpacker.owners)
+    Ok(unpacker.owners)
 }
 
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -110,7 +111,7 @@ struct Unpacker {
     dirs: Vec<(PathBuf, i64)>,
     root: bool,
     /// Without root: the entries owned by another id than 0, to set at the end.
-    owners: Vec<super::owners::Owner>,
+    owners: Vec<Owner>,
 }
 
 impl Unpacker {
@@ -297,7 +298,7 @@ impl Unpacker {
         if self.root {
             sys::lchown(path, uid, gid).map_err(|e| ImageError::io(path, e))?;
         } else if (uid, gid) != (0, 0) && path != self.dest {
-            self.owners.push(super::owners::Owner {
+            self.owners.push(Owner {
                 path: path.to_path_buf(),
                 uid,
                 gid,

@@ -518,11 +518,19 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
                 Entry::Owned("home/svc/tool", Some(b"#!/bin/sh\n"), 4242, 4343, 0o4750),
             ],
         )
+        // A second layer with owners of its own: the owners of both are set in one go.
+        .layer(
+            Compression::None,
+            &[
+                Entry::Dir("home"),
+                Entry::Owned("home/ops", None, 4250, 4351, 0o750),
+            ],
+        )
         .finish(
             "registry.test/owned:v1",
             json!({"config": {
                 "Entrypoint": ["/bin/sh", "-c"],
-                "Cmd": ["/bin/busybox stat -c '%u:%g %a' /home/svc /home/svc/tool; echo mine > /home/svc/f && /bin/busybox cat /home/svc/f"],
+                "Cmd": ["/bin/busybox stat -c '%u:%g %a' /home/svc /home/svc/tool /home/ops; echo mine > /home/svc/f && /bin/busybox cat /home/svc/f"],
                 "User": "4242:4343",
             }}),
         );
@@ -534,9 +542,31 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
     );
     assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
     assert_eq!(
-        logs.stdout, "4242:4343 700\n4242:4343 4750\nmine",
+        logs.stdout, "4242:4343 700\n4242:4343 4750\n4250:4351 750\nmine",
         "{logs:?}"
     );
+    // An owner beyond this user's subordinate ids is refused, naming the layer and the file,
+    // and none of the image's layers is kept (the count of layers left is checked below).
+    let beyond = Layout::new(t.dir.file("beyond-layout"))
+        .layer(
+            Compression::None,
+            &[Entry::Dir("bin"), Entry::File("bin/busybox", &bb, 0o700)],
+        )
+        .layer(
+            Compression::None,
+            &[
+                Entry::Dir("srv"),
+                Entry::Owned("srv/far", None, 70000, 70001, 0o755),
+            ],
+        )
+        .finish("registry.test/beyond:v1", json!({"config": {}}));
+    let load = as_sub_user(&["image", "load"]).arg(&beyond).output();
+    assert_ne!(load.code(), 0, "{load:?}");
+    assert!(
+        load.stderr.contains("srv/far is owned by 70000:70001, outside the ids this user's subordinate ids map (0-65536"),
+        "{load:?}"
+    );
+    assert_eq!(std::fs::read_dir(t.store().join("tmp")).unwrap().count(), 0);
     let first = |file: &str| -> u32 {
         let text = std::fs::read_to_string(file).unwrap();
         let line = text
