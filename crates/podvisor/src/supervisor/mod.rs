@@ -416,11 +416,7 @@ impl Supervisor {
             self.save_if_changed();
             self.announce();
             let core = self.pod.next_deadline();
-            if let Some(warmer) = &self.cgroups.warmer {
-                let now = self.clock.now();
-                let ahead = |t: Instant| std::time::Instant::now() + t.saturating_since(now);
-                warmer.expect(self.pod.next_restart().map(ahead));
-            }
+            self.warm_for_restarts();
             let mount_retry = self.mount_gate.as_ref().map(|g| g.retry_at);
             let deadline = [
                 core,

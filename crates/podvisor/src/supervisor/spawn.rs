@@ -93,6 +93,18 @@ impl Supervisor {
         Some(Input::Probed(id, kind, outcome))
     }
 
+    /// On cgroup v1, tells the warmer of the migration lock when the next restart is due
+    /// (`cgroup::Warmer`).
+    pub(super) fn warm_for_restarts(&self) {
+        if let Some(warmer) = &self.cgroups.warmer {
+            let now = self.clock.now();
+            let ahead = |t: podvisor_core::clock::Instant| {
+                std::time::Instant::now() + t.saturating_since(now)
+            };
+            warmer.expect(self.pod.next_restart().map(ahead));
+        }
+    }
+
     /// Starts an instance, its environment made for its stage; returns the input that reports
     /// how it went.
     pub(super) fn spawn(&mut self, id: InstanceId, stage: Option<Stage>) -> io::Result<Input> {
