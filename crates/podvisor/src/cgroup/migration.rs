@@ -2,17 +2,18 @@
 //! files, and each such write is a migration. Every migration takes one lock of the kernel's
 //! for all cgroups (`cgroup_threadgroup_rwsem`). Its writers wait for an RCU grace period
 //! (6 to 30 ms on a 2-core machine) unless another writer took the lock less than a grace
-//! period before. A pod whose containers start one after the other, a few milliseconds apart,
-//! so pays that wait in about four starts of ten: most of the time of 100 starts.
+//! period before. So a container started after a pause waits that long before it runs, and
+//! a pod whose containers start a few milliseconds apart pays the wait again and again.
 //!
-//! While a pod's containers start, a thread of podvisor's keeps that lock warm: every
-//! millisecond it writes "0" into the `cgroup.procs` of the cgroup podvisor runs in. That
-//! moves nothing (podvisor is there already) but takes the lock, so that it never goes cold
-//! between two starts. It stops once no container has started for `HOLD`. It also begins
-//! `LEAD` before a restart the pod's backoff has scheduled, so that the restarted process
-//! does not wait either. On a host whose hierarchies are mounted with `favordynmods` the lock
-//! is never cold, and on cgroup v2 podvisor clones each process into its cgroup
-//! (`CLONE_INTO_CGROUP`), with no migration: there is nothing to keep warm then.
+//! A thread of podvisor's keeps that lock warm when a start comes: every millisecond it
+//! writes "0" into the `cgroup.procs` of the cgroup podvisor runs in. That moves nothing
+//! (podvisor is there already) but takes the lock, so that it never goes cold between two
+//! starts. It begins when the pod's cgroups are made (the first start's wait then overlaps
+//! the pod's preparation), and `LEAD` before each restart the back-off has scheduled; it
+//! stops once no container has started for `HOLD`. On a host whose hierarchies are mounted
+//! with `favordynmods` the lock is never cold, and on cgroup v2 podvisor clones each process
+//! into its cgroup (`CLONE_INTO_CGROUP`), with no migration: there is nothing to keep warm
+//! then.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -21,11 +22,16 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long after the last start the lock is kept warm: longer than the gap between two
-/// starts of a burst, so that the burst never waits again.
-const HOLD: Duration = Duration::from_millis(100);
+/// starts of a burst, so that the burst never waits again. (Each millisecond warm costs
+/// about 25 µs of CPU.)
+const HOLD: Duration = Duration::from_millis(30);
 
 /// How long before a scheduled restart the lock is taken first: longer than a grace period.
-const LEAD: Duration = Duration::from_millis(50);
+const LEAD: Duration = Duration::from_millis(40);
+
+/// How long the lock is kept warm once the pod's cgroups are made: its preparation (volumes,
+/// images there already) until its first containers start.
+const PREPARATION: Duration = Duration::from_millis(500);
 
 /// How often the lock is taken while warm: well within a grace period.
 const PERIOD: Duration = Duration::from_millis(1);
@@ -71,19 +77,25 @@ impl Warmer {
         let thread = std::thread::Builder::new()
             .name("cgroup-warmer".into())
             .spawn(move || warm(&file, &theirs))?;
-        let warmer = Warmer {
+        {
+            let (lock, wake) = &*wanted;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).until =
+                Some(Instant::now() + PREPARATION);
+            wake.notify_one();
+        }
+        Ok(Warmer {
             wanted,
             thread: Some(thread),
-        };
-        warmer.starting();
-        Ok(warmer)
+        })
     }
 
-    /// A container is about to start: the lock stays warm until `HOLD` after now.
+    /// A container is about to start: the lock stays warm until `HOLD` after now (or later,
+    /// if it was to be already).
     pub fn starting(&self) {
         let (lock, wake) = &*self.wanted;
         let mut wanted = lock.lock().unwrap_or_else(|e| e.into_inner());
-        wanted.until = Some(Instant::now() + HOLD);
+        let until = Instant::now() + HOLD;
+        wanted.until = Some(wanted.until.map_or(until, |u| u.max(until)));
         wake.notify_one();
     }
 
@@ -151,11 +163,11 @@ mod tests {
         let mut w = Wanted::default();
         assert_eq!(w.warm_at(t0), Err(None));
         w.until = Some(t0 + HOLD);
-        assert_eq!(w.warm_at(t0 + ms(99)), Ok(()));
+        assert_eq!(w.warm_at(t0 + HOLD - ms(1)), Ok(()));
         assert_eq!(w.warm_at(t0 + HOLD), Err(None));
         w.expected = Some(t0 + ms(10_000));
-        assert_eq!(w.warm_at(t0 + ms(99)), Ok(()));
-        assert_eq!(w.warm_at(t0 + ms(200)), Err(Some(t0 + ms(10_000) - LEAD)));
+        assert_eq!(w.warm_at(t0 + HOLD - ms(1)), Ok(()));
+        assert_eq!(w.warm_at(t0 + HOLD), Err(Some(t0 + ms(10_000) - LEAD)));
         assert_eq!(w.warm_at(t0 + ms(10_000) - LEAD), Ok(()));
         assert_eq!(w.warm_at(t0 + ms(10_000) + HOLD - ms(1)), Ok(()));
         assert_eq!(w.warm_at(t0 + ms(10_000) + HOLD), Err(None));
