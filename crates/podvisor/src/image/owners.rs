@@ -28,27 +28,31 @@ pub struct Owner {
     pub mode: Option<u32>,
 }
 
-/// Sets the owners of the layers just unpacked (`(layer, its entries)`), through one run of
-/// the helper in this user's mapped user namespace for them all. Without subordinate ids the
-/// files stay this user's (uid 0 inside), as without any map there is no other id to give
-/// them.
-pub fn apply(layers: &[(&str, Vec<Owner>)]) -> Result<(), ImageError> {
+/// Sets the owners of the layers just unpacked (`(layer, its entries)`, base first), through
+/// one run of the helper in this user's mapped user namespace for them all. Without
+/// subordinate ids the files stay this user's (uid 0 inside), as without any map there is no
+/// other id to give them. Returns how many of the layers (from the first) are done: all, or
+/// those before the first that names an id beyond this user's subordinate ids, with the
+/// error that refuses it; none when the helper fails.
+pub fn apply(layers: &[(&str, Vec<Owner>)]) -> (usize, Result<(), ImageError>) {
     if layers.iter().all(|(_, owners)| owners.is_empty()) {
-        return Ok(());
+        return (layers.len(), Ok(()));
     }
     let (map, ns) = subids::map_this_user(Path::new("/etc"));
     let (UserMap::Range { uids, gids }, Some(ns)) = (map, ns) else {
-        return Ok(());
+        return (layers.len(), Ok(()));
     };
+    let mut done = (layers.len(), Ok(()));
     let mut input = Vec::new();
-    for (layer, owners) in layers {
+    for (at, (layer, owners)) in layers.iter().enumerate() {
         if let Some(o) = owners.iter().find(|o| o.uid > uids || o.gid > gids) {
-            return Err(ImageError::Invalid(format!(
+            done = (at, Err(ImageError::Invalid(format!(
                 "layer {layer}: {} is owned by {}:{}, outside the ids this user's subordinate ids map (0-{uids}, 0-{gids} from /etc/subuid, /etc/subgid)",
                 o.path.display(),
                 o.uid,
                 o.gid
-            )));
+            ))));
+            break;
         }
         for o in owners {
             let mode = o.mode.map_or_else(|| "-".to_string(), |m| format!("{m:o}"));
@@ -57,9 +61,17 @@ pub fn apply(layers: &[(&str, Vec<Owner>)]) -> Result<(), ImageError> {
             input.push(0);
         }
     }
-    let names: Vec<&str> = layers.iter().map(|(l, _)| *l).collect();
-    run_helper(&ns, &[], &input)
-        .map_err(|e| ImageError::Invalid(format!("layers {}: {e}", names.join(", "))))
+    if input.is_empty() {
+        return done;
+    }
+    match run_helper(&ns, &[], &input) {
+        Ok(()) => done,
+        Err(e) => {
+            let names: Vec<&str> = layers[..done.0].iter().map(|(l, _)| *l).collect();
+            let e = format!("layers {}: {e}", names.join(", "));
+            (0, Err(ImageError::Invalid(e)))
+        }
+    }
 }
 
 /// Removes the directory tree `path`; without root, one whose files belong to subordinate

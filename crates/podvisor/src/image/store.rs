@@ -199,36 +199,40 @@ impl Store {
     }
 
     /// Unpacks each layer of `image` not yet unpacked (only under the lock). Without root,
-    /// the owners of all of them are set in one go before any is put in place.
+    /// the owners of all of them are set in one go before any is put in place. The layers
+    /// before one refused are kept (whole and checked, the next image that has them uses
+    /// them); the refused one and those after it are not.
     pub fn unpack(&self, image: &ImageRecord) -> Result<(), ImageError> {
         let mut unpacked: Vec<(PathBuf, PathBuf)> = Vec::new();
         let mut owners = Vec::new();
-        let made = (|| {
-            for layer in &image.layers {
-                let dir = self.layer_path(&layer.diff_id)?;
-                if dir.is_dir() {
-                    continue;
+        let mut refused = Ok(());
+        for layer in &image.layers {
+            let dir = self.layer_path(&layer.diff_id)?;
+            if dir.is_dir() || unpacked.iter().any(|(_, d)| *d == dir) {
+                continue;
+            }
+            let tmp = self.temp("layer");
+            let blob = self.blob_path(&layer.digest)?;
+            match super::unpack::unpack(&blob, &layer.diff_id, &tmp) {
+                Ok(o) => {
+                    unpacked.push((tmp, dir));
+                    owners.push((layer.diff_id.as_str(), o));
                 }
-                let tmp = self.temp("layer");
-                let blob = self.blob_path(&layer.digest)?;
-                unpacked.push((tmp.clone(), dir));
-                owners.push((
-                    layer.diff_id.as_str(),
-                    super::unpack::unpack(&blob, &layer.diff_id, &tmp)?,
-                ));
+                Err(e) => {
+                    let _ = super::owners::remove_tree(&tmp);
+                    refused = Err(e);
+                    break;
+                }
             }
-            super::owners::apply(&owners)
-        })();
-        if let Err(e) = made {
-            for (tmp, _) in &unpacked {
-                let _ = super::owners::remove_tree(tmp);
-            }
-            return Err(e);
         }
-        for (tmp, dir) in &unpacked {
+        let (done, owned) = super::owners::apply(&owners);
+        for (tmp, _) in &unpacked[done..] {
+            let _ = super::owners::remove_tree(tmp);
+        }
+        for (tmp, dir) in &unpacked[..done] {
             commit(tmp, dir)?;
         }
-        Ok(())
+        owned.and(refused)
     }
 
     /// The unpacked layers of an image, top first (as an overlay's `lowerdir` lists them).

@@ -545,8 +545,14 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
         logs.stdout, "4242:4343 700\n4242:4343 4750\n4250:4351 750\nmine",
         "{logs:?}"
     );
-    // An owner beyond this user's subordinate ids is refused, naming the layer and the file,
-    // and none of the image's layers is kept (the count of layers left is checked below).
+    // An owner beyond this user's subordinate ids is refused, naming the layer and the file;
+    // the layer before it is kept (whole and checked), the refused one is not.
+    let layers = || {
+        std::fs::read_dir(t.store().join("layers/sha256"))
+            .unwrap()
+            .count()
+    };
+    let before = layers();
     let beyond = Layout::new(t.dir.file("beyond-layout"))
         .layer(
             Compression::None,
@@ -567,6 +573,7 @@ fn without_root_an_image_runs_in_a_user_namespace_with_its_layers_merged() {
         "{load:?}"
     );
     assert_eq!(std::fs::read_dir(t.store().join("tmp")).unwrap().count(), 0);
+    assert_eq!(layers(), before + 1);
     let first = |file: &str| -> u32 {
         let text = std::fs::read_to_string(file).unwrap();
         let line = text
