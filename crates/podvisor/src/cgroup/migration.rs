@@ -77,24 +77,24 @@ impl Warmer {
         let thread = std::thread::Builder::new()
             .name("cgroup-warmer".into())
             .spawn(move || warm(&file, &theirs))?;
-        {
-            let (lock, wake) = &*wanted;
-            lock.lock().unwrap_or_else(|e| e.into_inner()).until =
-                Some(Instant::now() + PREPARATION);
-            wake.notify_one();
-        }
-        Ok(Warmer {
+        let warmer = Warmer {
             wanted,
             thread: Some(thread),
-        })
+        };
+        warmer.warm_for(PREPARATION);
+        Ok(warmer)
     }
 
-    /// A container is about to start: the lock stays warm until `HOLD` after now (or later,
-    /// if it was to be already).
+    /// A container is about to start: the lock stays warm until `HOLD` after now.
     pub fn starting(&self) {
+        self.warm_for(HOLD);
+    }
+
+    /// The lock stays warm for `time` from now (or longer, if it was to be already).
+    fn warm_for(&self, time: Duration) {
         let (lock, wake) = &*self.wanted;
         let mut wanted = lock.lock().unwrap_or_else(|e| e.into_inner());
-        let until = Instant::now() + HOLD;
+        let until = Instant::now() + time;
         wanted.until = Some(wanted.until.map_or(until, |u| u.max(until)));
         wake.notify_one();
     }

@@ -95,14 +95,14 @@ impl Supervisor {
 
     /// On cgroup v1, tells the warmer of the migration lock when the next restart is due
     /// (`cgroup::Warmer`).
-    pub(super) fn warm_for_restarts(&self) {
-        if let Some(warmer) = &self.cgroups.warmer {
-            let now = self.clock.now();
-            let ahead = |t: podvisor_core::clock::Instant| {
-                std::time::Instant::now() + t.saturating_since(now)
-            };
-            warmer.expect(self.pod.next_restart().map(ahead));
-        }
+    pub(super) fn warm_for_restarts(&mut self) {
+        let Some(warmer) = &self.cgroups.warmer else {
+            return;
+        };
+        let now = self.clock.now();
+        let ahead =
+            |t: podvisor_core::clock::Instant| std::time::Instant::now() + t.saturating_since(now);
+        warmer.expect(self.pod.next_restart().map(ahead));
     }
 
     /// Starts an instance, its environment made for its stage; returns the input that reports
