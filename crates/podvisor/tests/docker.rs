@@ -564,10 +564,12 @@ fn the_compose_example_escalates_across_restart_on_failure() {
     };
     assert_eq!(compose(&["up", "-d"]).code(), 0);
     let mut lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Docker's back-off between the 7 starts adds up to 6.3 s; each `docker-compose logs`
+    // (Python) costs about half a second of CPU, so it is asked once a second.
+    let deadline = Instant::now() + Duration::from_secs(120);
     while lines.len() < 7 {
         assert!(Instant::now() < deadline, "only {lines:?}");
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_secs(1));
         lines = compose(&["logs", "--no-color", "app"])
             .stdout
             .lines()
@@ -614,8 +616,14 @@ fn the_compose_example_escalates_across_restart_on_failure() {
             "-c",
             "ls -la /s; cat /s/podvisor-init.state",
         ]);
+        // The long parts first and a summary last: a CI log cut in the middle keeps its end.
         panic!(
-            "stages {lines:?}, expected {expected:?}\ncontainers: {containers:?}\n{inspect:?}\nlogs: {logs:?}\nvolume: {count:?}"
+            "logs: {logs:?}\ncontainers: {containers:?}\n\
+             summary: stages {lines:?}, expected {expected:?}\n\
+             summary: {}\nsummary: the volume: {} {}",
+            inspect.stdout.trim(),
+            count.stdout.trim(),
+            count.stderr.trim()
         );
     }
 }

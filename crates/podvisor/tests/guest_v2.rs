@@ -126,15 +126,10 @@ mod placement {
                 .unwrap();
             assert!(ok.success(), "mount tracefs");
         }
-        let event = tracing.join("events/cgroup/cgroup_attach_task/enable");
-        std::fs::write(&event, "1").unwrap();
-        struct Off(PathBuf);
-        impl Drop for Off {
-            fn drop(&mut self) {
-                let _ = std::fs::write(&self.0, "0");
-            }
-        }
-        let _off = Off(event);
+        // On from boot (the VM's `trace_event`): turning a tracepoint on patches the running
+        // kernel's code, which is left to the kernel's start.
+        let event = tracing.join("events/cgroup/cgroup_attach_task");
+        assert_eq!(read(&event, "enable"), "1", "{}", event.display());
         // Started by the run, and by its keeper under live restore.
         for extra in [&[][..], &["--live-restore"]] {
             std::fs::write(tracing.join("trace"), "").unwrap();
