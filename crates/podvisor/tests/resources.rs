@@ -4,7 +4,7 @@
 //! cannot be enforced (no cgroups for this user) is refused, naming the field.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -507,5 +507,41 @@ fn on_cgroup_v1_the_migration_lock_is_kept_warm_while_containers_start_and_nothi
     assert!(after > idle, "the warmer did not run for a start");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(ran_ns(run, &warmer), after);
+    // Moved elsewhere by someone else, the run stays there: the warmer, which would move it
+    // back with its next write, ends at the next start instead.
+    let memory = |text: &str| {
+        let line = text.lines().find(|l| l.split(':').nth(1) == Some("memory"));
+        line.unwrap().splitn(3, ':').nth(2).unwrap().to_string()
+    };
+    let mount = Path::new("/sys/fs/cgroup/memory");
+    let from = mount.join(memory(&own).trim_start_matches('/'));
+    struct Moved {
+        run: i32,
+        from: PathBuf,
+        to: PathBuf,
+    }
+    impl Drop for Moved {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.from.join("cgroup.procs"), self.run.to_string());
+            let _ = std::fs::remove_dir(&self.to);
+        }
+    }
+    let moved = Moved {
+        run,
+        from,
+        to: mount.join(format!("pvtest-moved-{run}")),
+    };
+    std::fs::create_dir(&moved.to).unwrap();
+    std::fs::write(moved.to.join("cgroup.procs"), run.to_string()).unwrap();
+    let to = format!("/{}", moved.to.strip_prefix(mount).unwrap().display());
+    assert_eq!(client(&r, &["restart", "c3"]).code(), 0);
+    wait_until("c3 restarted", || r.find("c3", "Started").len() == 2);
+    std::thread::sleep(Duration::from_millis(100));
+    let now = std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap();
+    assert_eq!(memory(&now), to, "{now}");
+    wait_until("the warmer ends", || {
+        thread_named(run, "cgroup-warmer").is_none()
+    });
+    drop(moved);
     stop(&mut p);
 }

@@ -14,9 +14,15 @@
 //! with `favordynmods` the lock is never cold, and on cgroup v2 podvisor clones each process
 //! into its cgroup (`CLONE_INTO_CGROUP`), with no migration: there is nothing to keep warm
 //! then.
+//!
+//! Writing "0" would move podvisor back into that cgroup if something else (an admin, a
+//! rules daemon) had moved it elsewhere since. So before each write the thread reads
+//! `/proc/self/cgroup` and checks that podvisor is still where it started; once it is not, the
+//! thread ends, and the starts wait as they would without it.
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -68,15 +74,17 @@ pub struct Warmer {
 }
 
 impl Warmer {
-    /// A warmer writing into `procs`, the `cgroup.procs` of a v1 cgroup this process is in,
-    /// already warming (the pod's first containers start soon).
-    pub fn start(procs: &Path) -> io::Result<Warmer> {
+    /// A warmer writing into `procs`, the `cgroup.procs` of the v1 cgroup this process is in
+    /// in the hierarchy of `controller` (`memory`), already warming (the pod's first
+    /// containers start soon).
+    pub fn start(procs: &Path, controller: &str) -> io::Result<Warmer> {
         let file = std::fs::OpenOptions::new().write(true).open(procs)?;
+        let here = Membership::of_self(controller)?;
         let wanted: Arc<(Mutex<Wanted>, Condvar)> = Arc::default();
         let theirs = wanted.clone();
         let thread = std::thread::Builder::new()
             .name("cgroup-warmer".into())
-            .spawn(move || warm(&file, &theirs))?;
+            .spawn(move || warm(&file, here, &theirs))?;
         let warmer = Warmer {
             wanted,
             thread: Some(thread),
@@ -122,9 +130,57 @@ impl Drop for Warmer {
     }
 }
 
+/// Where this process is in one v1 hierarchy: its line of `/proc/self/cgroup`
+/// (`4:memory:/user.slice`), with that file kept open to read it again.
+struct Membership {
+    file: File,
+    line: String,
+    buf: Vec<u8>,
+}
+
+impl Membership {
+    /// This process's line for `controller`, as it is now.
+    fn of_self(controller: &str) -> io::Result<Membership> {
+        let mut me = Membership {
+            file: File::open("/proc/self/cgroup")?,
+            line: String::new(),
+            buf: vec![0; 4096],
+        };
+        let text = me.read()?;
+        me.line = text
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|cs| cs.split(',').any(|c| c == controller))
+            })
+            .ok_or_else(|| io::Error::other(format!("not in a {controller} cgroup")))?
+            .to_string();
+        Ok(me)
+    }
+
+    /// `/proc/self/cgroup` now (read from its start again: the kernel writes it anew).
+    fn read(&mut self) -> io::Result<String> {
+        loop {
+            let n = self.file.read_at(&mut self.buf, 0)?;
+            if n < self.buf.len() {
+                return Ok(String::from_utf8_lossy(&self.buf[..n]).into_owned());
+            }
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+    }
+
+    /// Whether this process is still where it was.
+    fn still(&mut self) -> bool {
+        let text = self.read();
+        text.is_ok_and(|t| t.lines().any(|l| l == self.line))
+    }
+}
+
 /// The thread: takes the lock every `PERIOD` while wanted, sleeps otherwise. A write that
-/// fails (the cgroup is gone) ends it: the starts wait as they would without it.
-fn warm(mut procs: &File, wanted: &(Mutex<Wanted>, Condvar)) {
+/// fails (the cgroup is gone), or podvisor moved elsewhere, ends it: the starts wait as they
+/// would without it.
+fn warm(mut procs: &File, mut here: Membership, wanted: &(Mutex<Wanted>, Condvar)) {
     let (lock, wake) = wanted;
     let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
     loop {
@@ -134,7 +190,7 @@ fn warm(mut procs: &File, wanted: &(Mutex<Wanted>, Condvar)) {
         state = match state.warm_at(Instant::now()) {
             Ok(()) => {
                 drop(state);
-                if procs.write_all(b"0").is_err() {
+                if !here.still() || procs.write_all(b"0").is_err() {
                     return;
                 }
                 std::thread::sleep(PERIOD);

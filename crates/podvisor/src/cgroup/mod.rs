@@ -389,10 +389,9 @@ impl PodCgroups {
             )?;
             // (Without it the starts only wait longer.)
             let warmer = match layout.version {
-                Version::V1 => layout
-                    .roots
-                    .first()
-                    .and_then(|(_, own)| Warmer::start(&own.join("cgroup.procs")).ok()),
+                Version::V1 => layout.roots.first().and_then(|(c, own)| {
+                    Warmer::start(&own.join("cgroup.procs"), c.v1_name()).ok()
+                }),
                 Version::V2 => None,
             };
             Ok((at.note, pod, warmer))
