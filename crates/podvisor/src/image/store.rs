@@ -207,12 +207,19 @@ impl Store {
         let mut owners = Vec::new();
         let mut refused = Ok(());
         for layer in &image.layers {
-            let dir = self.layer_path(&layer.diff_id)?;
+            let paths = (self.layer_path(&layer.diff_id))
+                .and_then(|dir| Ok((dir, self.blob_path(&layer.digest)?)));
+            let (dir, blob) = match paths {
+                Ok(p) => p,
+                Err(e) => {
+                    refused = Err(e);
+                    break;
+                }
+            };
             if dir.is_dir() || unpacked.iter().any(|(_, d)| *d == dir) {
                 continue;
             }
             let tmp = self.temp("layer");
-            let blob = self.blob_path(&layer.digest)?;
             match super::unpack::unpack(&blob, &layer.diff_id, &tmp) {
                 Ok(o) => {
                     unpacked.push((tmp, dir));
@@ -226,13 +233,17 @@ impl Store {
             }
         }
         let (done, owned) = super::owners::apply(&owners);
-        for (tmp, _) in &unpacked[done..] {
-            let _ = super::owners::remove_tree(tmp);
+        // Each unpacking is put in place or removed: none stays in `tmp/`.
+        let mut committed = Ok(());
+        for (at, (tmp, dir)) in unpacked.iter().enumerate() {
+            if at < done && committed.is_ok() {
+                committed = commit(tmp, dir);
+            }
+            if at >= done || committed.is_err() {
+                let _ = super::owners::remove_tree(tmp);
+            }
         }
-        for (tmp, dir) in &unpacked[..done] {
-            commit(tmp, dir)?;
-        }
-        owned.and(refused)
+        committed.and(owned).and(refused)
     }
 
     /// The unpacked layers of an image, top first (as an overlay's `lowerdir` lists them).
