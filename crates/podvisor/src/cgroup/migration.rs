@@ -146,34 +146,37 @@ impl Membership {
             line: String::new(),
             buf: vec![0; 4096],
         };
-        let text = me.read()?;
-        me.line = text
-            .lines()
-            .find(|l| {
-                l.split(':')
-                    .nth(1)
-                    .is_some_and(|cs| cs.split(',').any(|c| c == controller))
-            })
+        let text = String::from_utf8_lossy(me.read()?).into_owned();
+        let named = |cs: &str| cs.split(',').any(|c| c == controller);
+        me.line = super::membership(&text, &named)
             .ok_or_else(|| io::Error::other(format!("not in a {controller} cgroup")))?
+            .0
             .to_string();
         Ok(me)
     }
 
-    /// `/proc/self/cgroup` now (read from its start again: the kernel writes it anew).
-    fn read(&mut self) -> io::Result<String> {
-        loop {
-            let n = self.file.read_at(&mut self.buf, 0)?;
-            if n < self.buf.len() {
-                return Ok(String::from_utf8_lossy(&self.buf[..n]).into_owned());
-            }
-            self.buf.resize(self.buf.len() * 2, 0);
-        }
+    /// `/proc/self/cgroup` now.
+    fn read(&mut self) -> io::Result<&[u8]> {
+        read_from_start(&self.file, &mut self.buf)
     }
 
-    /// Whether this process is still where it was.
+    /// Whether this process is still where it was (no allocation: it runs every millisecond
+    /// while warm).
     fn still(&mut self) -> bool {
-        let text = self.read();
-        text.is_ok_and(|t| t.lines().any(|l| l == self.line))
+        let Membership { file, line, buf } = self;
+        read_from_start(file, buf)
+            .is_ok_and(|text| text.split(|b| *b == b'\n').any(|l| l == line.as_bytes()))
+    }
+}
+
+/// A `/proc` file's text, read from its start again (the kernel writes it anew), into `buf`.
+fn read_from_start<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]> {
+    loop {
+        let n = file.read_at(buf, 0)?;
+        if n < buf.len() {
+            return Ok(&buf[..n]);
+        }
+        buf.resize(buf.len() * 2, 0);
     }
 }
 

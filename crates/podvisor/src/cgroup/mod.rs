@@ -252,14 +252,18 @@ pub fn instance_of(pid: i32, mounts: &[Mount]) -> Option<InstanceCgroup> {
     Some(InstanceCgroup::reading(layout.version, layout.roots))
 }
 
+/// The line of a `/proc/PID/cgroup` text whose controllers (`memory`, `cpu,cpuacct`; empty
+/// on the unified hierarchy) `pred` accepts, and its path.
+fn membership<'a>(own: &'a str, pred: &dyn Fn(&str) -> bool) -> Option<(&'a str, &'a str)> {
+    own.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let (_, controllers, path) = (it.next()?, it.next()?, it.next()?);
+        pred(controllers).then_some((l, path))
+    })
+}
+
 fn layout_from(mounts: &[Mount], own: &str) -> Option<Layout> {
-    let own_path = |pred: &dyn Fn(&str) -> bool| -> Option<&str> {
-        own.lines().find_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let (_, controllers, path) = (it.next()?, it.next()?, it.next()?);
-            pred(controllers).then_some(path)
-        })
-    };
+    let own_path = |pred: &dyn Fn(&str) -> bool| membership(own, pred).map(|(_, path)| path);
     // Our cgroup's directory: the mount point plus our path below the mount's root.
     let under = |m: &Mount, path: &str| -> PathBuf {
         let path = Path::new(path);
