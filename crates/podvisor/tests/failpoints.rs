@@ -358,7 +358,51 @@ points! {
     takeover_adopted_not_recorded: "run.adopt.held", TakingOver;
     keeper_spawned_not_answered: "keeper.spawned@3", Keeper;
     keeper_answered: "keeper.answered@3", Keeper;
+    keeper_answered_one_of_two_asked: "keeper.answered", Keeper;
     keeper_reaped_no_note: "keeper.exit.reaped", Keeper;
     keeper_noted_not_told: "keeper.exit.noted", Keeper;
     keeper_rotated_a_log: "log.rotated", Keeper;
+}
+
+/// A pod's containers are asked of the keeper together, the next before the answer for the
+/// one before is read: a run killed as it reads the first answer has asked for the second
+/// container already, which the keeper starts alone (held, then killed as a stray by the run
+/// that takes the pod over).
+#[test]
+fn the_starts_of_a_pod_are_asked_of_the_keeper_together() {
+    if !is_root() {
+        skip("failpoints run as root (cgroups)");
+        return;
+    }
+    let tag = format!("fp{}-together", std::process::id());
+    let runs = TempDir::new();
+    let r = PodRun::new(&pod(&tag, &runs.file("")));
+    let mark = r.dir.file("fired");
+    let mut first = (r.cmd(&ARGS))
+        .env("PODVISOR_FAILPOINT", "run.start.answered")
+        .env("PODVISOR_FAILPOINT_MARK", &mark)
+        .start();
+    let status = first.wait();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL),
+        "the run did not die as it read the first answer: {status:?}"
+    );
+    assert!(mark.exists());
+    // Nothing runs the pod now: only the keeper, with what it was asked for.
+    wait_until("the keeper starts the second container", || {
+        std::fs::read_to_string(runs.file("crash.runs")).is_ok_and(|t| !t.is_empty())
+    });
+    let mut last = r.cmd(&ARGS).start();
+    r.wait_event("crash", "Started", 2);
+    wait_until("seq runs", || running(&r, "seq"));
+    for c in ["seq", "crash"] {
+        let n = processes(&format!("{tag}-{c}"));
+        assert!(n <= 1, "{n} processes of {c} run");
+    }
+    let cgroups = recorded_cgroups(&r);
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(last.wait().code(), Some(0), "{:?}", last.stderr);
+    nothing_left(&r, &tag, &cgroups);
+    last.assert_no_leftovers();
 }

@@ -255,25 +255,34 @@ fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit 
 }
 
 impl Supervisor {
-    /// Starts `argv` as instance `id` in this run's keeper (started first if there is none),
-    /// which writes its log file: the container's pid and the keeper's.
-    pub(super) fn start_kept(
+    /// Asks the run's keeper (started at the first) to start instance `id`, without waiting
+    /// for its answer (`keeper_answer`): returns the keeper's pid. A keeper that cannot be
+    /// asked is left as it is (the error names it), for the caller to read the answers it
+    /// gave before (`keeper_failed`).
+    pub(super) fn ask_keeper(
         &mut self,
         id: InstanceId,
         argv: &[OsString],
         io: ContainerIo,
         cgroups: Vec<PathBuf>,
         oom_file: Option<PathBuf>,
-    ) -> io::Result<(i32, i32)> {
+    ) -> Result<i32, (Option<i32>, io::Error)> {
         let text = |v: OsString| {
             v.into_string()
                 .map_err(|v| io::Error::other(format!("{v:?} is not UTF-8")))
         };
+        let strings = (|| -> io::Result<_> {
+            Ok((
+                argv.iter().cloned().map(text).collect::<io::Result<_>>()?,
+                io.env.into_iter().map(text).collect::<io::Result<_>>()?,
+            ))
+        })();
+        let (argv, env) = strings.map_err(|e| (None, e))?;
         let request = StartRequest {
             container: self.plan.pod.containers[id.container].name.clone(),
             instance: id.instance,
-            argv: argv.iter().cloned().map(text).collect::<io::Result<_>>()?,
-            env: io.env.into_iter().map(text).collect::<io::Result<_>>()?,
+            argv,
+            env,
             working_dir: io.working_dir,
             working_dir_optional: io.working_dir_optional,
             mounts: io.mounts,
@@ -287,42 +296,61 @@ impl Supervisor {
             namespaces: kept_namespaces(&io.namespaces),
         };
         if self.keepers.own.is_none() {
-            self.start_keeper()?;
+            self.start_keeper().map_err(|e| (None, e))?;
         }
         let Some((keeper, control)) = self.keepers.own.as_mut() else {
-            return Err(io::Error::other("no keeper"));
+            return Err((None, io::Error::other("no keeper")));
         };
         let keeper = *keeper;
-        let asked = control
+        control
             .send(&Message::Start(Box::new(request)))
-            .and_then(|()| {
-                failpoint::hit("run.start.asked");
-                control.recv()
-            });
-        match asked {
+            .map_err(|e| (Some(keeper), e))?;
+        failpoint::hit("run.start.asked");
+        Ok(keeper)
+    }
+
+    /// The answer of `keeper` to the oldest start asked of it and not yet answered: the
+    /// container's pid.
+    pub(super) fn keeper_answer(&mut self, keeper: i32) -> io::Result<i32> {
+        let control = match self.keepers.own.as_mut() {
+            Some((pid, control)) if *pid == keeper => control,
+            _ => {
+                return Err(io::Error::other(format!(
+                    "start it in its keeper: the keeper (pid {keeper}) ended before it answered"
+                )))
+            }
+        };
+        match control.recv() {
             Ok(Message::Started { pid }) => {
                 failpoint::hit("run.start.answered");
-                Ok((pid, keeper))
+                Ok(pid)
             }
             Ok(Message::Failed(why)) => Err(why.into_error()),
             Ok(other) => Err(io::Error::other(format!(
                 "start it in its keeper: it said {other:?}"
             ))),
-            Err(e) => {
-                // It is gone (its reaping reports what it held) or stuck: the next start gets
-                // a new one.
-                self.keepers.own = None;
-                let why = if e.kind() == io::ErrorKind::UnexpectedEof {
-                    format!("the keeper (pid {keeper}) ended before it answered")
-                } else {
-                    // Stuck: it goes, with what it holds (reported when it is reaped), so
-                    // that nothing it may still start runs unknown to us.
-                    let _ = sys::send_signal(keeper, libc::SIGKILL);
-                    format!("the keeper (pid {keeper}) did not answer: {e}")
-                };
-                Err(io::Error::other(format!("start it in its keeper: {why}")))
-            }
+            Err(e) => Err(self.keeper_failed(keeper, e)),
         }
+    }
+
+    /// Asking or hearing `keeper` failed with `e`: it is gone (its reaping reports what it
+    /// held) or stuck, and the next start gets a new one. Returns the start's error.
+    pub(super) fn keeper_failed(&mut self, keeper: i32, e: io::Error) -> io::Error {
+        if self.keepers.own.as_ref().is_some_and(|(k, _)| *k == keeper) {
+            self.keepers.own = None;
+        }
+        let why = if matches!(
+            e.kind(),
+            io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe
+        ) {
+            format!("the keeper (pid {keeper}) ended before it answered")
+        } else {
+            // Stuck: it goes, with what it holds (reported when it is reaped), so that
+            // nothing it may still start runs unknown to us.
+            let _ = sys::send_signal(keeper, libc::SIGKILL);
+            format!("the keeper (pid {keeper}) did not answer: {e}")
+        };
+        io::Error::other(format!("start it in its keeper: {why}"))
     }
 
     /// Forks and execs this run's keeper, with its control and events channels.

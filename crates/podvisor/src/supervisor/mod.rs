@@ -11,6 +11,7 @@
 //! back to it and are reaped too.
 
 mod control;
+mod effects;
 pub mod events;
 mod exec;
 mod images;
@@ -25,7 +26,7 @@ mod setup;
 mod spawn;
 mod volumes;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
@@ -34,14 +35,14 @@ use std::time::SystemTime;
 use slab::Slab;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{Effect, EventType, Hook, Input, InstanceId, Phase, Pod, Signal};
+use podvisor_core::lifecycle::{EventType, Input, InstanceId, Phase, Pod};
 use podvisor_core::probe::ProbeKind;
 use podvisor_core::spec::plan::RunPlan;
 
 use crate::api::metrics::Counters;
 use crate::api::Server;
 use crate::cgroup::{PodCgroups, Unenforceable};
-use crate::probe::{Done, Owner, Tasks};
+use crate::probe::{Done, Tasks};
 use crate::process::sys::{self, Epoll, Exit, Inherited, Reaped, SignalFd, EV_READ};
 use crate::state::logs::{LogLimits, LogStream};
 use crate::state::processes::boot_id;
@@ -703,69 +704,6 @@ impl Supervisor {
             }
         }
         oom_killed
-    }
-
-    /// Feeds an input and carries out the effects, including those of the inputs they cause.
-    fn feed(&mut self, input: Input) -> io::Result<()> {
-        let mut queue: VecDeque<Input> = VecDeque::from([input]);
-        while let Some(input) = queue.pop_front() {
-            let now = self.clock.now();
-            for effect in self.pod.step(now, input) {
-                match effect {
-                    Effect::Spawn(id, stage) => {
-                        let began = std::time::Instant::now();
-                        let input = self.spawn(id, stage)?;
-                        self.counters.container_start(began.elapsed());
-                        queue.push_back(input);
-                    }
-                    Effect::EnsureImage(i) => queue.extend(self.ensure_image(i)),
-                    Effect::EnsureVolumeImage(v) => queue.extend(self.ensure_volume_image(v)),
-                    Effect::LogTail(id) => {
-                        let event = self.log_tail(id)?;
-                        self.pending.push((SystemTime::now(), event));
-                    }
-                    Effect::Signal(id, signal) => {
-                        if let Some(instance) = self.instances.get(id) {
-                            let sig = match signal {
-                                // Its stop signal: lifecycle.stopSignal, the image's, SIGTERM.
-                                Signal::Term => self.plan.exec[id.container].stop_signal().1,
-                                Signal::Kill => libc::SIGKILL,
-                            };
-                            let _ = sys::send_signal(-instance.pid, sig);
-                        }
-                    }
-                    Effect::Event(event) => self.pending.push((SystemTime::now(), event)),
-                    Effect::WipeVolumes => {
-                        self.volumes.wipe()?;
-                        crate::process::failpoint::hit("run.volumes.wiped");
-                    }
-                    Effect::Finished(phase) => self.finished = Some(phase),
-                    Effect::RunProbe(id, kind, due) => {
-                        self.counters.probe_start(self.clock.now() - due);
-                        if let Some(input) = self.start_probe(id, kind) {
-                            queue.push_back(input);
-                        }
-                    }
-                    Effect::RunHook(id, hook) => {
-                        let plan = &self.plan.exec[id.container];
-                        let handler = match hook {
-                            Hook::PostStart => plan.post_start.clone(),
-                            Hook::PreStop => plan.pre_stop.clone(),
-                        };
-                        match handler {
-                            Some(handler) => {
-                                let owner = Owner::Hook(id, hook);
-                                if let Some(input) = self.start_task(owner, handler, None) {
-                                    queue.push_back(input);
-                                }
-                            }
-                            None => queue.push_back(Input::HookDone(id, hook, Ok(()))),
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Sends out the events of this turn (to stderr, the events file and the API's

@@ -1,5 +1,6 @@
 //! Starting container instances, exec probes and hooks.
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -13,9 +14,37 @@ use podvisor_core::stage::Stage;
 
 use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
+use crate::cgroup::InstanceCgroup;
 use crate::probe::{Done, ExecContext, Owner};
 use crate::process::sys::{self, BindMount, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
 use crate::state::logs::{tail_text, LogFile, LogNews, LogStream};
+
+/// How many starts a keeper is asked for before the first of them is answered: its answers
+/// wait in the control channel, whose buffer this keeps well below full.
+const ASKED_AHEAD: usize = 16;
+
+/// The read ends of a container's stdout and stderr, when this process reads them.
+type Pipes = Option<(std::fs::File, std::fs::File)>;
+
+/// A start made, or asked of the keeper: what its answer is matched with.
+struct Asked {
+    id: InstanceId,
+    cgroup: Option<InstanceCgroup>,
+    /// Its program, for the message of an exec that failed.
+    program: String,
+    /// The keeper asked (0 when none was).
+    keeper: i32,
+    /// When its making began.
+    began: std::time::Instant,
+}
+
+/// How a start went on: reported at once, asked of the keeper, or not asked because the
+/// keeper (if the error names one) could not be asked.
+enum Launch {
+    Done(Input),
+    Asked(Asked),
+    Unasked(Asked, Option<i32>, io::Error),
+}
 
 impl Supervisor {
     /// Starts a probe attempt or hook; the input to feed when it ended at once.
@@ -105,9 +134,86 @@ impl Supervisor {
         warmer.expect(self.pod.next_restart().map(ahead));
     }
 
-    /// Starts an instance, its environment made for its stage; returns the input that reports
-    /// how it went.
-    pub(super) fn spawn(&mut self, id: InstanceId, stage: Option<Stage>) -> io::Result<Input> {
+    /// Starts instances, each with its environment made for its stage; returns the inputs
+    /// that report how they went, in their order. Under a keeper the starts overlap: the
+    /// keeper is asked for the next ones (up to `ASKED_AHEAD`) while it makes the one before,
+    /// so that this process's share of a start (its layer, cgroup, log) runs beside the
+    /// keeper's and the child's.
+    ///
+    /// Each start's time (`podvisor_container_start_seconds`) runs from its turn, when its
+    /// making began or the start before it was answered (whichever is later), to its answer:
+    /// the starts of a batch add up to the batch's time, as they did one after the other.
+    pub(super) fn spawn_all(
+        &mut self,
+        starts: Vec<(InstanceId, Option<Stage>)>,
+    ) -> io::Result<Vec<Input>> {
+        let mut inputs: Vec<Option<Input>> = Vec::with_capacity(starts.len());
+        let mut asked: VecDeque<(usize, Asked)> = VecDeque::new();
+        let mut turn = None;
+        for (id, stage) in starts {
+            if asked.len() >= ASKED_AHEAD {
+                if let Some((slot, a)) = asked.pop_front() {
+                    inputs[slot] = Some(self.answered(a, &mut turn)?);
+                }
+            }
+            let began = std::time::Instant::now();
+            let input = match self.launch(id, stage, began)? {
+                Launch::Done(input) => {
+                    self.took_turn(began, &mut turn);
+                    Some(input)
+                }
+                Launch::Asked(a) => {
+                    asked.push_back((inputs.len(), a));
+                    None
+                }
+                Launch::Unasked(a, keeper, e) => {
+                    // What it answered before it failed comes first.
+                    for (slot, a) in asked.drain(..) {
+                        inputs[slot] = Some(self.answered(a, &mut turn)?);
+                    }
+                    let e = match keeper {
+                        Some(keeper) => self.keeper_failed(keeper, e),
+                        None => e,
+                    };
+                    let input = self.started(a, Err(e))?;
+                    self.took_turn(began, &mut turn);
+                    Some(input)
+                }
+            };
+            inputs.push(input);
+        }
+        for (slot, a) in asked {
+            inputs[slot] = Some(self.answered(a, &mut turn)?);
+        }
+        Ok(inputs.into_iter().flatten().collect())
+    }
+
+    /// The keeper's answer to start `a`, and the input that reports it.
+    fn answered(&mut self, a: Asked, turn: &mut Option<std::time::Instant>) -> io::Result<Input> {
+        let (keeper, began) = (a.keeper, a.began);
+        let answer = self
+            .keeper_answer(keeper)
+            .map(|pid| (None, pid, Some(keeper)));
+        let input = self.started(a, answer)?;
+        self.took_turn(began, turn);
+        Ok(input)
+    }
+
+    /// Counts a start that began at `began` and ends now, from its turn (`spawn_all`).
+    fn took_turn(&mut self, began: std::time::Instant, turn: &mut Option<std::time::Instant>) {
+        let now = std::time::Instant::now();
+        let from = turn.map_or(began, |t| t.max(began));
+        self.counters.container_start(now - from);
+        *turn = Some(now);
+    }
+
+    /// Starts an instance, its environment made for its stage: done, or asked of the keeper.
+    fn launch(
+        &mut self,
+        id: InstanceId,
+        stage: Option<Stage>,
+        began: std::time::Instant,
+    ) -> io::Result<Launch> {
         if let Some(warmer) = &self.cgroups.warmer {
             warmer.starting();
         }
@@ -115,14 +221,13 @@ impl Supervisor {
         self.envs[id.container] = self.instance_env(id.container, stage);
         let (root, mounts) = match self.root_and_mounts(id.container) {
             Ok(both) => both,
-            Err(why) => return Ok(Input::StartFailed(id, why)),
+            Err(why) => return Ok(Launch::Done(Input::StartFailed(id, why))),
         };
         let exec = &self.plan.exec[id.container];
         let name = &self.plan.pod.containers[id.container].name;
         // (Its log file makes the directory too, and says so when it cannot: a full or
         // read-only disk never stops a start.)
         let _ = std::fs::create_dir_all(self.dir.container_logs(name));
-        let log_path = self.dir.instance_log(name, id.instance);
         // Under live restore the keeper makes the pipes and holds their read ends.
         let pipes = match self.live_restore {
             true => None,
@@ -134,7 +239,7 @@ impl Supervisor {
         let cgroup = match self.cgroups.pod.as_mut() {
             Some(pod) => match pod.instance(name, id.instance, &exec.resources) {
                 Ok(cg) => Some(cg),
-                Err(e) => return Ok(Input::StartFailed(id, e.to_string())),
+                Err(e) => return Ok(Launch::Done(Input::StartFailed(id, e.to_string()))),
             },
             None => None,
         };
@@ -144,10 +249,8 @@ impl Supervisor {
         let (namespaces, pause) = match self.sandbox.for_container(&self.inherited, user_ns) {
             Ok(ns) => ns,
             Err(e) => {
-                return Ok(Input::StartFailed(
-                    id,
-                    format!("cannot start the pod's PID 1: {e}"),
-                ))
+                let why = format!("cannot start the pod's PID 1: {e}");
+                return Ok(Launch::Done(Input::StartFailed(id, why)));
             }
         };
         if let Some(pid) = pause {
@@ -171,15 +274,23 @@ impl Supervisor {
         };
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let program = exec.argv.first().cloned().unwrap_or_default();
+        let start = Asked {
+            id,
+            cgroup,
+            program,
+            keeper: 0,
+            began,
+        };
         let result = match pipes {
             None => {
-                let oom = cgroup.as_ref().and_then(|cg| cg.oom_file());
-                let paths = cgroup
-                    .as_ref()
+                let oom = start.cgroup.as_ref().and_then(|cg| cg.oom_file());
+                let paths = (start.cgroup.as_ref())
                     .map(|cg| cg.join_paths())
                     .unwrap_or_default();
-                self.start_kept(id, &argv, io, paths, oom)
-                    .map(|(pid, keeper)| (None, pid, Some(keeper)))
+                return Ok(match self.ask_keeper(id, &argv, io, paths, oom) {
+                    Ok(keeper) => Launch::Asked(Asked { keeper, ..start }),
+                    Err((keeper, e)) => Launch::Unasked(start, keeper, e),
+                });
             }
             Some(((out_read, out_write), (err_read, err_write))) => {
                 let spawned =
@@ -189,10 +300,28 @@ impl Supervisor {
                 spawned.map(|pid| (Some((out_read, err_read)), pid, None))
             }
         };
+        self.started(start, result).map(Launch::Done)
+    }
+
+    /// Start `a` has been made (its pipes when this process reads them, its pid, its keeper)
+    /// or has failed: the instance is held, or what was made for it goes.
+    fn started(
+        &mut self,
+        a: Asked,
+        result: io::Result<(Pipes, i32, Option<i32>)>,
+    ) -> io::Result<Input> {
+        let Asked {
+            id,
+            cgroup,
+            program,
+            ..
+        } = a;
         match result {
             Ok((pipes, pid, keeper)) => {
                 // Under a keeper, the keeper reads the pipes and writes the log.
                 if let Some((out_read, err_read)) = pipes {
+                    let name = &self.plan.pod.containers[id.container].name;
+                    let log_path = self.dir.instance_log(name, id.instance);
                     let file = LogFile::create(log_path, self.log_limits);
                     let out = LogStream::new(id, out_read, "stdout", file.clone());
                     self.add_log(out)?;
