@@ -166,7 +166,7 @@ pub fn render(counters: &Counters, now: &PodSample<'_>) -> String {
         ),
         (
             "podvisor_container_start_seconds",
-            "How long podvisor took to start a container instance: its cgroup, mount namespace, root and volumes, clone and exec.",
+            "How long podvisor took to start a container instance: its cgroup, mount namespace, root and volumes, clone and exec (of starts made together, from when the one before it was done).",
             &counters.starts,
         ),
     ] {
