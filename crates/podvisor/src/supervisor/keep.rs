@@ -372,10 +372,12 @@ impl Supervisor {
         failpoint::hit("run.keeper.spawned");
         self.pids.insert(pid, PidOwner::Keeper);
         self.listen_to_keeper(pid, Channel::speaking(events, protocol))?;
-        // A keeper answers a start at once; one that does not is given up on.
+        // A keeper answers a start at once, and takes the starts asked ahead as it makes
+        // them; one that does neither is given up on.
         let patience = test_setting(keeper::TEST_START_PATIENCE_ENV)
             .map_or(START_PATIENCE, Duration::from_millis);
         control.set_read_timeout(Some(patience))?;
+        control.set_write_timeout(Some(patience))?;
         self.keepers.own = Some((pid, Channel::new(control)));
         Ok(())
     }
