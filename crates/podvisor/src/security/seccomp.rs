@@ -108,17 +108,22 @@ fn filter(
             list.push(conditions(&rule.name, &rule.args)?);
         }
     }
-    let always: Vec<u32> = (by_number.iter())
-        .filter(|(_, rules)| search && rules.is_none())
-        .filter_map(|(n, _)| u32::try_from(*n).ok())
-        .collect();
-    let full: BTreeMap<i64, Vec<SeccompRule>> = (by_number.into_iter())
-        .map(|(n, r)| (n, r.unwrap_or_default()))
-        .collect();
-    let rest = (full.iter())
-        .filter(|(n, _)| u32::try_from(**n).map_or(true, |n| !always.contains(&n)))
-        .map(|(n, r)| (*n, r.clone()))
-        .collect();
+    // With `search`, those without conditions go to the search (`always`), the rest to
+    // seccompiler (`rest`); `full` is all of them, should the search not fit.
+    let (mut always, mut rest, mut full) = (Vec::new(), BTreeMap::new(), BTreeMap::new());
+    for (n, rules) in by_number {
+        match (search, rules, u32::try_from(n)) {
+            (true, None, Ok(number)) => {
+                always.push(number);
+                full.insert(n, Vec::new());
+            }
+            (_, rules, _) => {
+                let rules = rules.unwrap_or_default();
+                rest.insert(n, rules.clone());
+                full.insert(n, rules);
+            }
+        }
+    }
     let program = seccompiler_program(rest, mismatch.clone(), on_match.clone(), arch)?;
     match ranges_first(&program, &always, u32::from(on_match.clone())) {
         Some(program) => Ok(program),

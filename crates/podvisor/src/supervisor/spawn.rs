@@ -32,17 +32,15 @@ struct Asked {
     cgroup: Option<InstanceCgroup>,
     /// Its program, for the message of an exec that failed.
     program: String,
-    /// The keeper asked (0 when none was).
-    keeper: i32,
     /// When its making began.
     began: std::time::Instant,
 }
 
-/// How a start went on: reported at once, asked of the keeper, or not asked because the
-/// keeper (if the error names one) could not be asked.
+/// How a start went on: reported at once, asked of the keeper (its pid), or not asked
+/// because the keeper (if the error names one) could not be asked.
 enum Launch {
     Done(Input),
-    Asked(Asked),
+    Asked(Asked, i32),
     Unasked(Asked, Option<i32>, io::Error),
 }
 
@@ -148,12 +146,12 @@ impl Supervisor {
         starts: Vec<(InstanceId, Option<Stage>)>,
     ) -> io::Result<Vec<Input>> {
         let mut inputs: Vec<Option<Input>> = Vec::with_capacity(starts.len());
-        let mut asked: VecDeque<(usize, Asked)> = VecDeque::new();
+        let mut asked: VecDeque<(usize, Asked, i32)> = VecDeque::new();
         let mut turn = None;
         for (id, stage) in starts {
             if asked.len() >= ASKED_AHEAD {
-                if let Some((slot, a)) = asked.pop_front() {
-                    inputs[slot] = Some(self.answered(a, &mut turn)?);
+                if let Some((slot, a, keeper)) = asked.pop_front() {
+                    inputs[slot] = Some(self.answered(a, keeper, &mut turn)?);
                 }
             }
             let began = std::time::Instant::now();
@@ -162,14 +160,14 @@ impl Supervisor {
                     self.took_turn(began, &mut turn);
                     Some(input)
                 }
-                Launch::Asked(a) => {
-                    asked.push_back((inputs.len(), a));
+                Launch::Asked(a, keeper) => {
+                    asked.push_back((inputs.len(), a, keeper));
                     None
                 }
                 Launch::Unasked(a, keeper, e) => {
                     // What it answered before it failed comes first.
-                    for (slot, a) in asked.drain(..) {
-                        inputs[slot] = Some(self.answered(a, &mut turn)?);
+                    for (slot, a, keeper) in asked.drain(..) {
+                        inputs[slot] = Some(self.answered(a, keeper, &mut turn)?);
                     }
                     let e = match keeper {
                         Some(keeper) => self.keeper_failed(keeper, e),
@@ -182,15 +180,20 @@ impl Supervisor {
             };
             inputs.push(input);
         }
-        for (slot, a) in asked {
-            inputs[slot] = Some(self.answered(a, &mut turn)?);
+        for (slot, a, keeper) in asked {
+            inputs[slot] = Some(self.answered(a, keeper, &mut turn)?);
         }
         Ok(inputs.into_iter().flatten().collect())
     }
 
-    /// The keeper's answer to start `a`, and the input that reports it.
-    fn answered(&mut self, a: Asked, turn: &mut Option<std::time::Instant>) -> io::Result<Input> {
-        let (keeper, began) = (a.keeper, a.began);
+    /// The answer of `keeper` to start `a`, and the input that reports it.
+    fn answered(
+        &mut self,
+        a: Asked,
+        keeper: i32,
+        turn: &mut Option<std::time::Instant>,
+    ) -> io::Result<Input> {
+        let began = a.began;
         let answer = self
             .keeper_answer(keeper)
             .map(|pid| (None, pid, Some(keeper)));
@@ -278,7 +281,6 @@ impl Supervisor {
             id,
             cgroup,
             program,
-            keeper: 0,
             began,
         };
         let result = match pipes {
@@ -288,7 +290,7 @@ impl Supervisor {
                     .map(|cg| cg.join_paths())
                     .unwrap_or_default();
                 return Ok(match self.ask_keeper(id, &argv, io, paths, oom) {
-                    Ok(keeper) => Launch::Asked(Asked { keeper, ..start }),
+                    Ok(keeper) => Launch::Asked(start, keeper),
                     Err((keeper, e)) => Launch::Unasked(start, keeper, e),
                 });
             }
