@@ -155,7 +155,9 @@ impl Initramfs {
             Some(b) => format!("PODVISOR_BIN={}", Path::new(&b).display()),
             None => String::new(),
         };
+        let watch = WATCH.replace("@STUCK@", &STUCK_SECS.to_string());
         let script = script
+            .replace("@WATCH@", &watch)
             .replace("@TESTS@", me.to_str().unwrap())
             .replace("@BIN@", &bin);
         self.write(dest, &script, 0o755);
@@ -281,15 +283,68 @@ done
 exec /bin/busybox switch_root /newroot @NEXT@
 "#;
 
+/// What both guests' scripts share (`@WATCH@`): a heartbeat on the console (`VM-ALIVE` and the
+/// guest's uptime every 20 s, which tells a guest that is slow from one that is frozen), and
+/// `watched NAME CMD...`, which runs one scenario's tests: past `STUCK_SECS`, every process's
+/// state, command and kernel stacks go to the console under `VM-STUCK NAME`, then the blocked
+/// tasks the kernel knows of, and the tests are killed, so that a hang in a scenario is a
+/// failure that says where each process was, not a VM that never powers off.
+const WATCH: &str = r#"
+( while :; do sleep 20; echo "VM-ALIVE $(cut -d' ' -f1 /proc/uptime)"; done ) &
+stuck() {
+    echo "VM-STUCK $1: what each process was doing after @STUCK@ s"
+    for d in /proc/[0-9]*; do
+        cmd=$(tr '\0' ' ' < $d/cmdline 2>/dev/null | cut -c1-160)
+        [ -n "$cmd" ] || continue
+        echo "== ${d#/proc/} $(cut -d' ' -f3-5 $d/stat 2>/dev/null) $cmd"
+        for t in $d/task/*; do
+            echo "-- ${t##*/} $(cat $t/wchan 2>/dev/null)"
+            cat $t/stack 2>/dev/null
+        done
+    done
+    echo w > /proc/sysrq-trigger
+    dmesg | tail -n 150
+    echo "VM-STUCK-END $1"
+}
+watched() {
+    name=$1
+    shift
+    "$@" &
+    pid=$!
+    (
+        i=0
+        while kill -0 $pid 2>/dev/null; do
+            if [ $i -ge @STUCK@ ]; then
+                stuck $name
+                for c in $(grep -l "^PPid:[[:space:]]*$pid\$" /proc/[0-9]*/status); do
+                    c=${c#/proc/}
+                    kill -KILL ${c%/status}
+                done
+                kill -KILL $pid
+                exit
+            fi
+            sleep 1
+            i=$((i + 1))
+        done
+    ) &
+    wait $pid
+}
+"#;
+
+/// How long one scenario's tests may run in a guest before `watched` calls them stuck.
+const STUCK_SECS: u32 = 240;
+
 /// Boots `initramfs` and returns the serial console's text once the VM has powered off. The
 /// console is written as it comes to `target/vm/NAME-console.txt`, to be read during a run
 /// and after it.
 ///
-/// The guest's kernel panics on a soft lockup (`softlockup_panic=1`), which prints the stuck
-/// task's stack (a panic's messages pass `loglevel=1`) and ends the VM at once. Such a lockup
-/// is the emulated machine's (a CPU of the guest that stops answering under TCG on a loaded
-/// host), not a result: the VM is booted once more, and the first console is kept as
-/// `NAME-lockup-console.txt`. A second lockup fails the test.
+/// Two ends are the emulated machine's (TCG on a loaded host), not a result, and boot the VM
+/// once more, keeping the first console as `NAME-retried-console.txt`: a soft lockup (the
+/// guest's kernel panics on one, `softlockup_panic=1`, printing the stuck task's stack, which
+/// a panic's messages pass `loglevel=1`, and the VM ends at once), and a guest that stopped
+/// beating (no `VM-ALIVE` for `FROZEN`: its CPUs no longer run at all). A second such end
+/// fails the test, as does a scenario the guest itself calls stuck (`VM-STUCK`, with every
+/// process's kernel stack) or a VM still running at `limit`.
 pub fn boot(
     assets: &Assets,
     name: &str,
@@ -297,22 +352,30 @@ pub fn boot(
     memory_mib: u32,
     limit: Duration,
 ) -> String {
-    let first = boot_once(assets, name, initramfs, memory_mib, limit);
-    if !first.contains("soft lockup") {
-        return first;
-    }
-    let kept = assets_dir().join(format!("{name}-lockup-console.txt"));
+    let first = match boot_once(assets, name, initramfs, memory_mib, limit) {
+        Boot::PoweredOff(text) if !text.contains("soft lockup") => return text,
+        Boot::PoweredOff(text) | Boot::Frozen(text) => text,
+    };
+    let kept = assets_dir().join(format!("{name}-retried-console.txt"));
     let _ = std::fs::write(&kept, &first);
     eprintln!(
-        "{name}: the guest's kernel locked up ({}); booting the VM once more",
+        "{name}: the guest locked up or froze ({}); booting the VM once more",
         kept.display()
     );
-    let second = boot_once(assets, name, initramfs, memory_mib, limit);
-    assert!(
-        !second.contains("soft lockup"),
-        "the guest's kernel locked up twice:\n{second}"
-    );
-    second
+    match boot_once(assets, name, initramfs, memory_mib, limit) {
+        Boot::PoweredOff(text) if !text.contains("soft lockup") => text,
+        Boot::PoweredOff(text) => panic!("the guest's kernel locked up twice:\n{text}"),
+        Boot::Frozen(text) => panic!("the guest froze twice:\n{text}"),
+    }
+}
+
+/// How long a guest that has beaten once may go without a `VM-ALIVE` line before it counts as
+/// frozen (it beats every 20 s; a loaded host slows it, not that much).
+const FROZEN: Duration = Duration::from_secs(150);
+
+enum Boot {
+    PoweredOff(String),
+    Frozen(String),
 }
 
 fn boot_once(
@@ -321,7 +384,7 @@ fn boot_once(
     initramfs: &Path,
     memory_mib: u32,
     limit: Duration,
-) -> String {
+) -> Boot {
     let console = assets_dir().join(format!("{name}-console.txt"));
     eprintln!("{name}: the VM's console is {}", console.display());
     let mut qemu = Command::new(&assets.qemu)
@@ -347,23 +410,37 @@ fn boot_once(
         .spawn()
         .expect("qemu-system-x86_64");
     let deadline = Instant::now() + limit;
+    let mut beats = 0;
+    let mut last_beat = Instant::now();
     let finished = loop {
         if let Some(status) = qemu.try_wait().unwrap() {
             break Some(status);
         }
-        if Instant::now() > deadline {
+        let now = Instant::now();
+        let text = std::fs::read_to_string(&console).unwrap_or_default();
+        let seen = text.matches("VM-ALIVE").count();
+        if seen > beats {
+            beats = seen;
+            last_beat = now;
+        }
+        let frozen = beats > 0 && now.duration_since(last_beat) > FROZEN;
+        if now > deadline || frozen {
             let _ = qemu.kill();
             let _ = qemu.wait();
+            if frozen {
+                let text = std::fs::read_to_string(&console).unwrap_or_default();
+                return Boot::Frozen(text);
+            }
             break None;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(500));
     };
     let text = std::fs::read_to_string(&console).unwrap_or_default();
     match finished {
         Some(status) => assert!(status.success(), "qemu: {status}\n{text}"),
         None => panic!("the VM did not power off within {limit:?}:\n{text}"),
     }
-    text
+    Boot::PoweredOff(text)
 }
 
 /// The exit code each scenario reported (`VM-RESULT name code`), in order.
@@ -414,6 +491,7 @@ chmod 1777 /tmp
 insmod /lib/modules/overlay.ko
 ip link set lo up
 echo "VM-KERNEL $(uname -r) $(cat /sys/fs/cgroup/cgroup.controllers)"
+@WATCH@
 cg=/sys/fs/cgroup
 echo "+cpu +memory +pids" > $cg/cgroup.subtree_control
 mkdir $cg/user.slice $cg/system.slice
@@ -444,8 +522,8 @@ tests="@TESTS@"
 run() {
     name=$1 dir=$2 uid=$3 filter=$4
     shift 4
-    echo "VM-SCENARIO $name"
-    sh -c "echo \$\$ > $dir/cgroup.procs && exec /usr/bin/setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$dir $* $tests --color never --ignored --test-threads=1 $filter" </dev/null 2>&1
+    echo "VM-SCENARIO $name at $(cut -d' ' -f1 /proc/uptime) s"
+    watched $name sh -c "echo \$\$ > $dir/cgroup.procs && exec /usr/bin/setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$dir $* $tests --color never --ignored --test-threads=1 $filter" </dev/null 2>&1
     echo "VM-RESULT $name $?"
 }
 run session $cg/user.slice/session-1.scope 0 guest_v2::placement:: PODVISOR_VM_TOP=$cg
@@ -561,6 +639,7 @@ WantedBy=multi-user.target
 const SYSTEMD_SCRIPT: &str = r#"#!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 echo "VM-KERNEL $(uname -r) $(systemctl --version | head -n 1)"
+@WATCH@
 chmod 1777 /tmp
 /bin/busybox insmod /lib/modules/overlay.ko
 useradd -m -u 1000 user
@@ -572,8 +651,8 @@ here=/sys/fs/cgroup/system.slice/podvisor-vmtest.service
 run() {
     name=$1 uid=$2
     shift 2
-    echo "VM-SCENARIO $name"
-    setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$here "$@" </dev/null 2>&1
+    echo "VM-SCENARIO $name at $(cut -d' ' -f1 /proc/uptime) s"
+    watched $name setpriv --reuid=$uid --regid=$uid --clear-groups env @BIN@ PODVISOR_VM_SCENARIO=$name PODVISOR_VM_START=$here "$@" </dev/null 2>&1
     echo "VM-RESULT $name $?"
 }
 run systemd-root 0 PODVISOR_VM_SLICE=/sys/fs/cgroup/podvisor.slice $tests --color never --ignored --test-threads=1 guest_v2::systemd:: guest_v2::placement::a_memory_hog
