@@ -235,11 +235,18 @@ impl Keeper {
         });
     }
 
-    /// The run's control channel is readable: each start it asks for is made and answered.
-    /// `false` once the run's end has closed.
+    /// The run's control channel is readable: each start it asks for is made and answered,
+    /// while the run is there to hear it. `false` once the run's end has closed.
     fn control_readable(&mut self, c: &mut Channel, epoll: &Epoll) -> bool {
         let open = c.fill_ready();
         while let Some(message) = c.take() {
+            // A run killed with starts asked ahead (it asks up to 16 before reading the
+            // first answer) is gone: what it asked is not made. It would be a container no
+            // saved state knows, or one that fails to join the namespaces the run held; the
+            // run that takes the pod over starts each again as its own.
+            if !open || sys::hung_up(c.stream.as_raw_fd()).unwrap_or(true) {
+                continue;
+            }
             let answer = match message {
                 Ok(Message::Start(request)) => match self.spawn(*request, epoll) {
                     Ok(pid) => Message::Started { pid },

@@ -97,6 +97,23 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec
         .collect())
 }
 
+/// Whether the other end of the stream socket `fd` has closed (or shut down its writing),
+/// asked without waiting: `poll(2)` reports it (POLLHUP, POLLRDHUP) even while what it wrote
+/// before closing is still to be read.
+pub fn hung_up(fd: RawFd) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout returns at once.
+    let ret = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pfd.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0)
+}
+
 /// Marks every descriptor above stderr close-on-exec. What podvisor inherited (a shell's, a
 /// test runner's, a service manager's) then never reaches a container or a probe, which get
 /// 0, 1 and 2 only, as runc gives a container.
@@ -426,4 +443,27 @@ pub fn set_terminal_size(fd: RawFd, rows: u16, cols: u16) -> io::Result<()> {
     // SAFETY: TIOCSWINSZ reads the winsize on our stack.
     check(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &size) })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    /// The keeper's check before each start: a peer that wrote and then closed has hung up,
+    /// while what it wrote is still there to read.
+    #[test]
+    fn a_closed_peer_has_hung_up_with_its_words_still_to_read() {
+        let (mut run, mut keeper) = UnixStream::pair().unwrap();
+        assert!(!hung_up(keeper.as_raw_fd()).unwrap());
+        run.write_all(b"start\n").unwrap();
+        assert!(!hung_up(keeper.as_raw_fd()).unwrap());
+        drop(run);
+        assert!(hung_up(keeper.as_raw_fd()).unwrap());
+        let mut got = String::new();
+        keeper.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "start\n");
+    }
 }

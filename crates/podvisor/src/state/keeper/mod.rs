@@ -329,11 +329,15 @@ impl Channel {
         }
     }
 
-    /// Reads what is there of a non-blocking stream: `false` once it has ended (or failed).
+    /// Reads all that is there of a non-blocking stream (several messages asked together
+    /// arrive in one wakeup): `false` once it has ended (or failed).
     pub fn fill_ready(&mut self) -> bool {
-        match self.fill() {
-            Ok(open) => open,
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        loop {
+            match self.fill() {
+                Ok(true) => continue,
+                Ok(false) => return false,
+                Err(e) => return e.kind() == io::ErrorKind::WouldBlock,
+            }
         }
     }
 
