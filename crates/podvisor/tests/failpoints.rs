@@ -349,8 +349,9 @@ points! {
     keeper_started_nothing_asked: "run.keeper.spawned", Run;
     pod_restart_volumes_wiped: "run.volumes.wiped", RestartingPod;
     start_asked_no_answer_read: "run.start.asked@3", Run;
-    // Both of the pod's containers asked together, no answer read: the keeper begins
-    // neither that it had not begun before the run died.
+    // Both of the pod's containers asked together, no answer read. The keeper begins none
+    // it had not begun when the run died (whether it had begun the second is a race); the
+    // invariants hold either way.
     both_asked_no_answer_read: "run.start.asked@2", Run;
     start_answered_not_recorded: "run.start.answered@3", Run;
     first_start_answered_not_recorded: "run.start.answered", Run;

@@ -412,30 +412,31 @@ fn boot_once(
     let deadline = Instant::now() + limit;
     let mut beats = 0;
     let mut last_beat = Instant::now();
+    let mut frozen = false;
     let finished = loop {
         if let Some(status) = qemu.try_wait().unwrap() {
             break Some(status);
         }
         let now = Instant::now();
-        let text = std::fs::read_to_string(&console).unwrap_or_default();
-        let seen = text.matches("VM-ALIVE").count();
+        let seen = (std::fs::read_to_string(&console).unwrap_or_default())
+            .matches("VM-ALIVE")
+            .count();
         if seen > beats {
             beats = seen;
             last_beat = now;
         }
-        let frozen = beats > 0 && now.duration_since(last_beat) > FROZEN;
+        frozen = beats > 0 && now.duration_since(last_beat) > FROZEN;
         if now > deadline || frozen {
             let _ = qemu.kill();
             let _ = qemu.wait();
-            if frozen {
-                let text = std::fs::read_to_string(&console).unwrap_or_default();
-                return Boot::Frozen(text);
-            }
             break None;
         }
         std::thread::sleep(Duration::from_millis(500));
     };
     let text = std::fs::read_to_string(&console).unwrap_or_default();
+    if frozen {
+        return Boot::Frozen(text);
+    }
     match finished {
         Some(status) => assert!(status.success(), "qemu: {status}\n{text}"),
         None => panic!("the VM did not power off within {limit:?}:\n{text}"),
