@@ -1,47 +1,45 @@
 //! A status line in its parts (`LineParts`): the Pod as one line of JSON, written whole or
 //! as the JSON Patch from the line before, with what did not change since (the spec, each
-//! container's status) taken from the last time it was serialized (`LineCache`).
+//! container's status) taken from the last time it was made (`LineCache`).
 
 use std::rc::Rc;
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod as K8sPod};
+use k8s_openapi::api::core::v1::Pod as K8sPod;
 
-/// `pod` as one line of JSON in kubectl's order, with `spec` (which `pod` leaves out).
-pub fn pod_json(pod: K8sPod, spec: &serde_json::Value, cache: &mut LineCache) -> String {
-    pod_parts(pod, spec, cache).line()
+use super::{ContainerInputs, WallClock};
+
+/// Each container's status as JSON, in the core's order: the init containers' and sidecars'
+/// (`initContainerStatuses`, none when the pod has none) and the others'.
+#[derive(Debug, Default)]
+pub struct ContainerParts {
+    pub init: Option<Vec<Rc<str>>>,
+    pub main: Vec<Rc<str>>,
 }
 
-/// `pod` with `spec` in the parts of its line: written straight from the typed Pod (no JSON
-/// tree is built for the whole of it), and only in part, since a status line of a pod of
-/// 100 containers goes out on every change while one container changes: the spec and each
-/// container's status are serialized again only when they changed since the last time
-/// (`cache`).
-pub fn pod_parts(mut pod: K8sPod, spec: &serde_json::Value, cache: &mut LineCache) -> LineParts {
+/// `pod` (whose status has no containers' statuses) with `containers` and `spec` (which
+/// `pod` leaves out) in the parts of its line: written straight from the typed Pod (no JSON
+/// tree is built for the whole of it), and only in part: the spec is serialized again only
+/// when it changed since the last time (`cache`), each container's status only when its
+/// inputs did (`LineCache::container`).
+pub fn pod_parts(
+    mut pod: K8sPod,
+    containers: ContainerParts,
+    spec: &serde_json::Value,
+    cache: &mut LineCache,
+) -> LineParts {
     let status = pod.status.take().map(|mut st| {
-        let lists = [
-            ("initContainerStatuses", st.init_container_statuses.take()),
-            ("containerStatuses", st.container_statuses.take()),
-        ];
         // What is left is small: its members, in the typed order; each list of container
         // statuses goes where it belongs in that order (an empty array holds its place).
-        st.init_container_statuses = lists[0].1.as_ref().map(|_| Vec::new());
-        st.container_statuses = lists[1].1.as_ref().map(|_| Vec::new());
+        st.init_container_statuses = containers.init.as_ref().map(|_| Vec::new());
+        st.container_statuses = Some(Vec::new());
         let members = match serde_json::to_value(&st) {
             Ok(serde_json::Value::Object(m)) => m,
             _ => serde_json::Map::new(),
         };
-        let mut at = 0;
-        let mut lists = lists.map(|(key, list)| {
-            let parts: Option<Vec<Rc<str>>> = list.map(|list| {
-                (list.into_iter())
-                    .map(|c| {
-                        at += 1;
-                        cache.container(at - 1, c)
-                    })
-                    .collect()
-            });
-            (key, parts)
-        });
+        let mut lists = [
+            ("initContainerStatuses", containers.init),
+            ("containerStatuses", Some(containers.main)),
+        ];
         members
             .into_iter()
             .map(|(key, value)| {
@@ -178,11 +176,12 @@ fn write_part(out: &mut String, part: &Part) {
 }
 
 /// What status lines serialized last, to use again where nothing changed: the spec, and
-/// each container's status by its place (init containers first).
+/// each container's status by its place in the core's order, with the inputs it was made
+/// from.
 #[derive(Debug, Default)]
 pub struct LineCache {
     spec: Option<(serde_json::Value, Rc<str>)>,
-    containers: Vec<(ContainerStatus, Rc<str>)>,
+    containers: Vec<Option<(ContainerInputs<'static>, Rc<str>)>>,
 }
 
 impl LineCache {
@@ -197,16 +196,26 @@ impl LineCache {
         }
     }
 
-    fn container(&mut self, at: usize, status: ContainerStatus) -> Rc<str> {
-        if self.containers.get(at).is_some_and(|(s, _)| *s == status) {
-            return self.containers[at].1.clone();
+    /// The status of the container at `at` as JSON: the one made before when its inputs are
+    /// the same, else made and serialized now.
+    pub fn container(
+        &mut self,
+        at: usize,
+        inputs: &ContainerInputs,
+        wall: WallClock<'_>,
+    ) -> Rc<str> {
+        if let Some(Some((kept, json))) = self.containers.get(at) {
+            if kept == inputs {
+                return json.clone();
+            }
         }
-        let json: Rc<str> = serde_json::to_string(&status).unwrap_or_default().into();
-        if at < self.containers.len() {
-            self.containers[at] = (status, json.clone());
-        } else {
-            self.containers.push((status, json.clone()));
+        let json: Rc<str> = serde_json::to_string(&inputs.status(wall))
+            .unwrap_or_default()
+            .into();
+        if self.containers.len() <= at {
+            self.containers.resize_with(at + 1, || None);
         }
+        self.containers[at] = Some((inputs.kept(), json.clone()));
         json
     }
 }
@@ -214,14 +223,31 @@ impl LineCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        ContainerState as K8sState, ContainerStateWaiting, PodStatus,
-    };
+    use std::borrow::Cow;
+    use std::time::SystemTime;
+
+    use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use podvisor_core::clock::Instant;
+    use podvisor_core::lifecycle::{ContainerState, WaitingReason};
+    use podvisor_core::spec::resources::Resources;
     use serde_json::json;
 
-    /// The line serialized whole, as one struct.
-    fn whole(pod: &K8sPod, spec: &serde_json::Value) -> String {
+    /// A pod as its status is made: the pod without its containers' statuses, and each
+    /// container's inputs (init containers apart).
+    #[derive(Clone)]
+    struct Case {
+        pod: K8sPod,
+        init: Option<Vec<ContainerInputs<'static>>>,
+        main: Vec<ContainerInputs<'static>>,
+    }
+
+    fn wall(t: Instant) -> SystemTime {
+        SystemTime::UNIX_EPOCH + t.since_origin()
+    }
+
+    /// The line serialized whole, as one struct, each container's status made afresh.
+    fn whole(case: &Case, spec: &serde_json::Value) -> String {
         #[derive(serde::Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Ordered<'a> {
@@ -232,45 +258,84 @@ mod tests {
             #[serde(skip_serializing_if = "Option::is_none")]
             status: Option<&'a PodStatus>,
         }
+        let statuses = |list: &[ContainerInputs]| list.iter().map(|c| c.status(&wall)).collect();
+        let status = case.pod.status.clone().map(|st| PodStatus {
+            init_container_statuses: case.init.as_deref().map(statuses),
+            container_statuses: Some(statuses(&case.main)),
+            ..st
+        });
         let ordered = Ordered {
             api_version: "v1",
             kind: "Pod",
-            metadata: &pod.metadata,
+            metadata: &case.pod.metadata,
             spec,
-            status: pod.status.as_ref(),
+            status: status.as_ref(),
         };
         serde_json::to_string(&ordered).unwrap()
     }
 
-    /// A pod of `n` containers and an init container; container `changed` has `restarts`.
-    fn a_pod(n: usize, changed: usize, restarts: i32) -> K8sPod {
-        let status = |i: usize| ContainerStatus {
-            name: format!("c{i}"),
-            restart_count: if i == changed { restarts } else { 0 },
-            // A key's pattern inside a string stays escaped, never taken for the key.
-            state: Some(K8sState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some("CrashLoopBackOff".into()),
-                    message: Some(r#""containerStatuses":[]"#.into()),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
+    /// The line in its parts, each container's status from `cache` where it can be.
+    fn parts(case: Case, spec: &serde_json::Value, cache: &mut LineCache) -> LineParts {
+        let mut at = 0;
+        let mut json = |list: Vec<ContainerInputs>| -> Vec<Rc<str>> {
+            (list.iter())
+                .map(|c| {
+                    at += 1;
+                    cache.container(at - 1, c, &wall)
+                })
+                .collect()
         };
-        K8sPod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                ..Default::default()
-            },
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                conditions: Some(Vec::new()),
-                host_ip: Some("127.0.0.1".into()),
-                init_container_statuses: Some(vec![status(n)]),
-                container_statuses: Some((0..n).map(status).collect()),
-                ..Default::default()
+        let containers = ContainerParts {
+            init: case.init.map(&mut json),
+            main: json(case.main),
+        };
+        pod_parts(case.pod, containers, spec, cache)
+    }
+
+    /// A pod of `n` containers and an init container; container `changed` has `restarts`.
+    fn a_pod(n: usize, changed: usize, restarts: u32) -> Case {
+        let inputs = |i: usize| ContainerInputs {
+            name: Cow::Owned(format!("c{i}")),
+            // A key's pattern inside a string stays escaped, never taken for the key.
+            state: Cow::Owned(ContainerState::Waiting {
+                reason: WaitingReason::CrashLoopBackOff,
+                message: Some(r#""containerStatuses":[]"#.into()),
             }),
+            last_state: (i == changed && restarts > 0).then(|| {
+                Cow::Owned(ContainerState::Terminated {
+                    exit_code: 1,
+                    signal: None,
+                    reason: podvisor_core::lifecycle::TerminatedReason::Error,
+                    message: None,
+                    started_at: None,
+                    finished_at: Instant::from_millis(1_000 * u64::from(restarts)),
+                })
+            }),
+            ready: false,
+            restart_count: if i == changed { restarts } else { 0 },
+            started: false,
+            pids: [None, (i == changed).then_some(100 + restarts as i32)],
+            image: Cow::Borrowed("busybox"),
+            image_id: Cow::Borrowed(""),
+            stop_signal: None,
+            resources: [Resources::default(); 2],
+        };
+        Case {
+            pod: K8sPod {
+                metadata: ObjectMeta {
+                    name: Some("p".into()),
+                    ..Default::default()
+                },
+                spec: None,
+                status: Some(PodStatus {
+                    phase: Some("Running".into()),
+                    conditions: Some(Vec::new()),
+                    host_ip: Some("127.0.0.1".into()),
+                    ..Default::default()
+                }),
+            },
+            init: Some(vec![inputs(n)]),
+            main: (0..n).map(inputs).collect(),
         }
     }
 
@@ -279,23 +344,41 @@ mod tests {
         let mut cache = LineCache::default();
         let spec = json!({"containers": [{"name": "c0"}, {"name": "c1"}]});
         for (changed, restarts) in [(0, 0), (1, 1), (1, 2), (2, 2), (3, 1)] {
-            let pod = a_pod(3, changed, restarts);
-            assert_eq!(pod_json(pod.clone(), &spec, &mut cache), whole(&pod, &spec));
+            let case = a_pod(3, changed, restarts);
+            let line = parts(case.clone(), &spec, &mut cache).line();
+            assert_eq!(line, whole(&case, &spec));
         }
-        // A spec resized in place is written as it now is.
+        // A status whose inputs did not change is the one made before, not made again.
+        let case = a_pod(3, 3, 1);
+        let kept = cache.container(1, &case.main[1], &wall);
+        assert!(Rc::ptr_eq(&kept, &cache.container(1, &case.main[1], &wall)));
+        let mut moved = case.main[1].clone();
+        moved.restart_count += 1;
+        assert!(!Rc::ptr_eq(&kept, &cache.container(1, &moved, &wall)));
+        // A spec resized in place is written as it now is; so is a container resized.
         let resized = json!({"containers": [{"name": "c0", "resources": {}}]});
-        let pod = a_pod(3, 0, 5);
-        assert_eq!(
-            pod_json(pod.clone(), &resized, &mut cache),
-            whole(&pod, &resized)
+        let mut case = a_pod(3, 0, 5);
+        case.main[1].resources[0].memory_request = Some(64 << 20);
+        case.main[1].resources[1].memory_limit = Some(128 << 20);
+        let line = parts(case.clone(), &resized, &mut cache).line();
+        assert_eq!(line, whole(&case, &resized));
+        assert!(
+            line.contains(r#""allocatedResources":{"memory":"64Mi"}"#),
+            "{line}"
         );
+        // An image pulled since: its ID.
+        case.main[2].image_id = Cow::Borrowed("busybox@sha256:ab");
+        let line = parts(case.clone(), &resized, &mut cache).line();
+        assert_eq!(line, whole(&case, &resized));
         // No init containers; no status.
-        let mut pod = a_pod(2, 0, 1);
-        pod.status.as_mut().unwrap().init_container_statuses = None;
+        let mut case = a_pod(2, 0, 1);
+        case.init = None;
         let mut fresh = LineCache::default();
-        assert_eq!(pod_json(pod.clone(), &spec, &mut fresh), whole(&pod, &spec));
-        pod.status = None;
-        assert_eq!(pod_json(pod.clone(), &spec, &mut fresh), whole(&pod, &spec));
+        let line = parts(case.clone(), &spec, &mut fresh).line();
+        assert_eq!(line, whole(&case, &spec));
+        case.pod.status = None;
+        let line = parts(case.clone(), &spec, &mut fresh).line();
+        assert_eq!(line, whole(&case, &spec));
     }
 
     #[test]
@@ -304,13 +387,14 @@ mod tests {
         let spec = json!({"containers": [{"name": "c0"}]});
         let with_reason = {
             let mut p = a_pod(3, 1, 4);
-            p.status.as_mut().unwrap().reason = Some("Evicted".into());
+            p.pod.status.as_mut().unwrap().reason = Some("Evicted".into());
             p
         };
         let fewer = a_pod(2, 1, 4);
-        let no_status = K8sPod {
-            status: None,
-            ..a_pod(2, 0, 0)
+        let no_status = {
+            let mut p = a_pod(2, 0, 0);
+            p.pod.status = None;
+            p
         };
         let resized = json!({"containers": [{"name": "c0", "resources": {}}]});
         let steps = [
@@ -324,11 +408,11 @@ mod tests {
             (no_status, &resized),
             (a_pod(3, 2, 1), &spec),
         ];
-        let mut before = pod_parts(a_pod(3, 0, 0), &spec, &mut cache);
+        let mut before = parts(a_pod(3, 0, 0), &spec, &mut cache);
         let mut doc: serde_json::Value = serde_json::from_str(&before.line()).unwrap();
         let mut sizes = Vec::new();
-        for (pod, spec) in steps {
-            let parts = pod_parts(pod, spec, &mut cache);
+        for (case, spec) in steps {
+            let parts = parts(case, spec, &mut cache);
             match parts.patch_from(&before) {
                 Some(patch) => {
                     sizes.push(patch.len());
@@ -344,8 +428,8 @@ mod tests {
         assert_eq!(sizes[0], 0);
         assert_eq!(sizes[2], 0);
         let one = r#"[{"op":"replace","path":"/status/containerStatuses/1","value":"#;
-        let patch = pod_parts(a_pod(3, 1, 9), &spec, &mut cache)
-            .patch_from(&pod_parts(a_pod(3, 1, 8), &spec, &mut cache))
+        let patch = parts(a_pod(3, 1, 9), &spec, &mut cache)
+            .patch_from(&parts(a_pod(3, 1, 8), &spec, &mut cache))
             .unwrap();
         assert!(patch.starts_with(one), "{patch}");
         assert_eq!(patch.matches(r#""op""#).count(), 1, "{patch}");

@@ -7,18 +7,22 @@
 mod line;
 pub mod print;
 
-pub use line::{pod_json, pod_parts, LineCache, LineParts};
+pub use line::{pod_parts, ContainerParts, LineCache, LineParts};
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod as K8sPod, PodCondition, PodIP, PodStatus,
+    ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use podvisor_core::clock::Instant;
-use podvisor_core::lifecycle::{ContainerState, Kind, Pod};
+use podvisor_core::lifecycle::{ContainerState, Pod};
+use podvisor_core::spec::resize::requirements;
+use podvisor_core::spec::resources::Resources;
 
 pub use k8s_openapi::api::core::v1::Pod as ApiPod;
 
@@ -89,14 +93,12 @@ pub fn time(at: SystemTime) -> Time {
     Time(jiff::Timestamp::try_from(at).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
 }
 
-/// The v1 Pod. `condition_times`: when each condition last changed status; `container_id`:
-/// the ID of a container's instance, if it ran.
+/// The v1 Pod without its containers' statuses (`ContainerInputs` makes each, `LineCache`
+/// keeps them). `condition_times`: when each condition last changed status.
 pub fn pod(
     pod: &Pod,
     info: &PodInfo,
-    wall: WallClock<'_>,
     condition_times: &BTreeMap<&'static str, SystemTime>,
-    container_id: &dyn Fn(usize, u32) -> Option<String>,
 ) -> K8sPod {
     let conditions = pod
         .conditions()
@@ -110,47 +112,6 @@ pub fn pod(
             ..Default::default()
         })
         .collect();
-    let mut init = Vec::new();
-    let mut main = Vec::new();
-    for (i, (c, p)) in pod
-        .containers()
-        .iter()
-        .zip(&pod.plan().containers)
-        .enumerate()
-    {
-        let waiting = matches!(c.state, ContainerState::Waiting { .. });
-        let state_id = (!waiting && c.instance > 0)
-            .then(|| container_id(i, c.instance))
-            .flatten();
-        let last_instance = if waiting {
-            c.instance
-        } else {
-            c.instance.saturating_sub(1)
-        };
-        let last_id = container_id(i, last_instance);
-        let status = ContainerStatus {
-            name: c.name.clone(),
-            state: Some(state(&c.state, state_id.as_deref(), wall)),
-            // An empty object when there is none, as the API server writes it.
-            last_state: Some(
-                c.last_state
-                    .as_ref()
-                    .map_or_else(K8sState::default, |s| state(s, last_id.as_deref(), wall)),
-            ),
-            ready: pod.is_ready(i),
-            restart_count: c.restart_count as i32,
-            image: info.images.get(i).cloned().unwrap_or_default(),
-            image_id: info.image_ids.get(i).cloned().unwrap_or_default(),
-            started: Some(c.started),
-            container_id: state_id,
-            stop_signal: info.stop_signals.get(i).cloned(),
-            ..Default::default()
-        };
-        match p.kind {
-            Kind::Main => main.push(status),
-            Kind::Init | Kind::Sidecar => init.push(status),
-        }
-    }
     let (reason, message) = pod.failure().unzip();
     let status = PodStatus {
         phase: Some(pod.phase().as_str().to_string()),
@@ -162,14 +123,115 @@ pub fn pod(
         pod_ip: Some(POD_IP.into()),
         pod_ips: Some(vec![PodIP { ip: POD_IP.into() }]),
         start_time: Some(time(info.created)),
-        init_container_statuses: (!init.is_empty()).then_some(init),
-        container_statuses: Some(main),
         ..Default::default()
     };
     K8sPod {
         metadata: metadata(pod, info),
         spec: None,
         status: Some(status),
+    }
+}
+
+/// What one container's status is made from, borrowed from the core and the run: the same
+/// inputs make the same status, so that a status line makes and serializes again only the
+/// containers whose inputs changed (a pod of 100 containers sends one on every change while
+/// one of them changes). `kept` is the owned copy `LineCache` compares the next ones with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerInputs<'a> {
+    pub name: Cow<'a, str>,
+    pub state: Cow<'a, ContainerState>,
+    pub last_state: Option<Cow<'a, ContainerState>>,
+    pub ready: bool,
+    pub restart_count: u32,
+    pub started: bool,
+    /// The process IDs of the instances `state` and `last_state` are of, if they ran.
+    pub pids: [Option<i32>; 2],
+    pub image: Cow<'a, str>,
+    pub image_id: Cow<'a, str>,
+    pub stop_signal: Option<Cow<'a, str>>,
+    /// The resources allocated, and those applied to the instance (its allocation when it
+    /// does not run).
+    pub resources: [Resources; 2],
+}
+
+impl<'a> ContainerInputs<'a> {
+    /// Container `i`'s: `pid_of` gives the process ID of one of its instances, if it ran.
+    pub fn of(
+        pod: &'a Pod,
+        info: &'a PodInfo,
+        i: usize,
+        pid_of: &dyn Fn(usize, u32) -> Option<i32>,
+        resources: [Resources; 2],
+    ) -> Self {
+        let c = &pod.containers()[i];
+        let waiting = matches!(c.state, ContainerState::Waiting { .. });
+        let state_pid = (!waiting && c.instance > 0)
+            .then(|| pid_of(i, c.instance))
+            .flatten();
+        let last_instance = if waiting {
+            c.instance
+        } else {
+            c.instance.saturating_sub(1)
+        };
+        let text = |list: &'a [String]| Cow::Borrowed(list.get(i).map_or("", String::as_str));
+        ContainerInputs {
+            name: Cow::Borrowed(&c.name),
+            state: Cow::Borrowed(&c.state),
+            last_state: c.last_state.as_ref().map(Cow::Borrowed),
+            ready: pod.is_ready(i),
+            restart_count: c.restart_count,
+            started: c.started,
+            pids: [state_pid, pid_of(i, last_instance)],
+            image: text(&info.images),
+            image_id: text(&info.image_ids),
+            stop_signal: info.stop_signals.get(i).map(|s| Cow::Borrowed(s.as_str())),
+            resources,
+        }
+    }
+
+    /// An owned copy.
+    pub fn kept(&self) -> ContainerInputs<'static> {
+        let own = |s: &Cow<'_, str>| Cow::Owned(s.to_string());
+        ContainerInputs {
+            name: own(&self.name),
+            state: Cow::Owned(self.state.clone().into_owned()),
+            last_state: (self.last_state.as_ref()).map(|s| Cow::Owned(s.clone().into_owned())),
+            ready: self.ready,
+            restart_count: self.restart_count,
+            started: self.started,
+            pids: self.pids,
+            image: own(&self.image),
+            image_id: own(&self.image_id),
+            stop_signal: self.stop_signal.as_ref().map(own),
+            resources: self.resources,
+        }
+    }
+
+    /// The container's status.
+    pub fn status(&self, wall: WallClock<'_>) -> ContainerStatus {
+        let id = |pid: Option<i32>| pid.map(|p| format!("podvisor://{p}"));
+        let [state_id, last_id] = self.pids.map(id);
+        let [allocated, actual] = self.resources;
+        ContainerStatus {
+            name: self.name.to_string(),
+            state: Some(state(&self.state, state_id.as_deref(), wall)),
+            // An empty object when there is none, as the API server writes it.
+            last_state: Some(
+                (self.last_state.as_ref())
+                    .map_or_else(K8sState::default, |s| state(s, last_id.as_deref(), wall)),
+            ),
+            ready: self.ready,
+            restart_count: self.restart_count as i32,
+            image: self.image.to_string(),
+            image_id: self.image_id.to_string(),
+            started: Some(self.started),
+            container_id: state_id,
+            stop_signal: self.stop_signal.as_ref().map(|s| s.to_string()),
+            allocated_resources: requirements(&allocated).requests,
+            resources: Some(requirements(&actual))
+                .filter(|r| *r != ResourceRequirements::default()),
+            ..Default::default()
+        }
     }
 }
 

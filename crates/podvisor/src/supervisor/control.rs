@@ -157,17 +157,9 @@ impl Supervisor {
             .iter()
             .map(|(k, (_, t))| (*k, *t))
             .collect();
-        let instances = &self.instances;
-        let id = |i: usize, n: u32| instances.pid_of(i, n).map(|p| format!("podvisor://{p}"));
-        let mut pod = status::pod(&self.pod, &self.info, &wall, &times, &id);
-        if let Some(st) = pod.status.as_mut() {
-            let mut conditions = st.conditions.take().unwrap_or_default();
-            let init = st.init_container_statuses.iter_mut().flatten();
-            let mut all: Vec<_> = init
-                .chain(st.container_statuses.iter_mut().flatten())
-                .collect();
-            self.resize_status(&mut conditions, &mut all);
-            st.conditions = Some(conditions);
+        let mut pod = status::pod(&self.pod, &self.info, &times);
+        if let Some(conditions) = pod.status.as_mut().and_then(|st| st.conditions.as_mut()) {
+            self.resize_conditions(conditions);
         }
         let containers = self.pod.containers().iter().enumerate();
         let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
@@ -184,7 +176,23 @@ impl Supervisor {
                 );
             }
         }
-        status::pod_parts(pod, &self.info.spec, &mut self.status_lines.borrow_mut())
+        // Each container's status, made again only when what it is made from changed.
+        let instances = &self.instances;
+        let pid_of = |i: usize, n: u32| instances.pid_of(i, n);
+        let mut cache = self.status_lines.borrow_mut();
+        let mut containers = status::ContainerParts::default();
+        for (i, p) in self.pod.plan().containers.iter().enumerate() {
+            let resources = self.resize_resources(i);
+            let inputs = status::ContainerInputs::of(&self.pod, &self.info, i, &pid_of, resources);
+            let json = cache.container(i, &inputs, &wall);
+            match p.kind {
+                Kind::Main => containers.main.push(json),
+                Kind::Init | Kind::Sidecar => {
+                    containers.init.get_or_insert_with(Vec::new).push(json)
+                }
+            }
+        }
+        status::pod_parts(pod, containers, &self.info.spec, &mut cache)
     }
 
     /// An event of the pod's, from the shell (announced with the turn's others).

@@ -10,17 +10,13 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{
-    ContainerResizePolicy, ContainerStatus, PodCondition, PodSpec, ResourceRequirements,
-};
+use k8s_openapi::api::core::v1::{ContainerResizePolicy, PodCondition, PodSpec};
 use serde_json::Value;
 
 use podvisor_core::clock::{Clock, Instant};
 use podvisor_core::lifecycle::{EventType, Input, InstanceId};
 use podvisor_core::spec::plan::RunPlan;
-use podvisor_core::spec::resize::{
-    admit_resize, check_resize, requirements, resize_action, ResizeAction,
-};
+use podvisor_core::spec::resize::{admit_resize, check_resize, resize_action, ResizeAction};
 use podvisor_core::spec::resources::{allocate, Resources};
 
 use super::Supervisor;
@@ -464,13 +460,9 @@ impl Supervisor {
         }
     }
 
-    /// The resize conditions (`PodResizePending`, `PodResizeInProgress`) and each container's
-    /// `allocatedResources` and `resources`, added to the Pod the API shows.
-    pub(super) fn resize_status(
-        &self,
-        conditions: &mut Vec<PodCondition>,
-        statuses: &mut [&mut ContainerStatus],
-    ) {
+    /// The resize conditions (`PodResizePending`, `PodResizeInProgress`), added to the Pod
+    /// the API shows.
+    pub(super) fn resize_conditions(&self, conditions: &mut Vec<PodCondition>) {
         let in_progress = self.resize_in_progress();
         let now = SystemTime::now();
         let mut add = |kind: &'static str, on: bool, reason: Option<String>, message| {
@@ -501,24 +493,17 @@ impl Supervisor {
             error.as_ref().map(|_| "Error".to_string()),
             error,
         );
-        // (By name through a map: a pod of 100 containers builds this on every change.)
-        let index: std::collections::HashMap<&str, usize> = (self.pod.containers().iter())
-            .enumerate()
-            .map(|(i, c)| (c.name.as_str(), i))
-            .collect();
-        for s in statuses {
-            let Some(&i) = index.get(s.name.as_str()) else {
-                continue;
-            };
-            let allocated = self.plan.exec[i].resources;
-            let actual = if self.running(i) {
-                self.resizing.applied[i]
-            } else {
-                allocated
-            };
-            s.allocated_resources = requirements(&allocated).requests;
-            s.resources =
-                Some(requirements(&actual)).filter(|r| *r != ResourceRequirements::default());
-        }
+    }
+
+    /// Container `i`'s resources as its status shows them: allocated (`allocatedResources`)
+    /// and applied to its running instance (`resources`; its allocation when none runs).
+    pub(super) fn resize_resources(&self, i: usize) -> [Resources; 2] {
+        let allocated = self.plan.exec[i].resources;
+        let actual = if self.running(i) {
+            self.resizing.applied[i]
+        } else {
+            allocated
+        };
+        [allocated, actual]
     }
 }
