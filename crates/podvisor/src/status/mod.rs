@@ -194,8 +194,8 @@ impl<'a> ContainerInputs<'a> {
         let own = |s: &Cow<'_, str>| Cow::Owned(s.to_string());
         ContainerInputs {
             name: own(&self.name),
-            state: Cow::Owned(self.state.clone().into_owned()),
-            last_state: (self.last_state.as_ref()).map(|s| Cow::Owned(s.clone().into_owned())),
+            state: Cow::Owned(ContainerState::clone(&self.state)),
+            last_state: (self.last_state.as_deref()).map(|s| Cow::Owned(s.clone())),
             ready: self.ready,
             restart_count: self.restart_count,
             started: self.started,
@@ -207,7 +207,8 @@ impl<'a> ContainerInputs<'a> {
         }
     }
 
-    /// The container's status.
+    /// The container's status, made from these inputs alone (and the wall clock, which does
+    /// not move): what lets `LineCache` use a status again while its inputs are the same.
     pub fn status(&self, wall: WallClock<'_>) -> ContainerStatus {
         let id = |pid: Option<i32>| pid.map(|p| format!("podvisor://{p}"));
         let [state_id, last_id] = self.pids.map(id);
