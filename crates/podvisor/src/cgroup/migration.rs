@@ -5,10 +5,10 @@
 //! period before. So a container started after a pause waits that long before it runs, and
 //! a pod whose containers start a few milliseconds apart pays the wait again and again.
 //!
-//! A thread of podvisor's keeps that lock warm when a start comes: every millisecond it
-//! writes "0" into the `cgroup.procs` of the cgroup podvisor runs in. That moves nothing
-//! (podvisor is there already) but takes the lock, so that it never goes cold between two
-//! starts. It begins when the pod's cgroups are made (the first start's wait then overlaps
+//! A thread of podvisor's keeps that lock warm when a start comes: every 3 ms (every 1 ms on a
+//! host whose grace periods turn out shorter than that) it writes "0" into the `cgroup.procs`
+//! of the cgroup podvisor runs in. That moves nothing (podvisor is there already) but takes
+//! the lock, so that it never goes cold between two starts. It begins when the pod's cgroups are made (the first start's wait then overlaps
 //! the pod's preparation), and `LEAD` before each restart the back-off has scheduled; it
 //! stops once no container has started for `HOLD`. On a host whose hierarchies are mounted
 //! with `favordynmods` the lock is never cold, and on cgroup v2 podvisor clones each process
@@ -28,8 +28,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long after the last start the lock is kept warm: longer than the gap between two
-/// starts of a burst, so that the burst never waits again. (Each millisecond warm costs
-/// about 25 µs of CPU.)
+/// starts of a burst, so that the burst never waits again. (Each write costs 20 to 30 µs of
+/// CPU, its wakeup included.)
 const HOLD: Duration = Duration::from_millis(30);
 
 /// How long before a scheduled restart the lock is taken first: longer than a grace period.
@@ -39,8 +39,60 @@ const LEAD: Duration = Duration::from_millis(40);
 /// images there already) until its first containers start.
 const PREPARATION: Duration = Duration::from_millis(500);
 
-/// How often the lock is taken while warm: well within a grace period.
-const PERIOD: Duration = Duration::from_millis(1);
+/// How often the lock is taken while warm: within the shortest grace period seen (6 ms on a
+/// 2-core machine at 250 Hz; about half that is possible at 1000 Hz). Each write costs CPU (a
+/// wakeup, a read of `/proc/self/cgroup`, the write), so not more often than needed...
+const PERIOD: Duration = Duration::from_millis(3);
+
+/// ... unless a grace period here turns out shorter: when writes that came a period after the
+/// one before keep finding the lock cold (they waited longer than `COLD`), half or more of the
+/// last `RECENT`, the thread takes it every `PERIOD_SHORT` from then on. A cold write now and
+/// then is something else: a write that waited behind other cgroup operations or was
+/// preempted, which a busy machine does to a few in a hundred.
+const PERIOD_SHORT: Duration = Duration::from_millis(1);
+
+/// A write that takes longer than this waited for a grace period (a warm one takes microseconds).
+const COLD: Duration = Duration::from_millis(1);
+
+/// How many of the last writes are looked at (the bits of `Period::recent`).
+const RECENT: u32 = u8::BITS;
+
+/// How often the thread takes the lock while warm (see `PERIOD`), and which of its last
+/// `RECENT` writes that came a period after the one before found it cold (a bit each, the
+/// latest lowest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Period {
+    every: Duration,
+    recent: u8,
+}
+
+impl Default for Period {
+    fn default() -> Period {
+        Period {
+            every: PERIOD,
+            recent: 0,
+        }
+    }
+}
+
+impl Period {
+    /// After a write that took `took`; `again`: the lock was taken a period before it (not the
+    /// first write after a sleep, which finds it cold by design).
+    fn after_write(self, took: Duration, again: bool) -> Period {
+        if !again {
+            return self;
+        }
+        let recent = self.recent << 1 | u8::from(took > COLD);
+        Period {
+            every: if recent.count_ones() * 2 >= RECENT {
+                PERIOD_SHORT
+            } else {
+                self.every
+            },
+            recent,
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Wanted {
@@ -160,7 +212,7 @@ impl Membership {
         read_from_start(&self.file, &mut self.buf)
     }
 
-    /// Whether this process is still where it was (no allocation: it runs every millisecond
+    /// Whether this process is still where it was (no allocation: it runs every few milliseconds
     /// while warm).
     fn still(&mut self) -> bool {
         let Membership { file, line, buf } = self;
@@ -180,11 +232,14 @@ fn read_from_start<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]
     }
 }
 
-/// The thread: takes the lock every `PERIOD` while wanted, sleeps otherwise. A write that
+/// The thread: takes the lock every period while wanted, sleeps otherwise. A write that
 /// fails (the cgroup is gone), or podvisor moved elsewhere, ends it: the starts wait as they
 /// would without it.
 fn warm(mut procs: &File, mut here: Membership, wanted: &(Mutex<Wanted>, Condvar)) {
     let (lock, wake) = wanted;
+    let mut period = Period::default();
+    // Whether the last turn wrote (the lock was taken a period ago).
+    let mut again = false;
     let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         if state.done {
@@ -193,20 +248,30 @@ fn warm(mut procs: &File, mut here: Membership, wanted: &(Mutex<Wanted>, Condvar
         state = match state.warm_at(Instant::now()) {
             Ok(()) => {
                 drop(state);
-                if !here.still() || procs.write_all(b"0").is_err() {
+                if !here.still() {
                     return;
                 }
-                std::thread::sleep(PERIOD);
+                let before = Instant::now();
+                if procs.write_all(b"0").is_err() {
+                    return;
+                }
+                period = period.after_write(before.elapsed(), again);
+                again = true;
+                std::thread::sleep(period.every);
                 lock.lock().unwrap_or_else(|e| e.into_inner())
             }
             Err(Some(next)) => {
+                again = false;
                 let wait = next.saturating_duration_since(Instant::now());
                 let (state, _) = wake
                     .wait_timeout(state, wait)
                     .unwrap_or_else(|e| e.into_inner());
                 state
             }
-            Err(None) => wake.wait(state).unwrap_or_else(|e| e.into_inner()),
+            Err(None) => {
+                again = false;
+                wake.wait(state).unwrap_or_else(|e| e.into_inner())
+            }
         };
     }
 }
@@ -230,5 +295,42 @@ mod tests {
         assert_eq!(w.warm_at(t0 + ms(10_000) - LEAD), Ok(()));
         assert_eq!(w.warm_at(t0 + ms(10_000) + HOLD - ms(1)), Ok(()));
         assert_eq!(w.warm_at(t0 + ms(10_000) + HOLD), Err(None));
+    }
+
+    #[test]
+    fn the_period_shortens_once_writes_a_period_apart_keep_finding_the_lock_cold() {
+        let us = Duration::from_micros;
+        let (warm, cold) = (us(40), us(5_000));
+        let p = Period::default();
+        assert_eq!(p.every, PERIOD);
+        // Fast writes, and the first write of a stretch however slow: nothing changes.
+        let p = p.after_write(warm, true).after_write(us(20_000), false);
+        assert_eq!(p.every, PERIOD);
+        // A cold write now and then (a busy machine): the period stays.
+        let mut p = p;
+        for n in 0..200 {
+            p = p.after_write(if n % 5 == 0 { cold } else { warm }, true);
+            assert_eq!(p.every, PERIOD, "write {n}");
+        }
+        // Every other one cold (a grace period about as long as the period): it shortens.
+        let mut p = Period::default();
+        for _ in 0..RECENT / 2 - 1 {
+            p = p.after_write(cold, true).after_write(warm, true);
+        }
+        assert_eq!(p.every, PERIOD);
+        p = p.after_write(cold, true);
+        assert_eq!(p.every, PERIOD_SHORT);
+        // Every one cold: it shortens at the fourth, and stays so.
+        let mut p = Period::default();
+        for _ in 0..RECENT / 2 - 1 {
+            p = p.after_write(cold, true);
+        }
+        assert_eq!(p.every, PERIOD);
+        p = p.after_write(cold, true);
+        assert_eq!(p.every, PERIOD_SHORT);
+        for _ in 0..20 {
+            p = p.after_write(warm, true);
+        }
+        assert_eq!(p.every, PERIOD_SHORT);
     }
 }
