@@ -35,7 +35,8 @@
 //! container start beside the same starts without them; idle CPU and peak RSS beside horust.
 //!
 //! `podvisor-bench top`: `podvisor top` on 10 pods × 100 containers: its CPU and peak RSS, and
-//! the supervisors' CPU with and without it attached.
+//! the supervisors' CPU (all their threads, and their main threads alone) with and without it
+//! and `status -w` watchers attached, over rounds of alternating windows.
 //!
 //! `podvisor-bench live-restore`: keepers' start cost, memory and idle CPU, and the time to
 //! adopt 100 running containers, beside a status read and horust's RSS.

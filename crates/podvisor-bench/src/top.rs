@@ -1,15 +1,49 @@
 //! `podvisor-bench top`: `podvisor top` watching 10 pods of 100 containers each (one of them
 //! crash-looping every 2 s, so that statuses and events change all the time; `--idle`: none):
-//! top's own CPU and
-//! peak RSS, and the supervisors' CPU with and without top attached, in one run (rounds of a
-//! window without, then one with; medians of three rounds, one with --quick and a second
-//! window without). top runs in a tmux terminal, and
-//! beside it `--watchers N` (default 5) `podvisor status -w -o json` on each pod.
+//! top's own CPU and peak RSS, and the supervisors' CPU with and without top attached, in one
+//! run. top runs in a tmux terminal, and beside it `--watchers N` (default 5) `podvisor status
+//! -w -o json` on each pod.
+//!
+//! The supervisors' CPU is counted over rounds of two windows, one without and one with the
+//! watchers, in turn first (so that a drift of the machine weighs on both alike): of all their
+//! threads (from each `/proc/PID/task/*/schedstat`) and of their main threads alone, with the
+//! containers started in each window. A window holds 4 to 6 crash cycles of each pod depending
+//! on where it falls in them, which moves one window's CPU by a fifth; the totals over the
+//! rounds, and the CPU per container start, move much less.
 
 use super::*;
 
 const PODS: usize = 10;
 const CONTAINERS: usize = 100;
+
+/// What one window counted: the supervisors' CPU (all threads, main threads; seconds) and the
+/// containers started in it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Window {
+    all: f64,
+    main: f64,
+    starts: usize,
+}
+
+impl std::ops::AddAssign for Window {
+    fn add_assign(&mut self, w: Window) {
+        self.all += w.all;
+        self.main += w.main;
+        self.starts += w.starts;
+    }
+}
+
+/// The CPU of every thread of `pid` now (ns), from each one's schedstat.
+fn cpu_all_threads_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
 
 pub fn top_bench(args: &[String]) {
     let podvisor = program(args, "--podvisor", "podvisor");
@@ -21,9 +55,13 @@ pub fn top_bench(args: &[String]) {
     } else {
         "sleep 1; exit 1"
     };
-    let window = Duration::from_secs(if quick { 5 } else { 20 });
+    let window = Duration::from_secs(if quick { 5 } else { 10 });
     let watchers: usize =
         arg_value(args, "--watchers").map_or(5, |n| n.parse().expect("--watchers N"));
+    let rounds: usize = arg_value(args, "--rounds").map_or(if quick { 2 } else { 8 }, |n| {
+        n.parse().expect("--rounds N")
+    });
+    assert!(rounds > 0, "--rounds N: at least 1");
     let dir = std::env::temp_dir().join(format!("podvisor-bench-top-{}", std::process::id()));
     let root = dir.join("root");
     let mut runs = start_pods(&podvisor, &dir, &root, crash);
@@ -33,27 +71,46 @@ pub fn top_bench(args: &[String]) {
         });
     }
     let pids: Vec<u32> = runs.iter().map(|(c, _)| c.id()).collect();
-    let supervisors = || pids.iter().map(|p| cpu_ns(*p)).sum::<u64>();
-    let measure = |what: &dyn Fn() -> u64| {
-        let before = what();
-        std::thread::sleep(window);
-        (what() - before) as f64 / 1e9
+    let all = || pids.iter().map(|p| cpu_all_threads_ns(*p)).sum::<u64>();
+    let main = || pids.iter().map(|p| cpu_ns(*p)).sum::<u64>();
+    let starts = || {
+        runs.iter()
+            .map(|(_, events)| count_events(events, "Started"))
+            .sum::<usize>()
     };
-    // Rounds of a window without, then one with top and the watchers: the crash loops'
-    // timing moves the supervisors' CPU from one window to the next by a fifth, so the
-    // figures are the medians of the rounds.
-    let rounds = if quick { 1 } else { 3 };
-    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let measure = || {
+        let before = (all(), main(), starts());
+        std::thread::sleep(window);
+        Window {
+            // (A thread that ended in the window takes its CPU with it: the supervisors
+            // here keep theirs, the main one and the cgroup warmer, for their lives.)
+            all: all().saturating_sub(before.0) as f64 / 1e9,
+            main: main().saturating_sub(before.1) as f64 / 1e9,
+            starts: starts() - before.2,
+        }
+    };
+    let (mut without, mut with) = (Window::default(), Window::default());
+    let mut ratios = Vec::new();
     let (mut top_cpu, mut top_hwm) = (0.0, 0.0f64);
-    for _ in 0..rounds {
-        without.push(measure(&supervisors));
-        let watched = watched_window(&podvisor, &root, watchers, &|| measure(&supervisors));
-        with.push(watched.0);
-        top_cpu += watched.1 / rounds as f64;
-        top_hwm = top_hwm.max(watched.2);
-    }
-    if quick {
-        without.push(measure(&supervisors));
+    for round in 0..rounds {
+        let alone = |without: &mut Window| {
+            let w = measure();
+            *without += w;
+            w
+        };
+        let (a, b) = if round % 2 == 0 {
+            let a = alone(&mut without);
+            (a, watched_window(&podvisor, &root, watchers, &measure))
+        } else {
+            let b = watched_window(&podvisor, &root, watchers, &measure);
+            (alone(&mut without), b)
+        };
+        with += b.0;
+        top_cpu += b.1 / rounds as f64;
+        top_hwm = top_hwm.max(b.2);
+        if a.all > 0.0 {
+            ratios.push(b.0.all / a.all);
+        }
     }
 
     for (child, _) in &mut runs {
@@ -64,61 +121,133 @@ pub fn top_bench(args: &[String]) {
     for (child, _) in &mut runs {
         let _ = child.wait();
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        match v.len() % 2 {
-            1 => v[v.len() / 2],
-            _ => (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0,
-        }
-    };
-    let (without, with) = (median(&mut without), median(&mut with));
-    let secs = window.as_secs_f64();
-    println!(
-        "podvisor top on {PODS} pods × {CONTAINERS} containers ({}), {}s windows (podvisor {})",
-        if idle {
-            "idle"
-        } else {
-            "one crash-looping per pod"
-        },
-        window.as_secs(),
-        podvisor.display()
-    );
-    println!("{:<58} {:>12}", "figure", "value");
-    println!(
-        "{:<58} {:>9.1} %",
-        "top's CPU (one core = 100 %)",
-        top_cpu / secs * 100.0
-    );
-    println!("{:<58} {:>9.1} MiB", "top's peak RSS", top_hwm / 1024.0);
-    println!(
-        "{:<58} {:>9.3} s",
-        format!(
-            "10 supervisors' CPU without top (median of {} windows)",
-            rounds + usize::from(quick)
-        ),
-        without
-    );
-    println!(
-        "{:<58} {:>9.3} s",
-        format!("10 supervisors' CPU with top and {watchers} status -w per pod (median)"),
-        with
-    );
-    if without > 0.0 {
-        println!("{:<58} {:>9.2}", "ratio with / without", with / without);
-    } else {
-        println!("{:<58} {:>12}", "ratio with / without", "n/a (no CPU)");
+    Figures {
+        idle,
+        rounds,
+        window,
+        watchers,
+        top_cpu,
+        top_hwm,
+        without,
+        with,
+        ratios,
     }
+    .print(&podvisor);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What a run of the bench measured, to print.
+struct Figures {
+    idle: bool,
+    rounds: usize,
+    window: Duration,
+    watchers: usize,
+    /// top's CPU (s per window) and peak RSS (KiB).
+    top_cpu: f64,
+    top_hwm: f64,
+    /// The windows without and with the watchers, summed.
+    without: Window,
+    with: Window,
+    /// Each round's ratio with / without (all threads).
+    ratios: Vec<f64>,
+}
+
+impl Figures {
+    fn print(mut self, podvisor: &Path) {
+        let Figures {
+            idle,
+            rounds,
+            window,
+            watchers,
+            top_cpu,
+            top_hwm,
+            without,
+            with,
+            ..
+        } = self;
+        let secs = window.as_secs_f64();
+        // (Idle supervisors spend a few µs in a window: no ratio of those.)
+        let ratio = |a: f64, b: f64| {
+            if b >= 1e-3 {
+                format!("{:.2}", a / b)
+            } else {
+                "n/a (< 1 ms)".to_string()
+            }
+        };
+        let per_start = |w: &Window| w.all / w.starts.max(1) as f64 * 1e3;
+        println!(
+            "podvisor top on {PODS} pods × {CONTAINERS} containers ({}), {rounds} rounds of {}s windows without and with (podvisor {})",
+            if idle {
+                "idle"
+            } else {
+                "one crash-looping per pod"
+            },
+            window.as_secs(),
+            podvisor.display()
+        );
+        println!("{:<58} {:>12}", "figure", "value");
+        println!(
+            "{:<58} {:>9.1} %",
+            "top's CPU (one core = 100 %)",
+            top_cpu / secs * 100.0
+        );
+        println!("{:<58} {:>9.1} MiB", "top's peak RSS", top_hwm / 1024.0);
+        let n = rounds as f64;
+        println!(
+            "{:<58} {:>9.3} s",
+            "10 supervisors' CPU per window without (all threads)",
+            without.all / n
+        );
+        println!(
+            "{:<58} {:>9.3} s",
+            format!("10 supervisors' CPU per window with top and {watchers} status -w"),
+            with.all / n
+        );
+        println!(
+            "{:<58} {:>12}",
+            "ratio with / without (all threads, totals)",
+            ratio(with.all, without.all)
+        );
+        self.ratios.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(hi)) = (self.ratios.first(), self.ratios.last()) {
+            println!(
+                "{:<58} {:>5.2}–{:.2}",
+                "ratio with / without, rounds' lowest–highest", lo, hi
+            );
+        }
+        println!(
+            "{:<58} {:>12}",
+            "ratio with / without (main threads alone, totals)",
+            ratio(with.main, without.main)
+        );
+        println!(
+            "{:<58} {:>5} / {}",
+            "containers started in the windows without / with", without.starts, with.starts
+        );
+        if !idle {
+            println!(
+                "{:<58} {:>5.2} / {:.2} ms",
+                "CPU per container start without / with (all threads)",
+                per_start(&without),
+                per_start(&with)
+            );
+            println!(
+                "{:<58} {:>12}",
+                "ratio per container start with / without",
+                ratio(per_start(&with), per_start(&without))
+            );
+        }
+    }
+}
+
 /// One window with top in a tmux terminal of its own and `watchers` `status -w` on each pod:
-/// the supervisors' CPU (`measure`), top's CPU and its peak RSS (KiB).
+/// what `measure` counted, top's CPU and its peak RSS (KiB).
 fn watched_window(
     podvisor: &Path,
     root: &Path,
     watchers: usize,
-    measure: &dyn Fn() -> f64,
-) -> (f64, f64, f64) {
+    measure: &dyn Fn() -> Window,
+) -> (Window, f64, f64) {
     let socket = format!("podvisor-bench-top-{}", std::process::id());
     let tmux = |a: &[&str]| {
         Command::new("tmux")
