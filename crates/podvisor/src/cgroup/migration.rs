@@ -8,12 +8,12 @@
 //! A thread of podvisor's keeps that lock warm when a start comes: every 3 ms (every 1 ms on a
 //! host whose grace periods turn out shorter than that) it writes "0" into the `cgroup.procs`
 //! of the cgroup podvisor runs in. That moves nothing (podvisor is there already) but takes
-//! the lock, so that it never goes cold between two starts. It begins when the pod's cgroups are made (the first start's wait then overlaps
-//! the pod's preparation), and `LEAD` before each restart the back-off has scheduled; it
-//! stops once no container has started for `HOLD`. On a host whose hierarchies are mounted
-//! with `favordynmods` the lock is never cold, and on cgroup v2 podvisor clones each process
-//! into its cgroup (`CLONE_INTO_CGROUP`), with no migration: there is nothing to keep warm
-//! then.
+//! the lock, so that it never goes cold between two starts. It begins when the pod's cgroups
+//! are made (the first start's wait then overlaps the pod's preparation), and `LEAD` before
+//! each restart the back-off has scheduled; it stops once no container has started for
+//! `HOLD`. On a host whose hierarchies are mounted with `favordynmods` the lock is never cold,
+//! and on cgroup v2 podvisor clones each process into its cgroup (`CLONE_INTO_CGROUP`), with
+//! no migration: there is nothing to keep warm then.
 //!
 //! Writing "0" would move podvisor back into that cgroup if something else (an admin, a
 //! rules daemon) had moved it elsewhere since. So before each write the thread reads
@@ -51,7 +51,8 @@ const PERIOD: Duration = Duration::from_millis(3);
 /// preempted, which a busy machine does to a few in a hundred.
 const PERIOD_SHORT: Duration = Duration::from_millis(1);
 
-/// A write that takes longer than this waited for a grace period (a warm one takes microseconds).
+/// A write that takes longer than this waited for a grace period (a warm one takes
+/// microseconds).
 const COLD: Duration = Duration::from_millis(1);
 
 /// How many of the last writes are looked at (the bits of `Period::recent`).
@@ -212,8 +213,8 @@ impl Membership {
         read_from_start(&self.file, &mut self.buf)
     }
 
-    /// Whether this process is still where it was (no allocation: it runs every few milliseconds
-    /// while warm).
+    /// Whether this process is still where it was (no allocation: it runs every few
+    /// milliseconds while warm).
     fn still(&mut self) -> bool {
         let Membership { file, line, buf } = self;
         read_from_start(file, buf)
