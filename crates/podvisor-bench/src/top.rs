@@ -154,18 +154,8 @@ struct Figures {
 
 impl Figures {
     fn print(mut self, podvisor: &Path) {
-        let Figures {
-            idle,
-            rounds,
-            window,
-            watchers,
-            top_cpu,
-            top_hwm,
-            without,
-            with,
-            ..
-        } = self;
-        let secs = window.as_secs_f64();
+        let (without, with) = (self.without, self.with);
+        let secs = self.window.as_secs_f64();
         // (Idle supervisors spend a few µs in a window: no ratio of those.)
         let ratio = |a: f64, b: f64| {
             if b >= 1e-3 {
@@ -176,23 +166,28 @@ impl Figures {
         };
         let per_start = |w: &Window| w.all / w.starts.max(1) as f64 * 1e3;
         println!(
-            "podvisor top on {PODS} pods × {CONTAINERS} containers ({}), {rounds} rounds of {}s windows without and with (podvisor {})",
-            if idle {
+            "podvisor top on {PODS} pods × {CONTAINERS} containers ({}), {} rounds of {}s windows without and with (podvisor {})",
+            if self.idle {
                 "idle"
             } else {
                 "one crash-looping per pod"
             },
-            window.as_secs(),
+            self.rounds,
+            self.window.as_secs(),
             podvisor.display()
         );
         println!("{:<58} {:>12}", "figure", "value");
         println!(
             "{:<58} {:>9.1} %",
             "top's CPU (one core = 100 %)",
-            top_cpu / secs * 100.0
+            self.top_cpu / secs * 100.0
         );
-        println!("{:<58} {:>9.1} MiB", "top's peak RSS", top_hwm / 1024.0);
-        let n = rounds as f64;
+        println!(
+            "{:<58} {:>9.1} MiB",
+            "top's peak RSS",
+            self.top_hwm / 1024.0
+        );
+        let n = self.rounds as f64;
         println!(
             "{:<58} {:>9.3} s",
             "10 supervisors' CPU per window without (all threads)",
@@ -200,7 +195,10 @@ impl Figures {
         );
         println!(
             "{:<58} {:>9.3} s",
-            format!("10 supervisors' CPU per window with top and {watchers} status -w"),
+            format!(
+                "10 supervisors' CPU per window with top and {} status -w",
+                self.watchers
+            ),
             with.all / n
         );
         println!(
@@ -224,7 +222,7 @@ impl Figures {
             "{:<58} {:>5} / {}",
             "containers started in the windows without / with", without.starts, with.starts
         );
-        if !idle {
+        if !self.idle {
             println!(
                 "{:<58} {:>5.2} / {:.2} ms",
                 "CPU per container start without / with (all threads)",

@@ -58,13 +58,15 @@ const COLD: Duration = Duration::from_millis(1);
 /// How many of the last writes are looked at (the bits of `Period::recent`).
 const RECENT: u32 = u8::BITS;
 
-/// How often the thread takes the lock while warm (see `PERIOD`), and which of its last
-/// `RECENT` writes that came a period after the one before found it cold (a bit each, the
-/// latest lowest).
+/// How often the thread takes the lock while warm (see `PERIOD`), from what its writes found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Period {
     every: Duration,
+    /// Which of the last `RECENT` writes that came a period after the one before found the
+    /// lock cold (a bit each, the latest lowest).
     recent: u8,
+    /// Whether the last write came a period ago (the thread has not paused since).
+    again: bool,
 }
 
 impl Default for Period {
@@ -72,26 +74,27 @@ impl Default for Period {
         Period {
             every: PERIOD,
             recent: 0,
+            again: false,
         }
     }
 }
 
 impl Period {
-    /// After a write that took `took`; `again`: the lock was taken a period before it (not the
-    /// first write after a sleep, which finds it cold by design).
-    fn after_write(self, took: Duration, again: bool) -> Period {
-        if !again {
-            return self;
+    /// A write that took `took`. The first after a pause finds the lock cold by design: only
+    /// the others tell.
+    fn wrote(&mut self, took: Duration) {
+        if self.again {
+            self.recent = self.recent << 1 | u8::from(took > COLD);
+            if self.recent.count_ones() * 2 >= RECENT {
+                self.every = PERIOD_SHORT;
+            }
         }
-        let recent = self.recent << 1 | u8::from(took > COLD);
-        Period {
-            every: if recent.count_ones() * 2 >= RECENT {
-                PERIOD_SHORT
-            } else {
-                self.every
-            },
-            recent,
-        }
+        self.again = true;
+    }
+
+    /// The thread paused (nothing to keep warm for a while).
+    fn paused(&mut self) {
+        self.again = false;
     }
 }
 
@@ -239,8 +242,6 @@ fn read_from_start<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]
 fn warm(mut procs: &File, mut here: Membership, wanted: &(Mutex<Wanted>, Condvar)) {
     let (lock, wake) = wanted;
     let mut period = Period::default();
-    // Whether the last turn wrote (the lock was taken a period ago).
-    let mut again = false;
     let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         if state.done {
@@ -256,13 +257,12 @@ fn warm(mut procs: &File, mut here: Membership, wanted: &(Mutex<Wanted>, Condvar
                 if procs.write_all(b"0").is_err() {
                     return;
                 }
-                period = period.after_write(before.elapsed(), again);
-                again = true;
+                period.wrote(before.elapsed());
                 std::thread::sleep(period.every);
                 lock.lock().unwrap_or_else(|e| e.into_inner())
             }
             Err(Some(next)) => {
-                again = false;
+                period.paused();
                 let wait = next.saturating_duration_since(Instant::now());
                 let (state, _) = wake
                     .wait_timeout(state, wait)
@@ -270,7 +270,7 @@ fn warm(mut procs: &File, mut here: Membership, wanted: &(Mutex<Wanted>, Condvar
                 state
             }
             Err(None) => {
-                again = false;
+                period.paused();
                 wake.wait(state).unwrap_or_else(|e| e.into_inner())
             }
         };
@@ -302,35 +302,41 @@ mod tests {
     fn the_period_shortens_once_writes_a_period_apart_keep_finding_the_lock_cold() {
         let us = Duration::from_micros;
         let (warm, cold) = (us(40), us(5_000));
-        let p = Period::default();
+        let mut p = Period::default();
         assert_eq!(p.every, PERIOD);
-        // Fast writes, and the first write of a stretch however slow: nothing changes.
-        let p = p.after_write(warm, true).after_write(us(20_000), false);
-        assert_eq!(p.every, PERIOD);
+        // Fast writes, and the first write after a pause however slow: nothing changes.
+        p.wrote(cold);
+        p.wrote(warm);
+        p.paused();
+        p.wrote(us(20_000));
+        assert_eq!((p.every, p.recent), (PERIOD, 0));
         // A cold write now and then (a busy machine): the period stays.
-        let mut p = p;
         for n in 0..200 {
-            p = p.after_write(if n % 5 == 0 { cold } else { warm }, true);
+            p.wrote(if n % 5 == 0 { cold } else { warm });
             assert_eq!(p.every, PERIOD, "write {n}");
         }
         // Every other one cold (a grace period about as long as the period): it shortens.
         let mut p = Period::default();
+        p.wrote(warm);
         for _ in 0..RECENT / 2 - 1 {
-            p = p.after_write(cold, true).after_write(warm, true);
+            p.wrote(cold);
+            p.wrote(warm);
         }
         assert_eq!(p.every, PERIOD);
-        p = p.after_write(cold, true);
+        p.wrote(cold);
         assert_eq!(p.every, PERIOD_SHORT);
-        // Every one cold: it shortens at the fourth, and stays so.
+        // Every one cold: it shortens at the fourth, and stays so, pauses or not.
         let mut p = Period::default();
+        p.wrote(warm);
         for _ in 0..RECENT / 2 - 1 {
-            p = p.after_write(cold, true);
+            p.wrote(cold);
         }
         assert_eq!(p.every, PERIOD);
-        p = p.after_write(cold, true);
+        p.wrote(cold);
         assert_eq!(p.every, PERIOD_SHORT);
+        p.paused();
         for _ in 0..20 {
-            p = p.after_write(warm, true);
+            p.wrote(warm);
         }
         assert_eq!(p.every, PERIOD_SHORT);
     }
