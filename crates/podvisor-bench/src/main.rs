@@ -117,10 +117,17 @@ fn arg_value(args: &[String], name: &str) -> Option<String> {
 }
 
 fn cpu_ns(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+    schedstat_ns(format!("/proc/{pid}/schedstat")).unwrap_or(0)
+}
+
+/// The time a task has run (ns): the first field of a `schedstat` file.
+fn schedstat_ns(path: impl AsRef<Path>) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
         .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 fn count_events(path: &Path, reason: &str) -> usize {

@@ -40,8 +40,7 @@ fn cpu_all_threads_ns(pid: u32) -> u64 {
     };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|t| schedstat_ns(t.path().join("schedstat")))
         .sum()
 }
 
@@ -93,22 +92,18 @@ pub fn top_bench(args: &[String]) {
     let mut ratios = Vec::new();
     let (mut top_cpu, mut top_hwm) = (0.0, 0.0f64);
     for round in 0..rounds {
-        let alone = |without: &mut Window| {
-            let w = measure();
-            *without += w;
-            w
-        };
         let (a, b) = if round % 2 == 0 {
-            let a = alone(&mut without);
+            let a = measure();
             (a, watched_window(&podvisor, &root, watchers, &measure))
         } else {
             let b = watched_window(&podvisor, &root, watchers, &measure);
-            (alone(&mut without), b)
+            (measure(), b)
         };
+        without += a;
         with += b.0;
         top_cpu += b.1 / rounds as f64;
         top_hwm = top_hwm.max(b.2);
-        if a.all > 0.0 {
+        if a.all >= 1e-3 {
             ratios.push(b.0.all / a.all);
         }
     }
