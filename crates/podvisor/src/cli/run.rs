@@ -67,6 +67,11 @@ pub struct RunArgs {
     /// $XDG_CONFIG_HOME/podvisor/certs.d)
     #[arg(long, value_name = "DIR")]
     registry_config: Option<PathBuf>,
+    /// Without root, what mounts an image's layers: kernel (its overlay, in a user namespace:
+    /// Linux 5.11 and later), fuse-overlayfs, or auto (the kernel's, and fuse-overlayfs where
+    /// the kernel refuses and it is installed)
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = rootless_overlay)]
+    rootless_overlay: supervisor::RootlessOverlay,
     /// Namespaced sysctls a pod may set besides the safe ones: names, or prefixes ending in
     /// `*`, comma-separated (the kubelet's --allowed-unsafe-sysctls)
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
@@ -295,6 +300,7 @@ fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: Pod
             .registry_config
             .clone()
             .unwrap_or_else(crate::image::hosts::default_dir),
+        rootless_overlay: a.rootless_overlay,
     };
     match supervisor::run(
         run_plan,
@@ -343,6 +349,16 @@ fn pod_uid() -> String {
         &h[17..20],
         &h[20..32]
     )
+}
+
+fn rootless_overlay(s: &str) -> Result<supervisor::RootlessOverlay, String> {
+    use supervisor::RootlessOverlay;
+    match s {
+        "auto" => Ok(RootlessOverlay::Auto),
+        "kernel" => Ok(RootlessOverlay::Kernel),
+        "fuse-overlayfs" => Ok(RootlessOverlay::FuseOverlayfs),
+        _ => Err("one of auto, kernel, fuse-overlayfs".to_string()),
+    }
 }
 
 fn cgroup_driver(s: &str) -> Result<crate::cgroup::Driver, String> {

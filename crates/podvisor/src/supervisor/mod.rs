@@ -21,6 +21,7 @@ pub mod persist;
 mod prepare;
 mod resize;
 mod rootfs;
+pub use rootfs::RootlessOverlay;
 pub mod sandbox;
 mod setup;
 mod spawn;
@@ -114,6 +115,8 @@ pub struct Settings {
     pub seccomp_profiles: PathBuf,
     /// `--registry-config`: the registries' `hosts.toml` files.
     pub registry_config: PathBuf,
+    /// `--rootless-overlay`: what mounts an image's layers without root.
+    pub rootless_overlay: rootfs::RootlessOverlay,
 }
 
 /// Why a run did not start or ended early.

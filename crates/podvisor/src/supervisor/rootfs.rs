@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use podvisor_core::clock::{Clock, Instant};
 use podvisor_core::lifecycle::{EventType, Input};
+use podvisor_core::namespaces::PidNamespace;
 use podvisor_core::spec::plan::RunPlan;
 use podvisor_core::spec::volumes::VolumePlan;
 
@@ -54,12 +55,26 @@ pub(super) struct RootLayer {
     pub(super) image_files: Vec<sys::BindMount>,
 }
 
+/// `--rootless-overlay`: what mounts an image's layers without root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RootlessOverlay {
+    /// The kernel's overlay, and fuse-overlayfs where the kernel refuses one in a user
+    /// namespace (Linux before 5.11) and fuse-overlayfs can run.
+    #[default]
+    Auto,
+    /// The kernel's overlay only.
+    Kernel,
+    /// fuse-overlayfs only (refused where it cannot run).
+    FuseOverlayfs,
+}
+
 /// Private roots as root, and without root where user namespaces work (rootless, as rootless
 /// runtimes); otherwise none, and a container that asks for a read-only root or for volume
 /// mounts is refused rather than run without them.
 pub(super) fn root_layer(
     plan: &RunPlan,
     state_dir: &StateDir,
+    overlay: RootlessOverlay,
 ) -> Result<Option<RootLayer>, RunError> {
     if sys::getuid() != 0 && plan.root_from_image && !sys::user_namespaces_work() {
         return Err(Unenforceable {
@@ -108,6 +123,10 @@ pub(super) fn root_layer(
             }
             false => Vec::new(),
         };
+        let (fuse_overlayfs, fuse_only) = match plan.root_from_image {
+            true => fuse_overlayfs(plan, overlay)?,
+            false => (None, false),
+        };
         return Ok(Some(RootLayer {
             dir,
             carry: Vec::new(),
@@ -117,6 +136,8 @@ pub(super) fn root_layer(
                 entries,
                 upper_dir,
                 user_namespace,
+                fuse_overlayfs,
+                fuse_only,
             }),
             user_map,
             _user_ns: user_ns,
@@ -170,6 +191,54 @@ pub(super) fn root_layer(
         _user_ns: None,
         image_files,
     }))
+}
+
+/// fuse-overlayfs for the image's layers as `--rootless-overlay` asks: its path where it can
+/// run (installed, `/dev/fuse` open to this user, and each container in a PID namespace of
+/// its own, which ends its daemon), and whether it is the only way; refused when asked for
+/// alone and it cannot run.
+fn fuse_overlayfs(
+    plan: &RunPlan,
+    overlay: RootlessOverlay,
+) -> Result<(Option<PathBuf>, bool), RunError> {
+    if overlay == RootlessOverlay::Kernel {
+        return Ok((None, false));
+    }
+    let program = find_program("fuse-overlayfs");
+    let why_not = match &program {
+        _ if plan.namespaces.pid == PidNamespace::Host => Some(
+            "the pod uses the host's PID namespace (hostPID), where its daemon would outlive the container".to_string(),
+        ),
+        None => Some("fuse-overlayfs is not installed (not found in PATH)".to_string()),
+        Some(_) => (std::fs::OpenOptions::new().read(true).write(true))
+            .open("/dev/fuse")
+            .err()
+            .map(|e| format!("/dev/fuse cannot be opened by this user: {e}")),
+    };
+    match (overlay, why_not) {
+        (RootlessOverlay::FuseOverlayfs, Some(why)) => Err(Unenforceable {
+            container: (plan.pod.containers.iter())
+                .find(|c| c.image.is_some())
+                .map_or_else(String::new, |c| c.name.clone()),
+            field: "image",
+            needs: "fuse-overlayfs (--rootless-overlay fuse-overlayfs)",
+            why,
+        }
+        .into()),
+        (_, Some(_)) => Ok((None, false)),
+        (_, None) => Ok((program, overlay == RootlessOverlay::FuseOverlayfs)),
+    }
+}
+
+/// The first executable file called `name` in `PATH`.
+fn find_program(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// The pod's own `/etc/hosts` (the host's, under the kubelet's header for a pod on the host's

@@ -51,7 +51,7 @@ pub(super) fn isolate(
     info: &mut PodInfo,
     taken: &mut persist::TakenUp,
 ) -> Result<(Option<RootLayer>, PodCgroups), RunError> {
-    let root_layer = root_layer(plan, dir)?;
+    let root_layer = root_layer(plan, dir, settings.rootless_overlay)?;
     if root_layer.is_none() && !plan.host_root_writable {
         taken.notes.push(persist::pod_note(
             EventType::Warning,
@@ -80,8 +80,14 @@ pub(super) fn isolate(
                 }
                 false => "private layer per start".into(),
             };
-            if l.rootless.is_some() {
+            if let Some(r) = &l.rootless {
                 note = format!("{note}, {rootless}");
+                match (&r.fuse_overlayfs, r.fuse_only) {
+                    (Some(_), true) => note.push_str(", layers by fuse-overlayfs"),
+                    (Some(_), false) => note
+                        .push_str(", layers by fuse-overlayfs where the kernel refuses an overlay"),
+                    (None, _) => {}
+                }
             }
             note
         }

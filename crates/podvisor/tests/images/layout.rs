@@ -259,7 +259,12 @@ pub(super) fn layered(dir: PathBuf, bb: &[u8]) -> PathBuf {
 /// A layout of 100 layers: busybox (gzip), then 99 of one file each, `/l/1` to `/l/99`
 /// (uncompressed): their paths overflow the one page of options mount(2) takes.
 pub(super) fn deep(dir: PathBuf, bb: &[u8]) -> PathBuf {
-    let names: Vec<(String, String)> = (1..100)
+    deeper(dir, bb, 100, "registry.test/deep:v1")
+}
+
+/// As `deep`, of `layers` layers, as `reference`.
+pub(super) fn deeper(dir: PathBuf, bb: &[u8], layers: usize, reference: &str) -> PathBuf {
+    let names: Vec<(String, String)> = (1..layers)
         .map(|i| (format!("l/{i}"), format!("{i}\n")))
         .collect();
     let mut layout = Layout::new(dir).layer(
@@ -276,8 +281,5 @@ pub(super) fn deep(dir: PathBuf, bb: &[u8]) -> PathBuf {
             &[Entry::Dir("l"), Entry::File(path, text.as_bytes(), 0o644)],
         );
     }
-    layout.finish(
-        "registry.test/deep:v1",
-        json!({"config": {"Env": ["PATH=/bin"]}}),
-    )
+    layout.finish(reference, json!({"config": {"Env": ["PATH=/bin"]}}))
 }

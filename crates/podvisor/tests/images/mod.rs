@@ -118,6 +118,7 @@ macro_rules! require_registry {
     }};
 }
 
+mod fuse;
 mod layout;
 mod local;
 mod pulls;

@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 use super::creds::{become_user, last_filters, CredsSpec};
 use super::newroot::{
     build_dev, build_root, enter_root, map_ids, place_mount, DevSpec, MountSpec, RootSpec,
-    OVERLAY_IN_USER_NAMESPACE_FAILED,
+    FUSE_OVERLAYFS_FAILED, OVERLAY_IN_USER_NAMESPACE_FAILED,
 };
 use super::SigAction;
 
@@ -453,8 +453,14 @@ unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
                 // Rootless: the kernel may not let a user namespace mount an overlay.
                 OVERLAY_IN_USER_NAMESPACE_FAILED => {
                     return Err((
-                        c"mount an overlay in its user namespace (Linux 5.11 and later allow it; otherwise run as root)",
+                        c"mount an overlay in its user namespace (Linux 5.11 and later allow one, of up to 500 layers; an image's layers can be mounted by fuse-overlayfs instead, where it is installed and /dev/fuse is open to this user: --rootless-overlay auto or fuse-overlayfs; otherwise run as root)",
                         std::ptr::null(),
+                    ))
+                }
+                FUSE_OVERLAYFS_FAILED => {
+                    return Err((
+                        c"mount its image's layers (fuse-overlayfs failed; run it by hand to see why):",
+                        *(*plan.root).fuse_argv,
                     ))
                 }
                 ret => check_step(ret, c"build its root")?,

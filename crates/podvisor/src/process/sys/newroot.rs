@@ -24,7 +24,8 @@ pub(super) struct MountSpec {
 
 /// One step of building a rootless root, as the child reads it.
 pub(super) struct RootlessStep {
-    /// 0: overlay (mkdir upper, work and target, mount with `source` as its options); 1:
+    /// 0: overlay (mkdir upper, work and target, mount with `source` as its options); 5: the
+    /// same for an image's layers, which fuse-overlayfs may mount instead (`fuse_argv`); 1:
     /// recursive bind of the directory `source` at `target` (read-only when `flag`); 2:
     /// symlink `source` at `target`; 3: as 1, for a file; 4: an empty directory.
     pub(super) kind: u8,
@@ -55,6 +56,10 @@ pub(super) struct RootSpec {
     pub(super) mapped: bool,
     pub(super) steps: *const RootlessStep,
     pub(super) step_count: usize,
+    /// Not null: fuse-overlayfs's argv (null-terminated), which mounts the image's layers
+    /// (step 5) where the kernel will not, or, with `fuse_only`, instead of it.
+    pub(super) fuse_argv: *const *const libc::c_char,
+    pub(super) fuse_only: bool,
 }
 
 /// A container's own /dev as the child reads it: pointers into `DevStrings`.
@@ -90,7 +95,7 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 /// In the child, in its new mount namespace: the layer's tmpfs, its directories and the
 /// overlay of `/` at `merged`, with a fresh /tmp unless the root is read-only. -1 on error
 /// (errno set); rootless, `OVERLAY_IN_USER_NAMESPACE_FAILED` when an overlay could not be
-/// mounted (errno set).
+/// mounted (errno set), `FUSE_OVERLAYFS_FAILED` when fuse-overlayfs did not mount one.
 ///
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
@@ -338,6 +343,61 @@ pub(super) unsafe fn map_ids(r: &RootSpec) -> libc::c_int {
 /// What `build_root` returns when a rootless root's overlay could not be mounted.
 pub(super) const OVERLAY_IN_USER_NAMESPACE_FAILED: libc::c_int = -2;
 
+/// What `build_root` returns when fuse-overlayfs did not mount an image's layers.
+pub(super) const FUSE_OVERLAYFS_FAILED: libc::c_int = -3;
+
+/// In a rootless child: fuse-overlayfs (`argv`) mounts an image's layers, and stays as the
+/// overlay's daemon (it exits once the mount is in place, leaving its daemon behind, in this
+/// child's PID namespace: it ends with the container). 0 when it has, -1 otherwise.
+///
+/// # Safety
+/// `argv` is a null-terminated array of C strings the suspended parent keeps alive.
+unsafe fn mount_with_fuse(argv: *const *const libc::c_char) -> libc::c_int {
+    // SAFETY: a copy of this process (clone without CLONE_VM: its own copy of the memory),
+    // which only resets its signals and descriptors and execs; waitpid(2) for it.
+    unsafe {
+        let flags = libc::SIGCHLD as libc::c_ulong;
+        let zero = 0 as libc::c_ulong;
+        let pid = libc::syscall(libc::SYS_clone, flags, zero, zero, zero, zero) as libc::pid_t;
+        if pid == -1 {
+            return -1;
+        }
+        if pid == 0 {
+            // What podvisor's handlers and mask were must not reach fuse-overlayfs.
+            for sig in 1..=64 {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            // Nothing of the container's (its log, the report pipe) is held by the daemon;
+            // what it prints goes nowhere (1.10 warns of an option at every mount).
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if null == -1 {
+                libc::_exit(127);
+            }
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            let env: [*const libc::c_char; 1] = [std::ptr::null()];
+            libc::execve(*argv, argv, env.as_ptr());
+            libc::_exit(127);
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) == -1 {
+            if *libc::__errno_location() != libc::EINTR {
+                return -1;
+            }
+        }
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            return 0;
+        }
+        *libc::__errno_location() = libc::EIO;
+        -1
+    }
+}
+
 /// In a rootless child, in its new mount namespace: a tmpfs as the new root, the upper layers
 /// on a second one, and the host's top level entry by entry (or an image's overlay and the
 /// host's /proc, /sys and /dev in it); a fresh /tmp unless read-only or from an image.
@@ -368,6 +428,25 @@ pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
                         && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == -1
                     {
                         return OVERLAY_IN_USER_NAMESPACE_FAILED;
+                    }
+                    made
+                }
+                5 => {
+                    let flags = if st.flag { libc::MS_RDONLY } else { 0 };
+                    let made = libc::mkdir(st.upper, 0o755) == 0
+                        && libc::mkdir(st.work, 0o755) == 0
+                        && libc::mkdir(st.target, 0o755) == 0;
+                    let fuse = !r.fuse_argv.is_null();
+                    let kernel = made
+                        && !(fuse && r.fuse_only)
+                        && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == 0;
+                    if made && !kernel {
+                        if !fuse {
+                            return OVERLAY_IN_USER_NAMESPACE_FAILED;
+                        }
+                        if mount_with_fuse(r.fuse_argv) == -1 {
+                            return FUSE_OVERLAYFS_FAILED;
+                        }
                     }
                     made
                 }

@@ -56,6 +56,15 @@ pub struct Rootless {
     /// container enters it instead of getting one of its own that maps only `uid` and `gid`.
     #[cfg_attr(feature = "full", serde(default))]
     pub user_namespace: Option<std::path::PathBuf>,
+    /// fuse-overlayfs (this path) mounts an image's layers where the kernel will not mount an
+    /// overlay in a user namespace (Linux before 5.11), as rootless podman's `mount_program`
+    /// does; none: the kernel's overlay only. Given only to a container with a PID namespace
+    /// of its own: its daemon lives in it and ends with it.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub fuse_overlayfs: Option<std::path::PathBuf>,
+    /// ... and the kernel's overlay is not tried first.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub fuse_only: bool,
 }
 
 /// One entry of the host's `/` in a rootless root.
@@ -136,6 +145,10 @@ pub(super) struct MountStrings {
     /// are written.
     pub(super) mapped: bool,
     pub(super) steps: Vec<(u8, CString, CString, CString, CString, bool)>,
+    /// Rootless, from an image, with fuse-overlayfs (`Rootless::fuse_overlayfs`): its argv
+    /// for the image's overlay (step 5), and whether the kernel's is not tried first.
+    pub(super) fuse_argv: Vec<CString>,
+    pub(super) fuse_only: bool,
     /// Where a /proc of its own PID namespace goes, inside the private root.
     pub(super) proc: Option<CString>,
     /// A /dev of its own, inside the private root.
@@ -305,6 +318,11 @@ impl MountStrings {
             ]);
             out.mapped = r.user_namespace.is_some();
             out.steps = rootless_steps(r, &root.lower_dirs, &merged, &inside, root.read_only)?;
+            if let (Some(program), false) = (&r.fuse_overlayfs, root.lower_dirs.is_empty()) {
+                let base = root.lower_base.as_deref();
+                out.fuse_argv = fuse_argv(program, r, &root.lower_dirs, base, &merged)?;
+                out.fuse_only = r.fuse_only;
+            }
         }
         // Rootless, the host's mounts come in with the top-level entries.
         let carry = root.carry.iter().filter(|_| root.rootless.is_none());
@@ -404,8 +422,52 @@ fn overlay_option(m: &BindMount, rootless: bool) -> io::Result<Option<CString>> 
     c_string(format!("{user}lowerdir={}", lower_option(&m.lower)).as_bytes()).map(Some)
 }
 
+/// fuse-overlayfs's argv for an image's overlay at `merged` (the layers by absolute paths: it
+/// takes no escaped `:`, and its options are not bound by mount(2)'s page).
+fn fuse_argv(
+    program: &std::path::Path,
+    r: &Rootless,
+    lower_dirs: &[std::path::PathBuf],
+    base: Option<&std::path::Path>,
+    merged: &std::path::Path,
+) -> io::Result<Vec<CString>> {
+    let lower: Vec<std::path::PathBuf> = match base {
+        Some(base) => lower_dirs.iter().map(|d| base.join(d)).collect(),
+        None => lower_dirs.to_vec(),
+    };
+    let dirs = [r.upper_dir.join("image.u"), r.upper_dir.join("image.w")];
+    let unsafe_path = (lower.iter().chain(&dirs)).find(|d| {
+        let text = d.as_os_str().as_bytes();
+        text.contains(&b':') || text.contains(&b',')
+    });
+    if let Some(d) = unsafe_path {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "fuse-overlayfs cannot take {} (a ':' or ',' in it)",
+                d.display()
+            ),
+        ));
+    }
+    let lower: Vec<String> = lower.iter().map(|d| d.display().to_string()).collect();
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.join(":"),
+        dirs[0].display(),
+        dirs[1].display()
+    );
+    let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
+    Ok(vec![
+        c(program)?,
+        c_string(b"-o")?,
+        c_string(options.as_bytes())?,
+        c(merged)?,
+    ])
+}
+
 /// The steps that build a rootless root (`inside` maps a path into it): from an image
-/// (`lower_dirs`), its layers' overlay at `merged` first (read-only, if asked, once the root
+/// (`lower_dirs`), its layers' overlay at `merged` first (step 5: the kernel's, or
+/// fuse-overlayfs) (read-only, if asked, once the root
 /// is built); then the host's top-level entries: (kind, source, target, upper, work, flag)
 /// each.
 #[allow(clippy::type_complexity)]
@@ -429,7 +491,7 @@ fn rootless_steps(
             work.display()
         );
         let options = c_string(options.as_bytes())?;
-        steps.push((0, options, c(merged)?, c(&upper)?, c(&work)?, false));
+        steps.push((5, options, c(merged)?, c(&upper)?, c(&work)?, false));
     }
     for (i, e) in r.entries.iter().enumerate() {
         steps.push(match e {

@@ -289,6 +289,8 @@ struct MountPtrs {
     _dir_ptrs: Vec<Vec<*const libc::c_char>>,
     mounts: Vec<MountSpec>,
     steps: Vec<RootlessStep>,
+    /// fuse-overlayfs's argv, null-terminated (empty: none).
+    fuse_argv: Vec<*const libc::c_char>,
     /// A /dev of its own: its nodes and links.
     dev_nodes: Vec<(*const libc::c_char, u32, u32)>,
     dev_links: Vec<(*const libc::c_char, *const libc::c_char)>,
@@ -331,11 +333,17 @@ impl MountPtrs {
                 flag: *flag,
             })
             .collect();
+        let mut fuse_argv: Vec<*const libc::c_char> =
+            strings.fuse_argv.iter().map(|a| a.as_ptr()).collect();
+        if !fuse_argv.is_empty() {
+            fuse_argv.push(std::ptr::null());
+        }
         let dev = strings.dev.as_ref();
         MountPtrs {
             _dir_ptrs: dir_ptrs,
             mounts,
             steps,
+            fuse_argv,
             dev_nodes: dev.map_or_else(Vec::new, |d| {
                 d.nodes
                     .iter()
@@ -396,6 +404,11 @@ impl MountPtrs {
             mapped: strings.mapped,
             steps: self.steps.as_ptr(),
             step_count: self.steps.len(),
+            fuse_argv: match self.fuse_argv.is_empty() {
+                true => std::ptr::null(),
+                false => self.fuse_argv.as_ptr(),
+            },
+            fuse_only: strings.fuse_only,
         })
     }
 }
