@@ -42,4 +42,5 @@ mod subids;
 mod top;
 mod validate;
 mod vm;
+mod vm_old_kernel;
 mod volumes;

@@ -34,7 +34,7 @@ pub struct Assets {
     pub busybox: PathBuf,
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|d| d.join(name))
@@ -274,7 +274,7 @@ fn cpio_fields(ino: u32, name: &str, [mode, uid, gid]: [u32; 3], size: usize) ->
 }
 
 /// The first stage: onto a tmpfs, then `@NEXT@` there as PID 1.
-const INIT: &str = r#"#!/bin/busybox sh
+pub(crate) const INIT: &str = r#"#!/bin/busybox sh
 /bin/busybox mount -t tmpfs -o mode=755 root /newroot
 for d in /*; do
     case "$d" in /newroot|/proc|/sys|/dev|/init) ;; *) /bin/busybox cp -a "$d" /newroot/ ;; esac
@@ -573,7 +573,7 @@ fn cgroup_v2_in_a_vm() {
 /// Boots the VM and checks what it reported: each scenario in `scenarios`, in order, exited
 /// 0 having run at least one test (a filter that matched nothing would pass silently), and
 /// no cgroup the run made is left (`VM-LEFT`) but those `may_stay`.
-fn run_vm(
+pub(crate) fn run_vm(
     assets: &Assets,
     name: &str,
     archive: &Path,

@@ -2,7 +2,9 @@
 //! fuse-overlayfs mounts an image's layers; `--rootless-overlay fuse-overlayfs` asks for it
 //! on any kernel, which is how it is tested here.
 
-use super::layout::{deeper, layered};
+use serde_json::json;
+
+use super::layout::{deeper, layered, Compression, Entry, Layout};
 use super::Images;
 use crate::harness::*;
 
@@ -150,6 +152,76 @@ fn without_root_fuse_overlayfs_mounts_an_images_layers_where_asked() {
         run.stderr.contains(
             "container \"app\": image needs fuse-overlayfs (--rootless-overlay fuse-overlayfs)"
         ) && run.stderr.contains("(hostPID)"),
+        "{run:?}"
+    );
+}
+
+/// In the Linux 5.10 VM (`vm_old_kernel`), as uid 1000 without subordinate ids: the kernel's
+/// overlay refuses the user namespace, fuse-overlayfs mounts the layers instead (auto), and
+/// the kernel's alone cannot start the container.
+#[test]
+#[ignore = "runs in the Linux 5.10 VM (vm_old_kernel)"]
+fn on_linux_5_10_the_layers_are_mounted_by_fuse_overlayfs() {
+    assert!(
+        std::env::var_os("PODVISOR_VM_SCENARIO").is_some(),
+        "runs in the VM"
+    );
+    let bb = std::fs::read("/bin/busybox").unwrap();
+    let t = Images::new();
+    // No opaque directory: the guest's store is on a tmpfs, which has no user xattrs before
+    // Linux 6.6 (the host's test has one).
+    let layout = Layout::new(t.dir.file("layout"))
+        .layer(
+            Compression::Gzip,
+            &[
+                Entry::Dir("bin"),
+                Entry::File("bin/busybox", &bb, 0o755),
+                Entry::Symlink("bin/sh", "busybox"),
+                Entry::Hardlink("bin/bb", "bin/busybox"),
+                Entry::Dir("data"),
+                Entry::File("data/gone", b"hidden by a whiteout\n", 0o644),
+                Entry::File("data/kept", b"kept\n", 0o644),
+            ],
+        )
+        .layer(
+            Compression::Zstd,
+            &[Entry::File("data/.wh.gone", b"", 0o644)],
+        )
+        .finish(
+            "registry.test/old:v1",
+            json!({"config": {"Env": ["PATH=/bin"]}}),
+        );
+    let load = t.load(&layout);
+    assert_eq!(load.code(), 0, "{load:?}");
+    let manifest = t.dir.file("pod.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: old}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    image: registry.test/old:v1\n    command: [/bin/sh, -c, 'busybox ls /data; test /bin/bb -ef /bin/busybox && echo linked; busybox grep \" / / \" /proc/self/mountinfo | busybox sed \"s/.* - //; s/ .*//\"; echo written > /data/new && busybox cat /data/new']\n",
+    )
+    .unwrap();
+    let run = t.podvisor(&["run", "-q"]).arg(&manifest).output();
+    let logs = t.podvisor(&["logs", "old", "app"]).output();
+    assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
+    assert_eq!(
+        logs.stdout, "kept\nlinked\nfuse.fuse-overlayfs\nwritten",
+        "{logs:?}"
+    );
+    let describe = t.podvisor(&["describe", "old"]).output();
+    assert!(
+        describe
+            .stdout
+            .contains(", layers by fuse-overlayfs where the kernel refuses an overlay\n"),
+        "{describe:?}"
+    );
+    let run = t
+        .podvisor(&["run", "--rootless-overlay", "kernel"])
+        .arg(&manifest)
+        .output();
+    assert_eq!(run.code(), 1, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "cannot mount an overlay in its user namespace (Linux 5.11 and later allow one"
+        ) && run.stderr.contains("Operation not permitted"),
         "{run:?}"
     );
 }
