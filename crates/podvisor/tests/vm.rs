@@ -144,8 +144,8 @@ impl Initramfs {
     }
 
     /// This test binary, the binaries under test (also a `PODVISOR_BIN`), and the script at
-    /// `dest` that runs the guest tests: `script` with `@TESTS@` (this binary's path) and
-    /// `@BIN@` (the `PODVISOR_BIN=…` to pass on, if any) filled in.
+    /// `dest` that runs the guest tests: `script` with `@START@`, `@WATCH@`, `@TESTS@` (this
+    /// binary's path) and `@BIN@` (the `PODVISOR_BIN=…` to pass on, if any) filled in.
     pub fn tests(&self, dest: &str, script: &str) {
         let me = std::env::current_exe().unwrap();
         self.binary(&me);
@@ -157,6 +157,7 @@ impl Initramfs {
         };
         let watch = WATCH.replace("@STUCK@", &STUCK_SECS.to_string());
         let script = script
+            .replace("@START@", START)
             .replace("@WATCH@", &watch)
             .replace("@TESTS@", me.to_str().unwrap())
             .replace("@BIN@", &bin);
@@ -283,7 +284,14 @@ done
 exec /bin/busybox switch_root /newroot @NEXT@
 "#;
 
-/// What both guests' scripts share (`@WATCH@`): a heartbeat on the console (`VM-ALIVE` and the
+/// How the busybox guests' scripts begin (`@START@`): busybox's commands, /proc, /sys, /dev.
+const START: &str = "export PATH=/usr/bin:/bin:/sbin HOME=/tmp
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev";
+
+/// What the guests' scripts share (`@WATCH@`): a heartbeat on the console (`VM-ALIVE` and the
 /// guest's uptime every 20 s, which tells a guest that is slow from one that is frozen), and
 /// `watched NAME CMD...`, which runs one scenario's tests: past `STUCK_SECS`, every process's
 /// state, command and kernel stacks go to the console under `VM-STUCK NAME`, then the blocked
@@ -481,11 +489,7 @@ fn cgroup_v2_initramfs(assets: &Assets) -> Initramfs {
 /// the slices, a login shell in `user.slice/session-1.scope`, a service in
 /// `system.slice/X.service`, the user's manager delegated as `user@1000.service`.
 const STAGE2: &str = r#"#!/bin/busybox sh
-export PATH=/usr/bin:/bin:/sbin HOME=/tmp
-/bin/busybox --install -s /bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
+@START@
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
 # The root is a tmpfs already; /tmp keeps what the host had there (a PODVISOR_BIN).
 chmod 1777 /tmp

@@ -11,11 +11,7 @@ use crate::vm::{run_vm, which, Assets, Initramfs, INIT};
 
 /// The guest's script: the modules loaded, the test run as uid 1000.
 const STAGE2: &str = r#"#!/bin/busybox sh
-export PATH=/usr/bin:/bin:/sbin HOME=/tmp
-/bin/busybox --install -s /bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
+@START@
 chmod 1777 /tmp
 insmod /lib/modules/overlay.ko
 insmod /lib/modules/fuse.ko
