@@ -64,7 +64,7 @@ fn without_root_fuse_overlayfs_mounts_an_images_layers_where_asked() {
     };
     let manifest = write_pod(
         "fused",
-        "  containers:\n  - name: app\n    image: registry.test/layered:v1\n    env: [{name: MINE, value: container}]\n  - name: root\n    image: registry.test/layered:v1\n    securityContext: {runAsUser: 0}\n    command: [/bin/sh, -c, 'busybox grep \" / / \" /proc/self/mountinfo | busybox sed \"s/.* - //; s/ .*//\"; echo written > /data/new && busybox cat /data/new; busybox ps -o comm | busybox grep -c fuse-overlayfs']\n",
+        "  volumes: [{name: tools, image: {reference: registry.test/layered:v1}}]\n  containers:\n  - name: app\n    image: registry.test/layered:v1\n    env: [{name: MINE, value: container}]\n  - name: volume\n    image: registry.test/layered:v1\n    command: [/bin/sh, -c, 'busybox ls /tools/data /tools/opaque /opaque-only; busybox grep \" /tools \" /proc/self/mountinfo | busybox sed \"s/.* - //; s/ .*//\"; busybox ps -o comm | busybox grep -c fuse-overlayfs']\n    volumeMounts:\n    - {name: tools, mountPath: /tools}\n    - {name: tools, mountPath: /opaque-only, subPath: opaque}\n  - name: root\n    image: registry.test/layered:v1\n    securityContext: {runAsUser: 0}\n    command: [/bin/sh, -c, 'busybox grep \" / / \" /proc/self/mountinfo | busybox sed \"s/.* - //; s/ .*//\"; echo written > /data/new && busybox cat /data/new; busybox ps -o comm | busybox grep -c fuse-overlayfs']\n",
     );
     let run = as_sub_user(&["run", "-q", "--rootless-overlay", "fuse-overlayfs"])
         .arg(&manifest)
@@ -84,6 +84,14 @@ fn without_root_fuse_overlayfs_mounts_an_images_layers_where_asked() {
         "fuse.fuse-overlayfs\nwritten\n1",
         "{:?}",
         logs("root")
+    );
+    // An image volume of several layers is fuse-overlayfs's too (read-only): a daemon of its
+    // own (the subPath, an opaque directory, is of one layer: a bind).
+    assert_eq!(
+        logs("volume").stdout,
+        "/opaque-only:\nnew\n\n/tools/data:\nkept\n\n/tools/opaque:\nnew\nfuse.fuse-overlayfs\n2",
+        "{:?}",
+        logs("volume")
     );
     // ... which ends with it: none is left once the pod has run.
     assert_eq!(fuse_daemons(), "");
@@ -157,8 +165,8 @@ fn without_root_fuse_overlayfs_mounts_an_images_layers_where_asked() {
 }
 
 /// In the Linux 5.10 VM (`vm_old_kernel`), as uid 1000 without subordinate ids: the kernel's
-/// overlay refuses the user namespace, fuse-overlayfs mounts the layers instead (auto), and
-/// the kernel's alone cannot start the container.
+/// overlay refuses the user namespace, fuse-overlayfs mounts the layers instead (auto), of
+/// the root and of an image volume, and the kernel's alone cannot start the container.
 #[test]
 #[ignore = "runs in the Linux 5.10 VM (vm_old_kernel)"]
 fn on_linux_5_10_the_layers_are_mounted_by_fuse_overlayfs() {
@@ -196,14 +204,14 @@ fn on_linux_5_10_the_layers_are_mounted_by_fuse_overlayfs() {
     let manifest = t.dir.file("pod.yaml");
     std::fs::write(
         &manifest,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: old}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: app\n    image: registry.test/old:v1\n    command: [/bin/sh, -c, 'busybox ls /data; test /bin/bb -ef /bin/busybox && echo linked; busybox grep \" / / \" /proc/self/mountinfo | busybox sed \"s/.* - //; s/ .*//\"; echo written > /data/new && busybox cat /data/new']\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: old}\nspec:\n  restartPolicy: Never\n  volumes: [{name: tools, image: {reference: registry.test/old:v1}}]\n  containers:\n  - name: app\n    image: registry.test/old:v1\n    command: [/bin/sh, -c, 'busybox ls /data; test /bin/bb -ef /bin/busybox && echo linked; busybox grep -E \" / /(tools)? \" /proc/self/mountinfo | busybox sed \"s/.* - //; s/ .*//\"; echo written > /data/new && busybox cat /data/new; busybox ls /tools/data']\n    volumeMounts: [{name: tools, mountPath: /tools}]\n",
     )
     .unwrap();
     let run = t.podvisor(&["run", "-q"]).arg(&manifest).output();
     let logs = t.podvisor(&["logs", "old", "app"]).output();
     assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
     assert_eq!(
-        logs.stdout, "kept\nlinked\nfuse.fuse-overlayfs\nwritten",
+        logs.stdout, "kept\nlinked\nfuse.fuse-overlayfs\nfuse.fuse-overlayfs\nwritten\nkept",
         "{logs:?}"
     );
     let describe = t.podvisor(&["describe", "old"]).output();

@@ -20,6 +20,10 @@ pub(super) struct MountSpec {
     pub(super) overlay: *const libc::c_char,
     /// Not null: the overlay's `lowerdir` names are relative to this directory.
     pub(super) overlay_base: *const libc::c_char,
+    /// Not null: fuse-overlayfs's argv (null-terminated), which mounts the overlay where
+    /// the kernel will not, or, with `fuse_only`, instead of it (rootless).
+    pub(super) fuse_argv: *const *const libc::c_char,
+    pub(super) fuse_only: bool,
 }
 
 /// One step of building a rootless root, as the child reads it.
@@ -233,7 +237,14 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
             libc::close(fd);
         }
         if !m.overlay.is_null() {
-            return mount_overlay_volume(m);
+            let fuse = !m.fuse_argv.is_null();
+            if (fuse && m.fuse_only) || mount_overlay_volume(m) == -1 {
+                return match fuse {
+                    true => mount_with_fuse(m.fuse_argv),
+                    false => -1,
+                };
+            }
+            return 0;
         }
         let bind = libc::MS_BIND | libc::MS_REC;
         if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {

@@ -126,6 +126,9 @@ pub(super) struct MountString {
     pub(super) overlay: Option<CString>,
     /// The directory the overlay's `lowerdir` names are relative to (none: absolute).
     pub(super) overlay_base: Option<CString>,
+    /// Rootless: fuse-overlayfs's argv for the overlay, where the kernel's is refused or
+    /// not wanted (`MountStrings::fuse_only`); empty: the kernel's alone.
+    pub(super) fuse_argv: Vec<CString>,
 }
 
 /// What the parent prepares for a container's mounts, kept alive until the child has exec'd.
@@ -146,7 +149,8 @@ pub(super) struct MountStrings {
     pub(super) mapped: bool,
     pub(super) steps: Vec<(u8, CString, CString, CString, CString, bool)>,
     /// Rootless, from an image, with fuse-overlayfs (`Rootless::fuse_overlayfs`): its argv
-    /// for the image's overlay (step 5), and whether the kernel's is not tried first.
+    /// for the image's overlay (step 5), and whether the kernel's is not tried first (for
+    /// image volumes too).
     pub(super) fuse_argv: Vec<CString>,
     pub(super) fuse_only: bool,
     /// Where a /proc of its own PID namespace goes, inside the private root.
@@ -279,6 +283,7 @@ impl MountStrings {
                     recursive_read_only: false,
                     overlay: overlay_option(m, false)?,
                     overlay_base: lower_base(m.lower_base.as_deref())?,
+                    fuse_argv: Vec::new(),
                 });
             }
             return Ok(out);
@@ -320,7 +325,7 @@ impl MountStrings {
             out.steps = rootless_steps(r, &root.lower_dirs, &merged, &inside, root.read_only)?;
             if let (Some(program), false) = (&r.fuse_overlayfs, root.lower_dirs.is_empty()) {
                 let base = root.lower_base.as_deref();
-                out.fuse_argv = fuse_argv(program, r, &root.lower_dirs, base, &merged)?;
+                out.fuse_argv = fuse_argv(program, &root.lower_dirs, base, Some(r), &merged)?;
                 out.fuse_only = r.fuse_only;
             }
         }
@@ -336,11 +341,21 @@ impl MountStrings {
                 recursive_read_only: *read_only,
                 overlay: None,
                 overlay_base: None,
+                fuse_argv: Vec::new(),
             });
         }
         for m in mounts {
-            out.mounts
-                .push(volume_in_root(m, &inside, root.rootless.is_some())?);
+            let mut mount = volume_in_root(m, &inside, root.rootless.is_some())?;
+            // Rootless, an image volume of several layers may be fuse-overlayfs's too.
+            let fuse = root
+                .rootless
+                .as_ref()
+                .and_then(|r| r.fuse_overlayfs.as_ref());
+            if let (Some(program), false) = (fuse, m.lower.is_empty()) {
+                let base = m.lower_base.as_deref();
+                mount.fuse_argv = fuse_argv(program, &m.lower, base, None, &inside(&m.target))?;
+            }
+            out.mounts.push(mount);
         }
         if own_proc {
             out.proc = Some(c(&inside(std::path::Path::new("/proc")))?);
@@ -404,6 +419,7 @@ fn volume_in_root(
         recursive_read_only: false,
         overlay: overlay_option(m, rootless)?,
         overlay_base: lower_base(m.lower_base.as_deref())?,
+        fuse_argv: Vec::new(),
     })
 }
 
@@ -422,20 +438,23 @@ fn overlay_option(m: &BindMount, rootless: bool) -> io::Result<Option<CString>> 
     c_string(format!("{user}lowerdir={}", lower_option(&m.lower)).as_bytes()).map(Some)
 }
 
-/// fuse-overlayfs's argv for an image's overlay at `merged` (the layers by absolute paths: it
-/// takes no escaped `:`, and its options are not bound by mount(2)'s page).
+/// fuse-overlayfs's argv for an overlay of `lower_dirs` at `target` (the layers by absolute
+/// paths: it takes no escaped `:`, and its options are not bound by mount(2)'s page): an
+/// image's root, on `upper`'s layer, or, without, an image volume (read-only).
 fn fuse_argv(
     program: &std::path::Path,
-    r: &Rootless,
     lower_dirs: &[std::path::PathBuf],
     base: Option<&std::path::Path>,
-    merged: &std::path::Path,
+    upper: Option<&Rootless>,
+    target: &std::path::Path,
 ) -> io::Result<Vec<CString>> {
     let lower: Vec<std::path::PathBuf> = match base {
         Some(base) => lower_dirs.iter().map(|d| base.join(d)).collect(),
         None => lower_dirs.to_vec(),
     };
-    let dirs = [r.upper_dir.join("image.u"), r.upper_dir.join("image.w")];
+    let dirs: Vec<std::path::PathBuf> = upper
+        .map(|r| vec![r.upper_dir.join("image.u"), r.upper_dir.join("image.w")])
+        .unwrap_or_default();
     let unsafe_path = (lower.iter().chain(&dirs)).find(|d| {
         let text = d.as_os_str().as_bytes();
         text.contains(&b':') || text.contains(&b',')
@@ -450,18 +469,21 @@ fn fuse_argv(
         ));
     }
     let lower: Vec<String> = lower.iter().map(|d| d.display().to_string()).collect();
-    let options = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        lower.join(":"),
-        dirs[0].display(),
-        dirs[1].display()
-    );
+    let options = match &dirs[..] {
+        [up, work] => format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.join(":"),
+            up.display(),
+            work.display()
+        ),
+        _ => format!("ro,lowerdir={}", lower.join(":")),
+    };
     let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
     Ok(vec![
         c(program)?,
         c_string(b"-o")?,
         c_string(options.as_bytes())?,
-        c(merged)?,
+        c(target)?,
     ])
 }
 

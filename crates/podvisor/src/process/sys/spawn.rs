@@ -285,8 +285,9 @@ impl Prepared {
 /// The mounts and private-root steps of `MountStrings` as the child reads them: pointers
 /// into the strings, which must outlive this.
 struct MountPtrs {
-    /// Owns what each mount's `make_dirs` points at.
+    /// Owns what each mount's `make_dirs` and `fuse_argv` point at.
     _dir_ptrs: Vec<Vec<*const libc::c_char>>,
+    _fuse_ptrs: Vec<Vec<*const libc::c_char>>,
     mounts: Vec<MountSpec>,
     steps: Vec<RootlessStep>,
     /// fuse-overlayfs's argv, null-terminated (empty: none).
@@ -298,6 +299,15 @@ struct MountPtrs {
     read_only: Vec<*const libc::c_char>,
 }
 
+/// Pointers to `args`, null-terminated as execve(2) takes them; none for no arguments.
+fn argv_ptrs(args: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    if !ptrs.is_empty() {
+        ptrs.push(std::ptr::null());
+    }
+    ptrs
+}
+
 impl MountPtrs {
     fn new(strings: &MountStrings) -> MountPtrs {
         let dir_ptrs: Vec<Vec<*const libc::c_char>> = strings
@@ -305,11 +315,15 @@ impl MountPtrs {
             .iter()
             .map(|m| m.dirs.iter().map(|d| d.as_ptr()).collect())
             .collect();
+        let fuse_ptrs: Vec<Vec<*const libc::c_char>> = (strings.mounts.iter())
+            .map(|m| argv_ptrs(&m.fuse_argv))
+            .collect();
         let mounts = strings
             .mounts
             .iter()
             .zip(&dir_ptrs)
-            .map(|(m, dirs)| MountSpec {
+            .zip(&fuse_ptrs)
+            .map(|((m, dirs), fuse)| MountSpec {
                 source: m.source.as_ptr(),
                 target: m.target.as_ptr(),
                 read_only: m.read_only,
@@ -319,6 +333,11 @@ impl MountPtrs {
                 recursive_read_only: m.recursive_read_only,
                 overlay: m.overlay.as_ref().map_or(std::ptr::null(), |o| o.as_ptr()),
                 overlay_base: (m.overlay_base.as_ref()).map_or(std::ptr::null(), |b| b.as_ptr()),
+                fuse_argv: match fuse.is_empty() {
+                    true => std::ptr::null(),
+                    false => fuse.as_ptr(),
+                },
+                fuse_only: strings.fuse_only,
             })
             .collect();
         let steps = strings
@@ -333,14 +352,11 @@ impl MountPtrs {
                 flag: *flag,
             })
             .collect();
-        let mut fuse_argv: Vec<*const libc::c_char> =
-            strings.fuse_argv.iter().map(|a| a.as_ptr()).collect();
-        if !fuse_argv.is_empty() {
-            fuse_argv.push(std::ptr::null());
-        }
+        let fuse_argv = argv_ptrs(&strings.fuse_argv);
         let dev = strings.dev.as_ref();
         MountPtrs {
             _dir_ptrs: dir_ptrs,
+            _fuse_ptrs: fuse_ptrs,
             mounts,
             steps,
             fuse_argv,
