@@ -880,3 +880,12 @@ pub fn scrape(addr: &str) -> String {
     s.read_to_string(&mut text).unwrap();
     text
 }
+
+/// The first file called `name` in `PATH`.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}

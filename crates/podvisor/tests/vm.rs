@@ -34,14 +34,6 @@ pub struct Assets {
     pub busybox: PathBuf,
 }
 
-pub(crate) fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
 impl Assets {
     /// The assets, or `None` after saying skipped (a failure when `PODVISOR_NO_SKIP` is set).
     pub fn find(test: &str) -> Option<Assets> {

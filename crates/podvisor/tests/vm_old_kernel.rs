@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::harness::*;
-use crate::vm::{run_vm, which, Assets, Initramfs, INIT};
+use crate::vm::{run_vm, Assets, Initramfs, INIT};
 
 /// The guest's script: the modules loaded, the test run as uid 1000.
 const STAGE2: &str = r#"#!/bin/busybox sh

@@ -100,6 +100,22 @@ fn without_root_fuse_overlayfs_mounts_an_images_layers_where_asked() {
         describe.stdout.contains(", layers by fuse-overlayfs\n"),
         "{describe:?}"
     );
+    // A fuse-overlayfs that fails (here `false` under its name, first in PATH): the start
+    // fails, saying which program and where to look.
+    let failing = t.dir.file("failing");
+    std::fs::create_dir_all(&failing).unwrap();
+    std::os::unix::fs::symlink(which("false").unwrap(), failing.join("fuse-overlayfs")).unwrap();
+    let path = format!("{}:{}", failing.display(), std::env::var("PATH").unwrap());
+    let run = as_sub_user(&["run", "--rootless-overlay", "fuse-overlayfs"])
+        .env("PATH", &path)
+        .arg(&manifest)
+        .output();
+    assert_eq!(run.code(), 1, "{run:?}");
+    let said = format!(
+        "Error: failed to start container app: cannot mount its image's layers (fuse-overlayfs failed; run it by hand to see why): {}/fuse-overlayfs: Input/output error",
+        failing.display()
+    );
+    assert!(run.stderr.contains(&said), "{said}\n{run:?}");
     // Under a keeper (live restore) alike: the keeper's child starts it.
     let manifest = write_pod(
         "kept",

@@ -471,8 +471,13 @@ unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
         }
         for i in 0..plan.mount_count {
             let m = &*plan.mounts.add(i);
-            if place_mount(m) == -1 {
-                return Err((c"mount a volume at", m.target));
+            match place_mount(m) {
+                -1 => return Err((c"mount a volume at", m.target)),
+                FUSE_OVERLAYFS_FAILED => return Err((
+                    c"mount a volume by fuse-overlayfs (it failed; run it by hand to see why) at",
+                    m.target,
+                )),
+                _ => {}
             }
         }
         if !plan.proc_target.is_null() {

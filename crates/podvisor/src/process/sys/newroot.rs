@@ -211,7 +211,8 @@ pub(super) unsafe fn build_dev(d: &DevSpec) -> libc::c_int {
 }
 
 /// In the child: one bind mount, its mount point made first when it is inside a private
-/// root. -1 on error (errno set).
+/// root. -1 on error (errno set); `FUSE_OVERLAYFS_FAILED` when fuse-overlayfs did not mount
+/// an image volume's overlay.
 ///
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
@@ -239,9 +240,12 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
         if !m.overlay.is_null() {
             let fuse = !m.fuse_argv.is_null();
             if (fuse && m.fuse_only) || mount_overlay_volume(m) == -1 {
-                return match fuse {
-                    true => mount_with_fuse(m.fuse_argv),
-                    false => -1,
+                if !fuse {
+                    return -1;
+                }
+                return match mount_with_fuse(m.fuse_argv) {
+                    0 => 0,
+                    _ => FUSE_OVERLAYFS_FAILED,
                 };
             }
             return 0;
@@ -354,11 +358,12 @@ pub(super) unsafe fn map_ids(r: &RootSpec) -> libc::c_int {
 /// What `build_root` returns when a rootless root's overlay could not be mounted.
 pub(super) const OVERLAY_IN_USER_NAMESPACE_FAILED: libc::c_int = -2;
 
-/// What `build_root` returns when fuse-overlayfs did not mount an image's layers.
+/// What `build_root` and `place_mount` return when fuse-overlayfs did not mount an image's
+/// layers.
 pub(super) const FUSE_OVERLAYFS_FAILED: libc::c_int = -3;
 
-/// In a rootless child: fuse-overlayfs (`argv`) mounts an image's layers, and stays as the
-/// overlay's daemon (it exits once the mount is in place, leaving its daemon behind, in this
+/// In a rootless child: fuse-overlayfs (`argv`) mounts an image's layers (its root, or an
+/// image volume), and stays as the overlay's daemon (it exits once the mount is in place, leaving its daemon behind, in this
 /// child's PID namespace: it ends with the container). 0 when it has, -1 otherwise.
 ///
 /// # Safety

@@ -56,9 +56,9 @@ pub struct Rootless {
     /// container enters it instead of getting one of its own that maps only `uid` and `gid`.
     #[cfg_attr(feature = "full", serde(default))]
     pub user_namespace: Option<std::path::PathBuf>,
-    /// fuse-overlayfs (this path) mounts an image's layers where the kernel will not mount an
-    /// overlay in a user namespace (Linux before 5.11), as rootless podman's `mount_program`
-    /// does; none: the kernel's overlay only. Given only to a container with a PID namespace
+    /// fuse-overlayfs (this path) mounts an image's layers (the root, image volumes of several
+    /// layers) where the kernel will not mount an overlay in a user namespace (Linux before
+    /// 5.11), as rootless podman's `mount_program` does; none: the kernel's overlay only. Given only to a container with a PID namespace
     /// of its own: its daemon lives in it and ends with it.
     #[cfg_attr(feature = "full", serde(default))]
     pub fuse_overlayfs: Option<std::path::PathBuf>,
@@ -489,9 +489,8 @@ fn fuse_argv(
 
 /// The steps that build a rootless root (`inside` maps a path into it): from an image
 /// (`lower_dirs`), its layers' overlay at `merged` first (step 5: the kernel's, or
-/// fuse-overlayfs) (read-only, if asked, once the root
-/// is built); then the host's top-level entries: (kind, source, target, upper, work, flag)
-/// each.
+/// fuse-overlayfs's; read-only, if asked, once the root is built); then the host's top-level
+/// entries: (kind, source, target, upper, work, flag) each.
 #[allow(clippy::type_complexity)]
 fn rootless_steps(
     r: &Rootless,
