@@ -130,7 +130,7 @@ fn rows(wall: Vec<f64>, rss: Vec<f64>, reap: Option<Vec<f64>>, sizes: Vec<f64>) 
         Row {
             label: "peak RSS supervising sleep (KiB)",
             values: rss,
-            limit: Some(1.5),
+            limit: Some(1.0),
             unit_limit: None,
         },
     ];
