@@ -1,4 +1,4 @@
-//! For the PID 1 build only (no `full` feature, on glibc), two choices of the link.
+//! For the PID 1 build only (no `full` feature, on glibc), three choices of the link.
 //!
 //! Link gcc's unwinder statically instead of loading libgcc_s.so at every start. Why: std on
 //! linux-gnu asks for `-lgcc_s`; loading that one extra shared library costs about 0.2 ms per
@@ -11,10 +11,17 @@
 //! Put the functions that PID 1 runs day to day first and together (`init-order.txt`, written
 //! by `scripts/init-order`). Why: a page fault of a file maps the cached pages around it too,
 //! so what is resident follows how far apart the used functions lie, not their size: spread
-//! over the binary, they kept about 830 KiB of it resident, together about 200 KiB
+//! over the binary, they kept about 830 KiB of it resident, together (and with the next choice) 128 KiB
 //! (docs/benchmarks.md). Only with rust-lld, the linker of x86_64 linux-gnu since Rust 1.90
 //! (GNU ld has no `--symbol-ordering-file`); `PODVISOR_INIT_ORDER=off` turns it off. Names the
 //! build does not have (another toolchain, other dependencies) are skipped by the linker.
+//!
+//! Leave out DT_INIT and DT_FINI. Why: the loader calls `_init` (and `exit` calls `_fini`),
+//! which sit at the very end of the code, so that their one call kept another 64 KiB of the
+//! binary resident. They do nothing here: crti's `_init` only calls `__gmon_start__` for gprof
+//! builds, and constructors and destructors are in `.init_array` and `.fini_array`, which stay.
+//! Naming a symbol that does not exist (`-init=`, `-fini=`) leaves the entries out; a static
+//! binary calls `_init` from glibc's start itself and is not changed by it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,6 +37,9 @@ fn main() {
         return;
     }
     symbol_order(&var);
+    for entry in ["init", "fini"] {
+        println!("cargo:rustc-link-arg-bins=-Wl,-{entry}=podvisor_has_no_{entry}_function");
+    }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let archive = Command::new(&cc)
         .arg("-print-file-name=libgcc_eh.a")
