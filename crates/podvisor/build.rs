@@ -11,7 +11,7 @@
 //! Put the functions that PID 1 runs day to day first and together (`init-order.txt`, written by
 //! `scripts/init-order`). Why: a page fault of a file maps the cached pages around it too, so what
 //! is resident follows how far apart the used functions lie, not their size: spread over the
-//! binary, they kept about 830 KiB of it resident, together (and with the next choice) 128 KiB
+//! binary, they kept about 830 KiB of it resident, together (and with the next choice) 84 KiB
 //! (docs/benchmarks.md). Only with rust-lld, the linker of x86_64 linux-gnu since Rust 1.90 (GNU ld
 //! has no `--symbol-ordering-file`); `PODVISOR_INIT_ORDER=off` turns it off. Names the build does
 //! not have (another toolchain, other dependencies) are skipped by the linker.
