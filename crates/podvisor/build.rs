@@ -1,20 +1,24 @@
-//! For the PID 1 build only (no `full` feature, on glibc), three choices of the link.
+//! Three choices of the link on glibc; the first only for the PID 1 build (no `full` feature).
 //!
-//! Link gcc's unwinder statically instead of loading libgcc_s.so at every start. Why: std on
-//! linux-gnu asks for `-lgcc_s`; loading that one extra shared library costs about 0.2 ms per
-//! exec here, a fifth of tini's whole start-up, for unwinding code that a `panic = "abort"`
-//! binary never runs. A directory with a `libgcc_s.so` linker script that points at gcc's static
-//! `libgcc_eh.a` is searched before the system's, so the linker takes the static unwinder and
-//! records no dependency. Where gcc's archive cannot be found, nothing changes (the binary
-//! simply loads libgcc_s as usual).
+//! Link gcc's unwinder statically instead of loading libgcc_s.so at every start (PID 1 build
+//! only). Why: std on linux-gnu asks for `-lgcc_s`; loading that one extra shared library costs
+//! about 0.2 ms per exec here, a fifth of tini's whole start-up, for unwinding code that a
+//! `panic = "abort"` binary never runs. A directory with a `libgcc_s.so` linker script that
+//! points at gcc's static `libgcc_eh.a` is searched before the system's, so the linker takes the
+//! static unwinder and records no dependency. Where gcc's archive cannot be found, nothing
+//! changes (the binary simply loads libgcc_s as usual).
 //!
-//! Put the functions that PID 1 runs day to day first and together (`init-order.txt`, written by
-//! `scripts/init-order`). Why: a page fault of a file maps the cached pages around it too, so what
-//! is resident follows how far apart the used functions lie, not their size: spread over the
-//! binary, they kept about 830 KiB of it resident, together (and with the next choice) 84 KiB
-//! (docs/benchmarks.md). Only with rust-lld, the linker of x86_64 linux-gnu since Rust 1.90 (GNU ld
-//! has no `--symbol-ordering-file`); `PODVISOR_INIT_ORDER=off` turns it off. Names the build does
-//! not have (another toolchain, other dependencies) are skipped by the linker.
+//! Put the functions that the binaries run day to day first and together: the PID 1 build's
+//! listed in `init-order.txt` (written by `scripts/init-order`), the others' (`podvisor` and
+//! `podvisor-keeper` with the `full` feature; the list is made from the shipped build, `--profile
+//! dist`) in `run-order.txt` (`scripts/run-order`). Why: a page fault of a file maps the cached
+//! pages around it too, so what is resident follows how far apart the used functions lie, not
+//! their size: spread over the binary, they kept about 830 KiB of the PID 1 build resident and
+//! 5.3 MiB of the shipped `podvisor run`'s (docs/benchmarks.md). Only with rust-lld, the linker
+//! of x86_64 linux-gnu since Rust 1.90 (GNU ld has no `--symbol-ordering-file`);
+//! `PODVISOR_CODE_ORDER=off` turns it off. Names the build does not have (another toolchain,
+//! other dependencies, another profile: the names carry hashes of them) are skipped by the
+//! linker.
 //!
 //! Leave out DT_INIT and DT_FINI. Why: the loader calls `_init` (and `exit` calls `_fini`),
 //! which sit at the very end of the code, so that their one call kept another 64 KiB of the
@@ -32,13 +36,20 @@ fn main() {
     let init_only = std::env::var_os("CARGO_FEATURE_FULL").is_none();
     // (The profile's `panic = "abort"` is not visible here; the static unwinder would serve a
     // panicking build just as well.)
-    if !(init_only && var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "gnu")
-    {
+    if !(var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "gnu") {
         return;
     }
-    symbol_order(&var);
+    let list = if init_only {
+        "init-order.txt"
+    } else {
+        "run-order.txt"
+    };
+    symbol_order(&var, list);
     for entry in ["init", "fini"] {
         println!("cargo:rustc-link-arg-bins=-Wl,-{entry}=podvisor_has_no_{entry}_function");
+    }
+    if !init_only {
+        return;
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let archive = Command::new(&cc)
@@ -61,13 +72,13 @@ fn main() {
     println!("cargo:rustc-link-search=native={}", dir.display());
 }
 
-/// Asks the linker to place the functions of `init-order.txt` first, where it is rust-lld.
-fn symbol_order(var: &dyn Fn(&str) -> String) {
-    println!("cargo:rerun-if-changed=init-order.txt");
-    println!("cargo:rerun-if-env-changed=PODVISOR_INIT_ORDER");
+/// Asks the linker to place the functions listed in the file `list` first, where it is rust-lld.
+fn symbol_order(var: &dyn Fn(&str) -> String, list: &str) {
+    println!("cargo:rerun-if-changed={list}");
+    println!("cargo:rerun-if-env-changed=PODVISOR_CODE_ORDER");
     // A linker chosen in RUSTFLAGS may not be rust-lld.
     let flags = var("CARGO_ENCODED_RUSTFLAGS");
-    if var("PODVISOR_INIT_ORDER") == "off"
+    if var("PODVISOR_CODE_ORDER") == "off"
         || var("CARGO_CFG_TARGET_ARCH") != "x86_64"
         || flags.contains("linker")
         || flags.contains("fuse-ld")
@@ -91,7 +102,7 @@ fn symbol_order(var: &dyn Fn(&str) -> String) {
     if minor.is_none_or(|m| m < 90) {
         return;
     }
-    let file = PathBuf::from(var("CARGO_MANIFEST_DIR")).join("init-order.txt");
+    let file = PathBuf::from(var("CARGO_MANIFEST_DIR")).join(list);
     println!(
         "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
         file.display()
