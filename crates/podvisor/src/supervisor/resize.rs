@@ -49,17 +49,20 @@ pub(super) struct Resizing {
 
 impl Resizing {
     /// For a pod of `spec` whose containers run with `applied` (in the core's order).
+    /// Only the containers' `resizePolicy` is read, not the whole `PodSpec`: its deserializer
+    /// is large code that a run holding its pods for hours would keep resident for one use.
     pub(super) fn new(spec: &Value, applied: Vec<Resources>) -> Resizing {
-        let spec: Option<PodSpec> = serde_json::from_value(spec.clone()).ok();
-        let policies = spec
-            .iter()
-            .flat_map(|s| {
-                let init = s.init_containers.iter().flatten();
-                init.chain(&s.containers)
-                    .map(|c| c.resize_policy.clone().unwrap_or_default())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let policy = |c: &Value| -> Vec<ContainerResizePolicy> {
+            c.get("resizePolicy")
+                .and_then(|p| serde_json::from_value(p.clone()).ok())
+                .unwrap_or_default()
+        };
+        let list = |field: &str| match spec.get(field) {
+            Some(Value::Array(cs)) => cs.as_slice(),
+            _ => &[],
+        };
+        let all = list("initContainers").iter().chain(list("containers"));
+        let policies = all.map(policy).collect();
         Resizing {
             policies,
             applied,
