@@ -4,7 +4,8 @@
 //!   median bucket), rounds interleaved;
 //! - memory: `run` and its keeper (one holds the 100), summed PSS (/proc/PID/smaps_rollup),
 //!   beside `run` alone without a keeper and horust's peak RSS on the same 100 sleeps; the
-//!   keeper's CPU while idle;
+//!   keeper's CPU while idle; the same sum for 10 containers, and what each of the 90 added
+//!   containers costs;
 //! - adoption: `run` killed with SIGKILL, then the time from starting `run` again to the 100th
 //!   `Adopted` event (events file polled every millisecond), beside one `podvisor status` of the
 //!   same pod (spawn to exit, median of 5); restarts after adoption must be zero.
@@ -12,12 +13,14 @@
 use super::*;
 
 const CONTAINERS: usize = 100;
+/// The smaller pod, for the cost of an added container.
+const FEW: usize = 10;
 
-fn pod_yaml(dir: &Path) -> PathBuf {
+fn pod_yaml(dir: &Path, containers: usize) -> PathBuf {
     let mut yaml = String::from(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bench\n  annotations: {podvisor.io/root-from: host, podvisor.io/host-root: writable}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n",
     );
-    for i in 0..CONTAINERS {
+    for i in 0..containers {
         yaml.push_str(&format!(
             "  - {{name: c{i}, command: [sleep, '1000'], resources: {{limits: {{memory: 64Mi, cpu: 100m}}}}}}\n"
         ));
@@ -96,17 +99,40 @@ struct Round {
     start_with: (f64, f64),
     pss_run_alone: f64,
     pss_with_keepers: f64,
+    pss_few: f64,
     keepers_cpu: f64,
     adopt_ms: f64,
     status_ms: f64,
     restarts_after: usize,
 }
 
+/// `run --live-restore` and its keeper holding `FEW` containers, summed PSS in KiB.
+fn few_pss(podvisor: &Path, dir: &Path) -> f64 {
+    let few = dir.join("few");
+    std::fs::create_dir_all(&few).unwrap();
+    pod_yaml(&few, FEW);
+    let mut run = start_run(podvisor, &few, true, None);
+    wait_for("10 started", Duration::from_secs(60), || {
+        count_events(&few.join("events.json"), "Started") >= FEW
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let state = few.join("state");
+    let pss = pss_kb(run.id()) + keepers(&state).iter().map(|k| pss_kb(*k)).sum::<f64>();
+    assert!(client(podvisor, &few, "stop").success());
+    let _ = run.wait();
+    wait_for("the keeper to end", Duration::from_secs(30), || {
+        keepers(&state).is_empty()
+    });
+    pss
+}
+
 fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
+    let pss_few = few_pss(podvisor, dir);
+
     // Without keepers.
     let plain = dir.join("plain");
     std::fs::create_dir_all(&plain).unwrap();
-    pod_yaml(&plain);
+    pod_yaml(&plain, CONTAINERS);
     let port = free_port();
     let mut run = start_run(podvisor, &plain, false, Some(port));
     wait_for("100 started", Duration::from_secs(60), || {
@@ -123,7 +149,7 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
     // With keepers.
     let live = dir.join("live");
     std::fs::create_dir_all(&live).unwrap();
-    pod_yaml(&live);
+    pod_yaml(&live, CONTAINERS);
     let port = free_port();
     let mut run = start_run(podvisor, &live, true, Some(port));
     let events = live.join("events.json");
@@ -176,6 +202,7 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
         start_with,
         pss_run_alone,
         pss_with_keepers,
+        pss_few,
         keepers_cpu,
         adopt_ms,
         status_ms,
@@ -227,12 +254,26 @@ pub fn live_bench(args: &[String]) {
         m(|r| r.pss_run_alone)
     );
     println!("{:<44}{:>12.0}", "run + its keeper, summed PSS (KiB)", with);
+    let few = m(|r| r.pss_few);
+    println!(
+        "{:<44}{:>12.0}",
+        format!("the same for {FEW} containers (KiB)"),
+        few
+    );
+    let added = (with - few) / (CONTAINERS - FEW) as f64;
+    println!(
+        "{:<44}{:>12.1}  goal ≤ 50 KiB: {}",
+        "per added container (KiB)",
+        added,
+        if added <= 50.0 { "met" } else { "MISSED" }
+    );
     match &peer {
         Some(p) => println!(
-            "{:<44}{:>12.0}  below horust's: {}",
+            "{:<44}{:>12.0}  ratio {:.2}, goal ≤ 0.8: {}",
             "horust, peak RSS (KiB)",
             p.1,
-            if with < p.1 { "met" } else { "MISSED" }
+            with / p.1,
+            if with <= 0.8 * p.1 { "met" } else { "MISSED" }
         ),
         None => println!(
             "{:<44}{:>12}",
