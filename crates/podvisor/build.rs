@@ -1,4 +1,5 @@
-//! Three choices of the link on glibc; the first only for the PID 1 build (no `full` feature).
+//! Four choices of the link on glibc; the first and the last only for the PID 1 build (no `full`
+//! feature).
 //!
 //! Link gcc's unwinder statically instead of loading libgcc_s.so at every start (PID 1 build
 //! only). Why: std on linux-gnu asks for `-lgcc_s`; loading that one extra shared library costs
@@ -30,7 +31,7 @@
 //! Leave the unwinding tables out of the PID 1 build (`.eh_frame`, its index and
 //! `.gcc_except_table`: 137 KB of its 1.1 MB), with a linker script that only discards them
 //! (`INSERT`, so the linker's own layout stays). Why: its profile aborts on a panic, so nothing
-//! unwinds; the tables were read-only pages mapped beside the strings, and a fifth of the
+//! unwinds; the tables were read-only pages mapped beside the strings, and an eighth of the
 //! file. What goes: the backtrace `RUST_BACKTRACE=1` would print on a panic (the message
 //! stays); a debug build of it, which would unwind, aborts on a panic instead.
 
