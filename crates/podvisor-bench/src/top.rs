@@ -81,8 +81,7 @@ pub fn top_bench(args: &[String]) {
         let before = (all(), main(), starts());
         std::thread::sleep(window);
         Window {
-            // (A thread that ended in the window takes its CPU with it: the supervisors
-            // here keep theirs, the main one and the cgroup warmer, for their lives.)
+            // (A thread that ended in the window takes its CPU with it.)
             all: all().saturating_sub(before.0) as f64 / 1e9,
             main: main().saturating_sub(before.1) as f64 / 1e9,
             starts: starts() - before.2,

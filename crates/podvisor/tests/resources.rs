@@ -4,7 +4,7 @@
 //! cannot be enforced (no cgroups for this user) is refused, naming the field.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -439,109 +439,88 @@ fn pod_level_resources_are_checked_and_refused_on_cgroup_v1() {
     );
 }
 
-/// A thread of process `pid` by its name: its id.
-fn thread_named(pid: i32, name: &str) -> Option<String> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-        .map(|t| t.file_name().to_string_lossy().into_owned())
-        .find(|tid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                .is_ok_and(|c| c.trim() == name)
-        })
-}
-
-/// The time thread `tid` of `pid` has run, in nanoseconds (schedstat).
-fn ran_ns(pid: i32, tid: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap();
-    text.split(' ').next().unwrap().parse().unwrap()
-}
-
 #[test]
-fn on_cgroup_v1_the_migration_lock_is_kept_warm_while_containers_start_and_nothing_moves() {
+fn on_cgroup_v1_each_instance_joins_its_cgroups_whole_and_the_run_stays_where_it_is() {
     if !cgroups_here() {
         return;
     }
-    let containers: String = (1..=3)
-        .map(|n| format!("  - {{name: c{n}, command: [sleep, '600'], resources: {{limits: {{memory: 32Mi}}}}}}\n"))
-        .collect();
-    let r = PodRun::new(&pod("Always", &format!("  containers:\n{containers}")));
-    let mut p = r.cmd(&[]).start();
-    let run = p.init_pid();
-    let own = std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap();
-    wait_until("the containers run", || {
-        (0..3).all(|i| container_pid(&r, i).is_some())
-    });
-    let warmer = thread_named(run, "cgroup-warmer").expect("a cgroup-warmer thread in the run");
-    // Taking the lock moved nothing: the run and each of its threads are where it started.
-    assert_eq!(
-        std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap(),
-        own
-    );
-    for task in std::fs::read_dir(format!("/proc/{run}/task"))
-        .unwrap()
-        .flatten()
-    {
-        let path = task.path().join("cgroup");
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            own,
-            "{}",
-            path.display()
-        );
-    }
-    // Once the starts are over it sleeps.
-    std::thread::sleep(Duration::from_secs(1));
-    let idle = ran_ns(run, &warmer);
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        ran_ns(run, &warmer),
-        idle,
-        "the warmer ran with no container starting"
-    );
-    // A start wakes it, and it sleeps again after.
-    assert_eq!(client(&r, &["restart", "c2"]).code(), 0);
-    wait_until("c2 restarted", || r.find("c2", "Started").len() == 2);
-    std::thread::sleep(Duration::from_secs(1));
-    let after = ran_ns(run, &warmer);
-    assert!(after > idle, "the warmer did not run for a start");
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(ran_ns(run, &warmer), after);
-    // Moved elsewhere by someone else, the run stays there: the warmer, which would move it
-    // back with its next write, ends at the next start instead.
-    let memory = |text: &str| {
-        let line = text.lines().find(|l| l.split(':').nth(1) == Some("memory"));
-        line.unwrap().splitn(3, ':').nth(2).unwrap().to_string()
-    };
-    let mount = Path::new("/sys/fs/cgroup/memory");
-    let from = mount.join(memory(&own).trim_start_matches('/'));
-    struct Moved {
-        run: i32,
-        from: PathBuf,
-        to: PathBuf,
-    }
-    impl Drop for Moved {
-        fn drop(&mut self) {
-            let _ = std::fs::write(self.from.join("cgroup.procs"), self.run.to_string());
-            let _ = std::fs::remove_dir(&self.to);
+    // Each instance joins by moving its one thread before exec (the v1 `tasks` file): what it
+    // runs (threads, children) is born there, in every hierarchy, a restarted instance in its
+    // own cgroup, with a keeper or without.
+    for live_restore in [false, true] {
+        let r = PodRun::new(&pod(
+            "Always",
+            "  containers:\n  - name: app\n    command: [sh, -c, 'sleep 600 & sleep 600 & wait']\n    resources: {limits: {memory: 32Mi, cpu: 500m}}\n",
+        ));
+        let args: &[&str] = if live_restore {
+            &["--live-restore"]
+        } else {
+            &[]
+        };
+        let mut p = r.cmd(args).start();
+        let run = p.init_pid();
+        let own = std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap();
+        let mut before = None;
+        for instance in 1..=2u32 {
+            let children = |pid: i32| -> Vec<i32> {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|k| k.parse().ok())
+                    .collect()
+            };
+            let (mut pid, mut kids) = (0, Vec::new());
+            wait_until("the instance and its two sleeps run", || {
+                pid = container_pid(&r, 0).unwrap_or(0);
+                kids = children(pid);
+                pid > 0 && Some(pid) != before && kids.len() == 2
+            });
+            before = Some(pid);
+            for controller in ["memory", "cpu", "cpuacct"] {
+                let dir = cgroup_dir(pid, controller).unwrap();
+                assert!(
+                    dir.ends_with(format!("app-{instance}")),
+                    "live-restore {live_restore}: {} in {controller}",
+                    dir.display()
+                );
+                let listed = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+                let mut listed: Vec<i32> = listed.lines().map(|l| l.parse().unwrap()).collect();
+                listed.sort();
+                let mut want = vec![pid];
+                want.extend(&kids);
+                want.sort();
+                assert_eq!(
+                    listed,
+                    want,
+                    "live-restore {live_restore}: {}",
+                    dir.display()
+                );
+            }
+            if instance == 1 {
+                assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+            }
         }
+        // Nothing else moved: the run and each of its threads are where it started.
+        for task in std::fs::read_dir(format!("/proc/{run}/task"))
+            .unwrap()
+            .flatten()
+        {
+            let path = task.path().join("cgroup");
+            assert_eq!(
+                std::fs::read_to_string(&path).unwrap(),
+                own,
+                "{}",
+                path.display()
+            );
+        }
+        // (Under a keeper a SIGTERM ends only the run: `podvisor stop` ends the pod.)
+        if live_restore {
+            assert_eq!(client(&r, &["stop"]).code(), 0);
+            assert_eq!(p.wait().code(), Some(0), "{:?}", p.stderr);
+            p.assert_no_leftovers();
+        } else {
+            stop(&mut p);
+        }
+        assert_eq!(pod_cgroups_left(&r), Vec::<PathBuf>::new());
     }
-    let moved = Moved {
-        run,
-        from,
-        to: mount.join(format!("pvtest-moved-{run}")),
-    };
-    std::fs::create_dir(&moved.to).unwrap();
-    std::fs::write(moved.to.join("cgroup.procs"), run.to_string()).unwrap();
-    let to = format!("/{}", moved.to.strip_prefix(mount).unwrap().display());
-    assert_eq!(client(&r, &["restart", "c3"]).code(), 0);
-    wait_until("c3 restarted", || r.find("c3", "Started").len() == 2);
-    std::thread::sleep(Duration::from_millis(100));
-    let now = std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap();
-    assert_eq!(memory(&now), to, "{now}");
-    wait_until("the warmer ends", || {
-        thread_named(run, "cgroup-warmer").is_none()
-    });
-    drop(moved);
-    stop(&mut p);
 }

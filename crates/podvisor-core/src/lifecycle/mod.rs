@@ -82,8 +82,6 @@ pub struct Pod {
     /// The earliest backoff end, kill step or verdict, computed after each full step; `None`
     /// inside: nothing.
     slow_deadline: Option<Option<Instant>>,
-    /// `next_restart`, kept until the next step that changes something (as `slow_deadline`).
-    restart_at: Option<Option<Instant>>,
     /// Taken up from a saved record: announced when admitted.
     resumed: Option<resume::Resumed>,
     /// Containers that outlived the last run, taken over at admission (see `adopt`).
@@ -116,7 +114,6 @@ impl Pod {
             failure: None,
             probe_due: BinaryHeap::new(),
             slow_deadline: None,
-            restart_at: None,
             resumed: None,
             adopted: Vec::new(),
             unlocated: Vec::new(),
@@ -185,33 +182,6 @@ impl Pod {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
-    }
-
-    /// When the first container waiting out its backoff (`CrashLoopBackOff`) is due to
-    /// start again, if one is: what a runtime may get ready for ahead of time.
-    pub fn next_restart(&mut self) -> Option<Instant> {
-        if let Some(at) = self.restart_at {
-            return at;
-        }
-        let at = self.compute_next_restart();
-        self.restart_at = Some(at);
-        at
-    }
-
-    fn compute_next_restart(&self) -> Option<Instant> {
-        if self.stopping.is_some() {
-            return None;
-        }
-        (0..self.containers.len())
-            .filter(|&i| self.containers[i].backing_off())
-            .filter_map(|i| match self.decide(i) {
-                reconcile::NextStart::Restart {
-                    wait: Some((_, until)),
-                    ..
-                } => Some(until),
-                _ => None,
-            })
-            .min()
     }
 
     fn compute_slow_deadline(&self) -> Option<Instant> {
@@ -323,7 +293,6 @@ impl Pod {
             Input::VolumeImage(v, report) => self.volume_image_report(now, v, report, &mut fx),
         }
         self.slow_deadline = None;
-        self.restart_at = None;
         self.settle(now, &mut fx);
         fx
     }

@@ -16,7 +16,6 @@
 //! Never: a process that is not the pod's touched (podvisor moves only itself).
 
 mod fs;
-mod migration;
 mod pod;
 pub mod systemd;
 pub mod unified;
@@ -24,7 +23,6 @@ pub mod unified;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use migration::Warmer;
 pub use pod::{instance_dir, oom_kills_in, InstanceCgroup, PodCgroup, Resource, Usage};
 
 use crate::mountinfo::{self, Mount};
@@ -315,9 +313,6 @@ pub struct PodCgroups {
     pub pod: Option<PodCgroup>,
     /// For `describe`: the layout used, or why there is none.
     pub note: String,
-    /// On cgroup v1, what keeps the migration lock warm while containers start
-    /// (`migration`).
-    pub warmer: Option<Warmer>,
 }
 
 /// A limit podvisor cannot enforce: the run is refused rather than run without it.
@@ -391,20 +386,12 @@ impl PodCgroups {
                 pids_max,
                 keep,
             )?;
-            // (Without it the starts only wait longer.)
-            let warmer = match layout.version {
-                Version::V1 => layout.roots.first().and_then(|(c, own)| {
-                    Warmer::start(&own.join("cgroup.procs"), c.v1_name()).ok()
-                }),
-                Version::V2 => None,
-            };
-            Ok((at.note, pod, warmer))
+            Ok((at.note, pod))
         });
         match made {
-            Ok((note, pod, warmer)) => Ok(PodCgroups {
+            Ok((note, pod)) => Ok(PodCgroups {
                 pod: Some(pod),
                 note,
-                warmer,
             }),
             Err(e) => {
                 let why = if e.says_the_fix() {
@@ -448,7 +435,6 @@ impl PodCgroups {
                 Ok(PodCgroups {
                     pod: None,
                     note: format!("none: {why}"),
-                    warmer: None,
                 })
             }
         }

@@ -20,6 +20,24 @@ use crate::state::StateFile;
 /// The file that records the pod cgroups a run made, in its state dir.
 const RECORD: &str = "cgroups";
 
+/// The file of an instance cgroup that a child writes "0" into to join it before exec.
+///
+/// On cgroup v1 that is `tasks`, which moves only the writing thread: the child is a single
+/// thread (it has not exec'd yet), so that moves the whole process, and the kernel takes no
+/// lock beyond its cgroup mutex for a thread that moves itself. A write into `cgroup.procs`
+/// moves a whole thread group and takes the kernel's one lock over all thread groups
+/// (`cgroup_threadgroup_rwsem`), whose writer waits for an RCU grace period unless another
+/// writer took it moments before: 5 to 30 ms here, on the path of every start. On cgroup v2
+/// a process moves through `cgroup.procs` only (`cgroup.threads` moves threads within one
+/// threaded subtree); it is born in its cgroup there (`CLONE_INTO_CGROUP`) where the kernel
+/// allows, and only moved where clone3 is refused.
+fn join_file(version: Version) -> &'static str {
+    match version {
+        Version::V1 => "tasks",
+        Version::V2 => "cgroup.procs",
+    }
+}
+
 /// How long to wait for a killed cgroup's processes to go before giving up on removing it.
 pub(super) const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -95,21 +113,21 @@ impl PodCgroup {
     /// The cgroup of an instance taken over from the run before (see `create`'s `keep`).
     pub fn reopen(&self, container: &str, instance: u32) -> Result<InstanceCgroup, CgroupError> {
         let mut dirs = Vec::new();
-        let mut procs = Vec::new();
+        let mut joins = Vec::new();
         for (c, pod_dir) in &self.dirs {
             let dir = pod_dir.join(instance_dir(container, instance));
-            let path = dir.join("cgroup.procs");
+            let path = dir.join(join_file(self.version));
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(&path)
                 .map_err(io_err(&path, "open"))?;
             dirs.push((*c, dir));
-            procs.push(f);
+            joins.push(f);
         }
         Ok(InstanceCgroup {
             version: self.version,
             dirs,
-            procs,
+            joins,
         })
     }
 
@@ -122,7 +140,7 @@ impl PodCgroup {
     ) -> Result<InstanceCgroup, CgroupError> {
         self.retry_pending();
         let mut dirs = Vec::new();
-        let mut procs = Vec::new();
+        let mut joins = Vec::new();
         let made = (|| {
             for (c, pod_dir) in &self.dirs {
                 let dir = pod_dir.join(instance_dir(container, instance));
@@ -130,12 +148,12 @@ impl PodCgroup {
                 std::fs::create_dir(&dir).map_err(io_err(&dir, "create"))?;
                 dirs.push((*c, dir.clone()));
                 apply(*c, &dir, r, None, Level::Instance)?;
-                let path = dir.join("cgroup.procs");
+                let path = dir.join(join_file(self.version));
                 let f = std::fs::OpenOptions::new()
                     .write(true)
                     .open(&path)
                     .map_err(io_err(&path, "open"))?;
-                procs.push(f);
+                joins.push(f);
             }
             Ok(())
         })();
@@ -143,7 +161,7 @@ impl PodCgroup {
         let cg = InstanceCgroup {
             version: self.version,
             dirs,
-            procs,
+            joins,
         };
         match made {
             Ok(()) => Ok(cg),
@@ -220,8 +238,9 @@ pub fn instance_dir(container: &str, instance: u32) -> String {
 pub struct InstanceCgroup {
     version: Version,
     dirs: Vec<(Controller, PathBuf)>,
-    /// Its `cgroup.procs` files, open for the child to write "0" into before exec.
-    procs: Vec<File>,
+    /// Its files to join through (`join_file`), open for the child to write "0" into before
+    /// exec.
+    joins: Vec<File>,
 }
 
 /// What the cgroup says the instance uses.
@@ -238,21 +257,21 @@ impl InstanceCgroup {
         InstanceCgroup {
             version,
             dirs,
-            procs: Vec::new(),
+            joins: Vec::new(),
         }
     }
 
-    /// The `cgroup.procs` files of `join_fds` (a keeper opens them itself).
+    /// The files of `join_fds` (a keeper opens them itself).
     pub fn join_paths(&self) -> Vec<PathBuf> {
         self.dirs
             .iter()
-            .map(|(_, d)| d.join("cgroup.procs"))
+            .map(|(_, d)| d.join(join_file(self.version)))
             .collect()
     }
 
     /// Descriptors a spawned child writes "0" into to join.
     pub fn join_fds(&self) -> Vec<RawFd> {
-        self.procs.iter().map(|f| f.as_raw_fd()).collect()
+        self.joins.iter().map(|f| f.as_raw_fd()).collect()
     }
 
     fn dir(&self, c: Controller) -> Option<&Path> {

@@ -420,7 +420,6 @@ impl Supervisor {
             self.save_if_changed();
             self.announce();
             let core = self.pod.next_deadline();
-            self.warm_for_restarts();
             let mount_retry = self.mount_gate.as_ref().map(|g| g.retry_at);
             let deadline = [
                 core,

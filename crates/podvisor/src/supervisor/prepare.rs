@@ -75,7 +75,6 @@ pub(super) fn prepare(
 /// taken over from keepers, which stay for the next run as after a crash. Mounts need
 /// nothing: a memory emptyDir's tmpfs is in the run's own mount namespace and ends with it.
 pub(super) fn remove_pod_cgroup(cgroups: &mut PodCgroups, dir: &StateDir) {
-    cgroups.warmer = None;
     if let Some(pod) = cgroups.pod.take() {
         if let Err(e) = pod.remove(dir.path()) {
             eprintln!("podvisor: {e}");

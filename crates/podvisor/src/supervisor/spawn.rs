@@ -120,18 +120,6 @@ impl Supervisor {
         Some(Input::Probed(id, kind, outcome))
     }
 
-    /// On cgroup v1, tells the warmer of the migration lock when the next restart is due
-    /// (`cgroup::Warmer`).
-    pub(super) fn warm_for_restarts(&mut self) {
-        let Some(warmer) = &self.cgroups.warmer else {
-            return;
-        };
-        let now = self.clock.now();
-        let ahead =
-            |t: podvisor_core::clock::Instant| std::time::Instant::now() + t.saturating_since(now);
-        warmer.expect(self.pod.next_restart().map(ahead));
-    }
-
     /// Starts instances, each with its environment made for its stage; returns the inputs
     /// that report how they went, in their order. Under a keeper the starts overlap: the
     /// keeper is asked for the next ones (up to `ASKED_AHEAD`) while it makes the one before,
@@ -217,9 +205,6 @@ impl Supervisor {
         stage: Option<Stage>,
         began: std::time::Instant,
     ) -> io::Result<Launch> {
-        if let Some(warmer) = &self.cgroups.warmer {
-            warmer.starting();
-        }
         // Probes and hooks of this instance see what it sees.
         self.envs[id.container] = self.instance_env(id.container, stage);
         let (root, mounts) = match self.root_and_mounts(id.container) {

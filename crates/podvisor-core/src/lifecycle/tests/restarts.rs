@@ -45,30 +45,6 @@ fn crash_loop_follows_the_backoff_schedule() {
 }
 
 #[test]
-fn the_next_restart_is_when_the_backoff_ends() {
-    let mut sim = Sim::new(
-        plan(
-            RestartPolicy::Always,
-            &[("app", Kind::Main), ("up", Kind::Main)],
-        ),
-        vec![runs(&[(Some(100), 1)]), forever()],
-    );
-    // Running, then restarted at once: nothing waits.
-    sim.run(50);
-    assert_eq!(sim.pod.next_restart(), None);
-    // #2 exited at 200: back-off until 10200.
-    sim.run(5_000);
-    assert_eq!(sim.pod.next_restart(), Some(Instant::ZERO + ms(10_200)));
-    sim.run(10_250);
-    assert_eq!(sim.pod.next_restart(), None, "#3 runs");
-    sim.run(20_000);
-    assert_eq!(sim.pod.next_restart(), Some(Instant::ZERO + ms(30_300)));
-    // Stopping, nothing starts again.
-    sim.feed(Input::Stop);
-    assert_eq!(sim.pod.next_restart(), None);
-}
-
-#[test]
 fn backoff_resets_after_ten_minutes_of_running() {
     // Quick crashes, then one instance that runs 11 minutes, then quick crashes again.
     let script = runs(&[

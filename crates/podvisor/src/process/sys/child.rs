@@ -20,7 +20,8 @@ pub(super) enum Mode {
 
 /// What the vfork-style child needs, prepared by the parent before the clone.
 pub(super) struct ChildPlan {
-    /// Open `cgroup.procs` files to write "0" into (join), first thing.
+    /// Open files to write "0" into (join), first thing: `tasks` on cgroup v1, `cgroup.procs`
+    /// on v2.
     pub(super) cgroups: *const RawFd,
     pub(super) cgroup_count: usize,
     pub(super) mounts: *const MountSpec,
@@ -261,7 +262,9 @@ unsafe fn container(plan: &ChildPlan) -> Result<(), Failed> {
     unsafe {
         // Into the instance's cgroups before anything else, while the descriptors (above
         // the kept low ones) are still ours: nothing the program allocates or starts
-        // escapes its limits. "0" is the writer itself (cgroups(7)).
+        // escapes its limits. "0" is the writer itself (cgroups(7)); on v1 the file is `tasks`,
+        // which moves this one thread (all the child has) without the kernel's lock over all
+        // thread groups (see `cgroup::pod::join_file`).
         for i in 0..plan.cgroup_count {
             let fd = *plan.cgroups.add(i);
             if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {

@@ -55,7 +55,8 @@ pub struct ContainerIo {
     pub join_mounts: Option<RawFd>,
     /// ... after joining this user namespace (a rootless container's).
     pub join_user: Option<RawFd>,
-    /// `cgroup.procs` files (open for writing) of the cgroups to join before exec.
+    /// The files (open for writing) to join the cgroups through before exec: `tasks` on cgroup
+    /// v1, `cgroup.procs` on v2.
     pub cgroups: Vec<RawFd>,
     /// A root of its own: the host's files under a private writable layer (root only).
     /// `mounts` then land inside it, their mount points made there, never on the host.
