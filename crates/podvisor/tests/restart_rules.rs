@@ -89,7 +89,10 @@ fn first_line(r: &PodRun, container: &str, n: u32) -> String {
 /// The e2e fixture: an init container, a sidecar whose first instance ignores SIGTERM (so the
 /// teardown lasts the 2 s floor before SIGKILL and can be watched), and a main container that
 /// exits 88 on its first run. Both long-running containers have a preStop hook that must not
-/// run. `d`: the emptyDir's mount path; `m`: a host file the sidecar marks its first run in.
+/// run. `d`: the emptyDir's mount path; `m`: a host file the sidecar marks its first run in,
+/// once it ignores SIGTERM; the main container's first run waits for it before it exits (its
+/// start follows the sidecar's by a millisecond or two, and nothing else gives the sidecar the
+/// time to get there first).
 fn restart_all_pod(d: &Path, m: &Path) -> String {
     let spec = format!(
         "  volumes: [{{name: scratch, emptyDir: {{}}}}]
@@ -97,7 +100,7 @@ fn restart_all_pod(d: &Path, m: &Path) -> String {
   - {{name: setup, command: [sh, -c, 'echo setup >> {d}/inits'], volumeMounts: [{{name: scratch, mountPath: {d}}}]}}
   - name: side
     restartPolicy: Always
-    command: [sh, -c, 'if [ ! -e {m} ]; then touch {m}; trap \"\" TERM; else trap \"exit 143\" TERM; fi; while :; do sleep 0.05; done']
+    command: [sh, -c, 'if [ ! -e {m} ]; then trap \"\" TERM; touch {m}; else trap \"exit 143\" TERM; fi; while :; do sleep 0.05; done']
     lifecycle: {{preStop: {{exec: {{command: [sh, -c, 'echo side >> {d}/prestops']}}}}}}
     volumeMounts: [{{name: scratch, mountPath: {d}}}]
   containers:
@@ -105,7 +108,7 @@ fn restart_all_pod(d: &Path, m: &Path) -> String {
     restartPolicy: Never
     restartPolicyRules:
     - {{action: RestartAllContainers, exitCodes: {{operator: In, values: [88]}}}}
-    command: [sh, -c, 'echo \"inits=$(wc -l < {d}/inits) kept=$(cat {d}/kept 2>/dev/null) prestops=$(cat {d}/prestops 2>/dev/null)\"; if [ -e {d}/kept ]; then trap \"exit 143\" TERM; sleep 600 & wait; fi; echo yes > {d}/kept; exit 88']
+    command: [sh, -c, 'echo \"inits=$(wc -l < {d}/inits) kept=$(cat {d}/kept 2>/dev/null) prestops=$(cat {d}/prestops 2>/dev/null)\"; if [ -e {d}/kept ]; then trap \"exit 143\" TERM; sleep 600 & wait; fi; until [ -e {m} ]; do sleep 0.01; done; echo yes > {d}/kept; exit 88']
     lifecycle: {{preStop: {{exec: {{command: [sh, -c, 'echo app >> {d}/prestops']}}}}}}
     volumeMounts: [{{name: scratch, mountPath: {d}}}]
 ",
