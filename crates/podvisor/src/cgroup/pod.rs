@@ -38,6 +38,13 @@ fn join_file(version: Version) -> &'static str {
     }
 }
 
+/// The join file of the instance cgroup `dir`, open for writing (`InstanceCgroup::joins`).
+fn open_join(dir: &Path, version: Version) -> Result<File, CgroupError> {
+    let path = dir.join(join_file(version));
+    let file = std::fs::OpenOptions::new().write(true).open(&path);
+    file.map_err(io_err(&path, "open"))
+}
+
 /// How long to wait for a killed cgroup's processes to go before giving up on removing it.
 pub(super) const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -116,13 +123,8 @@ impl PodCgroup {
         let mut joins = Vec::new();
         for (c, pod_dir) in &self.dirs {
             let dir = pod_dir.join(instance_dir(container, instance));
-            let path = dir.join(join_file(self.version));
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(io_err(&path, "open"))?;
+            joins.push(open_join(&dir, self.version)?);
             dirs.push((*c, dir));
-            joins.push(f);
         }
         Ok(InstanceCgroup {
             version: self.version,
@@ -148,12 +150,7 @@ impl PodCgroup {
                 std::fs::create_dir(&dir).map_err(io_err(&dir, "create"))?;
                 dirs.push((*c, dir.clone()));
                 apply(*c, &dir, r, None, Level::Instance)?;
-                let path = dir.join(join_file(self.version));
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(io_err(&path, "open"))?;
-                joins.push(f);
+                joins.push(open_join(&dir, self.version)?);
             }
             Ok(())
         })();
