@@ -117,6 +117,8 @@ pub struct Server {
     abandoned: Vec<i32>,
     /// Why watchers were dropped since `take_dropped` was last called.
     dropped: Vec<String>,
+    /// The watchers sent lines this turn, to be written at its end (`flush_watchers`).
+    unsent: Vec<usize>,
 }
 
 impl Server {
@@ -147,6 +149,7 @@ impl Server {
             token_base,
             abandoned: Vec::new(),
             dropped: Vec::new(),
+            unsent: Vec::new(),
         })
     }
 
@@ -168,6 +171,7 @@ impl Server {
             token_base,
             abandoned: Vec::new(),
             dropped: Vec::new(),
+            unsent: Vec::new(),
         })
     }
 
@@ -380,9 +384,9 @@ impl Server {
     }
 
     /// Records an event (a JSON object on one line) and sends it to the event watchers.
-    pub fn event(&mut self, line: String, epoll: &Epoll) {
+    pub fn event(&mut self, line: String) {
         for slot in self.watchers(Mode::WatchEvents) {
-            self.send(slot, &line, epoll);
+            self.send(slot, &line);
         }
         if self.events.len() == KEEP_EVENTS {
             self.events.pop_front();
@@ -398,16 +402,16 @@ impl Server {
     /// Sends a changed status to its watchers: `patch` (a JSON Patch from the status sent
     /// before) to those that asked for patches, the whole line (made only if one did not)
     /// to the others.
-    pub fn status(&mut self, patch: &str, line: impl FnOnce() -> String, epoll: &Epoll) {
+    pub fn status(&mut self, patch: &str, line: impl FnOnce() -> String) {
         let patches = self.watchers(Mode::WatchStatus { patches: true });
         for slot in patches {
-            self.send(slot, patch, epoll);
+            self.send(slot, patch);
         }
         let whole = self.watchers(Mode::WatchStatus { patches: false });
         if !whole.is_empty() {
             let line = line();
             for slot in whole {
-                self.send(slot, &line, epoll);
+                self.send(slot, &line);
             }
         }
     }
@@ -421,7 +425,10 @@ impl Server {
             .collect()
     }
 
-    fn send(&mut self, slot: usize, line: &str, epoll: &Epoll) {
+    /// Queues `line` to watcher `slot`: what a turn sends a watcher is written at once at its
+    /// end (`flush_watchers`), one write for its events or status lines together, and no
+    /// watcher woken while the turn still works.
+    fn send(&mut self, slot: usize, line: &str) {
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
@@ -432,7 +439,9 @@ impl Server {
         conn.output.extend_from_slice(line.as_bytes());
         conn.output.push(b'\n');
         let behind = conn.output.len();
-        self.flush(slot, epoll);
+        if !self.unsent.contains(&slot) {
+            self.unsent.push(slot);
+        }
         // Past 1 MiB behind, the total is looked at too (a few clients at most are so far).
         if behind > 1 << 20 {
             let total: usize = self.conns.iter().flatten().map(|c| c.output.len()).sum();
@@ -444,6 +453,13 @@ impl Server {
                     self.drop_slow(i, "the clients together");
                 }
             }
+        }
+    }
+
+    /// Writes what this turn queued for watchers (before the run sleeps, and at its end).
+    pub fn flush_watchers(&mut self, epoll: &Epoll) {
+        for slot in std::mem::take(&mut self.unsent) {
+            self.flush(slot, epoll);
         }
     }
 

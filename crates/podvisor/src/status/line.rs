@@ -3,6 +3,7 @@
 //! container's status) taken from the last time it was made (`LineCache`).
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod as K8sPod;
 
@@ -24,7 +25,7 @@ pub struct ContainerParts {
 pub fn pod_parts(
     mut pod: K8sPod,
     containers: ContainerParts,
-    spec: &serde_json::Value,
+    spec: &Arc<serde_json::Value>,
     cache: &mut LineCache,
 ) -> LineParts {
     let status = pod.status.take().map(|mut st| {
@@ -104,7 +105,7 @@ impl LineParts {
         if self.metadata != before.metadata {
             op("replace", "/metadata", Some(&self.metadata));
         }
-        if self.spec != before.spec {
+        if !same(&self.spec, &before.spec) {
             op("replace", "/spec", Some(&self.spec));
         }
         let whole = |status: &[(String, Part)]| {
@@ -127,7 +128,7 @@ impl LineParts {
                     match (now, was) {
                         (Part::List(now), Part::List(was)) if now.len() == was.len() => {
                             for (i, (a, b)) in now.iter().zip(was).enumerate() {
-                                if a != b {
+                                if !same(a, b) {
                                     op("replace", &format!("/status/{key}/{i}"), Some(a));
                                 }
                             }
@@ -144,6 +145,12 @@ impl LineParts {
         }
         (!ops.is_empty()).then(|| format!("[{}]", ops.join(",")))
     }
+}
+
+/// Whether two parts of lines are the same text: at once when they are the same part, as
+/// what did not change since the line before is (taken from the `LineCache`).
+fn same(a: &Rc<str>, b: &Rc<str>) -> bool {
+    Rc::ptr_eq(a, b) || a == b
 }
 
 fn write_status(out: &mut String, members: &[(String, Part)]) {
@@ -180,14 +187,21 @@ fn write_part(out: &mut String, part: &Part) {
 /// from.
 #[derive(Debug, Default)]
 pub struct LineCache {
-    spec: Option<(serde_json::Value, Rc<str>)>,
+    spec: Option<(Arc<serde_json::Value>, Rc<str>)>,
     containers: Vec<Option<(ContainerInputs<'static>, Rc<str>)>>,
 }
 
 impl LineCache {
-    fn spec(&mut self, spec: &serde_json::Value) -> Rc<str> {
+    /// The spec as JSON: the one made before when it is the same spec (the same address:
+    /// a change makes a new one, as `PodInfo::spec` says; or the same value).
+    fn spec(&mut self, spec: &Arc<serde_json::Value>) -> Rc<str> {
         match &self.spec {
-            Some((s, json)) if s == spec => json.clone(),
+            Some((s, json)) if Arc::ptr_eq(s, spec) => json.clone(),
+            Some((s, json)) if s == spec => {
+                let json = json.clone();
+                self.spec = Some((spec.clone(), json.clone()));
+                json
+            }
             _ => {
                 let json: Rc<str> = serde_json::to_string(spec).unwrap_or_default().into();
                 self.spec = Some((spec.clone(), json.clone()));
@@ -275,7 +289,7 @@ mod tests {
     }
 
     /// The line in its parts, each container's status from `cache` where it can be.
-    fn parts(case: Case, spec: &serde_json::Value, cache: &mut LineCache) -> LineParts {
+    fn parts(case: Case, spec: &Arc<serde_json::Value>, cache: &mut LineCache) -> LineParts {
         let mut at = 0;
         let mut json = |list: Vec<ContainerInputs>| -> Vec<Rc<str>> {
             (list.iter())
@@ -342,7 +356,7 @@ mod tests {
     #[test]
     fn a_line_written_in_part_is_the_line_written_whole() {
         let mut cache = LineCache::default();
-        let spec = json!({"containers": [{"name": "c0"}, {"name": "c1"}]});
+        let mut spec = Arc::new(json!({"containers": [{"name": "c0"}, {"name": "c1"}]}));
         for (changed, restarts) in [(0, 0), (1, 1), (1, 2), (2, 2), (3, 1)] {
             let case = a_pod(3, changed, restarts);
             let line = parts(case.clone(), &spec, &mut cache).line();
@@ -356,7 +370,7 @@ mod tests {
         moved.restart_count += 1;
         assert!(!Rc::ptr_eq(&kept, &cache.container(1, &moved, &wall)));
         // A spec resized in place is written as it now is; so is a container resized.
-        let resized = json!({"containers": [{"name": "c0", "resources": {}}]});
+        let resized = Arc::new(json!({"containers": [{"name": "c0", "resources": {}}]}));
         let mut case = a_pod(3, 0, 5);
         case.main[1].resources[0].memory_request = Some(64 << 20);
         case.main[1].resources[1].memory_limit = Some(128 << 20);
@@ -370,6 +384,20 @@ mod tests {
         case.main[2].image_id = Cow::Borrowed("busybox@sha256:ab");
         let line = parts(case.clone(), &resized, &mut cache).line();
         assert_eq!(line, whole(&case, &resized));
+        // The same spec is serialized once; one changed where it is (copied first, as a line
+        // holds it) is written as it now is, and so is an equal spec made anew.
+        let case = a_pod(3, 0, 5);
+        let before = parts(case.clone(), &spec, &mut cache);
+        assert!(Rc::ptr_eq(
+            &before.spec,
+            &parts(case.clone(), &spec, &mut cache).spec
+        ));
+        Arc::make_mut(&mut spec)["containers"][1]["image"] = json!("busybox");
+        let line = parts(case.clone(), &spec, &mut cache).line();
+        assert_eq!(line, whole(&case, &spec));
+        assert!(line.contains(r#""image":"busybox""#), "{line}");
+        let anew = Arc::new(serde_json::Value::clone(&spec));
+        assert_eq!(parts(case.clone(), &anew, &mut cache).line(), line);
         // No init containers; no status.
         let mut case = a_pod(2, 0, 1);
         case.init = None;
@@ -384,7 +412,7 @@ mod tests {
     #[test]
     fn each_patch_makes_the_line_before_into_the_next_and_says_only_what_changed() {
         let mut cache = LineCache::default();
-        let spec = json!({"containers": [{"name": "c0"}]});
+        let spec = Arc::new(json!({"containers": [{"name": "c0"}]}));
         let with_reason = {
             let mut p = a_pod(3, 1, 4);
             p.pod.status.as_mut().unwrap().reason = Some("Evicted".into());
@@ -396,7 +424,7 @@ mod tests {
             p.pod.status = None;
             p
         };
-        let resized = json!({"containers": [{"name": "c0", "resources": {}}]});
+        let resized = Arc::new(json!({"containers": [{"name": "c0", "resources": {}}]}));
         let steps = [
             (a_pod(3, 0, 0), &spec),
             (a_pod(3, 1, 1), &spec),

@@ -35,8 +35,10 @@ pub struct PodInfo {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// The pod spec as the manifest gave it, as JSON: the supervisor only hands it on (the
-    /// API types' code for a whole spec would stay resident in it for nothing).
-    pub spec: serde_json::Value,
+    /// API types' code for a whole spec would stay resident in it for nothing). Shared, so
+    /// that a status line knows it unchanged by its address (`LineCache`): a change replaces
+    /// it, or copies it first (`Arc::make_mut`) while a line holds it.
+    pub spec: std::sync::Arc<serde_json::Value>,
     /// Each container's image, in the core's container order.
     pub images: Vec<String>,
     /// Each container's `imageID` (`REPOSITORY@sha256:…`) when it runs from an image, else "".

@@ -243,7 +243,7 @@ impl Supervisor {
             return;
         };
         if let Some(patch) = parts.patch_from(before) {
-            self.api.status(&patch, || parts.line(), &self.epoll);
+            self.api.status(&patch, || parts.line());
             self.status_sent = Some(parts);
         }
     }

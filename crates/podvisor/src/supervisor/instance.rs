@@ -3,7 +3,7 @@
 //! keeper that holds it. An `Instance` is made when a start succeeds or a container is
 //! adopted (`Instances::hold`) and goes when its process has ended (`Instances::end`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
@@ -120,18 +120,23 @@ fn own_namespace(pid: i32, kind: &str) -> Option<File> {
 }
 
 /// The running instances, and the main pids of each container's latest instances (the
-/// containerIDs its status shows for its state and its last state).
+/// containerIDs its status shows for its state and its last state). Looked up for every
+/// container of every status line, so without hashing: the instances in order, the pids by
+/// container.
 #[derive(Debug, Default)]
 pub(super) struct Instances {
-    live: HashMap<InstanceId, Instance>,
-    /// Per container, (instance, pid) of its two latest instances, newest first.
-    ids: HashMap<usize, [Option<(u32, i32)>; 2]>,
+    live: BTreeMap<InstanceId, Instance>,
+    /// Per container (by index), (instance, pid) of its two latest instances, newest first.
+    ids: Vec<[Option<(u32, i32)>; 2]>,
 }
 
 impl Instances {
     /// Holds instance `id`, just started or adopted.
     pub fn hold(&mut self, id: InstanceId, instance: Instance) {
-        let ids = self.ids.entry(id.container).or_default();
+        if self.ids.len() <= id.container {
+            self.ids.resize(id.container + 1, [None; 2]);
+        }
+        let ids = &mut self.ids[id.container];
         if ids[0].is_some_and(|(n, _)| n != id.instance) {
             ids[1] = ids[0];
         }
@@ -155,7 +160,7 @@ impl Instances {
     /// The main pid instance `instance` of container `container` ran as, if it is one of its
     /// two latest.
     pub fn pid_of(&self, container: usize, instance: u32) -> Option<i32> {
-        let ids = self.ids.get(&container)?;
+        let ids = self.ids.get(container)?;
         ids.iter()
             .flatten()
             .find(|(n, _)| *n == instance)
@@ -164,13 +169,10 @@ impl Instances {
 
     /// The instances keeper `keeper` holds, in container order.
     pub fn held_by(&self, keeper: i32) -> Vec<InstanceId> {
-        let mut ids: Vec<InstanceId> = self
-            .iter()
+        self.iter()
             .filter(|(_, i)| i.keeper == Some(keeper))
             .map(|(id, _)| id)
-            .collect();
-        ids.sort_by_key(|id| (id.container, id.instance));
-        ids
+            .collect()
     }
 
     /// Every running instance's cgroup, taken (the run's end).

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use slab::Slab;
@@ -164,7 +165,12 @@ pub fn run(
     events.keep_in(&dir.events_path())?;
     let mut taken = persist::take_up(&dir, &state, &plan, &mut info, settings.reset_state)?;
     // A resumed pod keeps the resources its resizes allocated.
-    resize::take_up(&dir, &mut info.spec, &mut plan, taken.resumed)?;
+    resize::take_up(
+        &dir,
+        Arc::make_mut(&mut info.spec),
+        &mut plan,
+        taken.resumed,
+    )?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
@@ -399,7 +405,7 @@ impl Supervisor {
     ) -> Result<(), RunError> {
         for note in notes {
             let line = self.events.emit(SystemTime::now(), note);
-            self.api.event(line, &self.epoll);
+            self.api.event(line);
         }
         self.adopt(found)?;
         self.save()?;
@@ -436,6 +442,7 @@ impl Supervisor {
             // Wake on a millisecond grid of the clock (not relative to now): deadlines within
             // the same millisecond (hundreds of probes a second) share one wake-up.
             let timeout = deadline.map(|d| coalesce(d) - self.clock.now());
+            self.api.flush_watchers(&self.epoll);
             ready.clear();
             self.epoll.wait(&mut ready, timeout)?;
             self.ready(&ready)?;
@@ -717,7 +724,7 @@ impl Supervisor {
         }
         for (at, event) in std::mem::take(&mut self.pending) {
             let line = self.events.emit(at, &event);
-            self.api.event(line, &self.epoll);
+            self.api.event(line);
         }
         self.after_changes();
     }

@@ -223,7 +223,7 @@ impl Supervisor {
                     "The state is saved again".into(),
                 );
                 let line = self.events.emit(SystemTime::now(), &note);
-                self.api.event(line, &self.epoll);
+                self.api.event(line);
             }
             Ok(()) => {}
             Err(e) => {
@@ -237,7 +237,7 @@ impl Supervisor {
                         format!("{e}: restart counts and stages will be lost if podvisor dies now"),
                     );
                     let line = self.events.emit(SystemTime::now(), &note);
-                    self.api.event(line, &self.epoll);
+                    self.api.event(line);
                 }
             }
         }

@@ -197,14 +197,14 @@ impl Supervisor {
                 return Ok(());
             }
         };
-        let mut doc = serde_json::json!({"spec": self.info.spec.clone()});
+        let mut doc = serde_json::json!({"spec": Value::clone(&self.info.spec)});
         if let Err(e) = apply_patch(&mut doc, kind, &patch) {
             let msg = invalid(format!("the patch cannot be applied: {e}"));
             self.api.reply(slot, 422, &msg, &self.epoll);
             return Ok(());
         }
         let new_json = doc["spec"].take();
-        let old: Result<PodSpec, _> = serde_json::from_value(self.info.spec.clone());
+        let old: Result<PodSpec, _> = serde_json::from_value(Value::clone(&self.info.spec));
         let new: Result<PodSpec, _> = serde_json::from_value(new_json.clone());
         let (old, new) = match (old, new) {
             (Ok(o), Ok(n)) => (o, n),
@@ -226,8 +226,8 @@ impl Supervisor {
             self.api.reply(slot, 422, &invalid(why), &self.epoll);
             return Ok(());
         }
-        if new_json != self.info.spec {
-            self.info.spec = new_json;
+        if new_json != *self.info.spec {
+            self.info.spec = new_json.into();
             self.sync_resize(&new)?;
         }
         let body = format!("{}\n", self.status_json(false));
@@ -428,13 +428,14 @@ impl Supervisor {
 
     /// Whether a running container's cgroup is not yet what it is allocated.
     fn resize_in_progress(&self) -> bool {
+        // The resources first: a few comparisons, where a lookup is more.
         (self.pod.containers().iter().enumerate()).any(|(i, _)| {
-            self.running(i)
-                && resize_action(
-                    &self.resizing.policies[i],
-                    &self.resizing.applied[i],
-                    &self.plan.exec[i].resources,
-                ) != ResizeAction::None
+            resize_action(
+                &self.resizing.policies[i],
+                &self.resizing.applied[i],
+                &self.plan.exec[i].resources,
+            ) != ResizeAction::None
+                && self.running(i)
         })
     }
 

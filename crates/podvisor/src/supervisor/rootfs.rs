@@ -348,7 +348,7 @@ impl Supervisor {
                 });
                 let event = persist::pod_note(EventType::Warning, "FailedMount", message);
                 let line = self.events.emit(SystemTime::now(), &event);
-                self.api.event(line, &self.epoll);
+                self.api.event(line);
                 Ok(())
             }
         }
