@@ -383,7 +383,8 @@ impl Server {
         self.events.iter().map(|l| format!("{l}\n")).collect()
     }
 
-    /// Records an event (a JSON object on one line) and sends it to the event watchers.
+    /// Records an event (a JSON object on one line) and queues it for the event watchers (written
+    /// by `flush_watchers`).
     pub fn event(&mut self, line: String) {
         for slot in self.watchers(Mode::WatchEvents) {
             self.send(slot, &line);
@@ -399,9 +400,9 @@ impl Server {
         (self.conns.iter().flatten()).any(|c| matches!(c.mode, Mode::WatchStatus { .. }))
     }
 
-    /// Sends a changed status to its watchers: `patch` (a JSON Patch from the status sent
-    /// before) to those that asked for patches, the whole line (made only if one did not)
-    /// to the others.
+    /// Queues a changed status for its watchers (written by `flush_watchers`): `patch` (a JSON
+    /// Patch from the status queued before) for those that asked for patches, the whole line
+    /// (made only if one did not) for the others.
     pub fn status(&mut self, patch: &str, line: impl FnOnce() -> String) {
         let patches = self.watchers(Mode::WatchStatus { patches: true });
         for slot in patches {
