@@ -647,3 +647,74 @@ fn a_memory_volume_is_refused_with_live_restore() {
     );
     assert!(r.find("app", "Started").is_empty());
 }
+
+/// A run and its keeper, which may hold a pod for months, keep no page of their relocation
+/// tables once started: only the loader reads them (`process::sys::forget_relocations`).
+#[test]
+fn a_run_and_its_keeper_give_back_their_relocation_tables() {
+    let r = sleeper();
+    let state = r.dir.file("state");
+    let mut p = r.cmd(&LIVE).start();
+    r.wait_event("app", "Started", 1);
+    let keeper = keepers(&state)[0].0;
+    for pid in [p.init_pid(), keeper] {
+        let (resident, pages) = relocation_pages(pid);
+        assert!(pages >= 4, "pid {pid}: {pages} pages of relocations");
+        assert_eq!(
+            resident, 0,
+            "pid {pid}: {resident} of {pages} pages still resident"
+        );
+    }
+    stop_and_find_nothing_left(&r, &mut p);
+    p.assert_no_leftovers();
+}
+
+/// Of the whole pages of `.rela.dyn` of process `pid`'s program: how many are in its page
+/// tables (/proc/PID/pagemap), and how many there are.
+fn relocation_pages(pid: i32) -> (usize, usize) {
+    use std::io::{Read, Seek, SeekFrom};
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let (offset, size) = elf_section(&std::fs::read(&exe).unwrap(), ".rela.dyn")
+        .unwrap_or_else(|| panic!("{}: no .rela.dyn", exe.display()));
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
+    let (mut resident, mut pages) = (0, 0);
+    for page in (offset.div_ceil(4096)..(offset + size) / 4096).map(|p| p * 4096) {
+        // The mapping of the program's file that holds this page of it.
+        let va = maps.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (range, off, path) = (f[0], u64::from_str_radix(f[2], 16).ok()?, f.get(5)?);
+            let (start, end) = range.split_once('-')?;
+            let (start, end) = (
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            );
+            (Path::new(path) == exe && page >= off && page < off + (end - start))
+                .then(|| start + (page - off))
+        });
+        let va = va.unwrap_or_else(|| panic!("offset {page:#x} of {} not mapped", exe.display()));
+        pagemap.seek(SeekFrom::Start(va / 4096 * 8)).unwrap();
+        let mut entry = [0u8; 8];
+        pagemap.read_exact(&mut entry).unwrap();
+        pages += 1;
+        resident += (u64::from_le_bytes(entry) >> 63) as usize;
+    }
+    (resident, pages)
+}
+
+/// The file offset and size of section `name` of a 64-bit little-endian ELF file.
+fn elf_section(elf: &[u8], name: &str) -> Option<(u64, u64)> {
+    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(elf.get(at..at + 8)?.try_into().ok()?));
+    let shoff = u64_at(0x28)? as usize;
+    let (size, count, names) = (u16_at(0x3a)? as usize, u16_at(0x3c)?, u16_at(0x3e)?);
+    let header = |i: u16| shoff + i as usize * size;
+    let names_at = u64_at(header(names) + 0x18)? as usize;
+    (0..count).find_map(|i| {
+        let at = names_at + u32_at(header(i))? as usize;
+        let end = at + elf.get(at..)?.iter().position(|&b| b == 0)?;
+        (elf.get(at..end)? == name.as_bytes())
+            .then(|| Some((u64_at(header(i) + 0x18)?, u64_at(header(i) + 0x20)?)))?
+    })
+}

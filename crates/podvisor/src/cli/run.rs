@@ -253,6 +253,8 @@ fn admit(
 
 /// Supervises the planned pod until it ends: its exit code.
 fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: PodInfo) -> i32 {
+    // The run may hold the pod for months: the loader's tables go (`sys::forget_relocations`).
+    let _ = sys::forget_relocations();
     let state_dir = match a.state_dir {
         Some(dir) => StateDir::new(dir),
         None => StateDir::default_for(&run_plan.namespace, &run_plan.pod.name),

@@ -45,6 +45,8 @@ use crate::stdio::write_err;
 
 /// `podvisor keeper ...`: returns the exit code (0 once every container's exit is recorded).
 pub fn main(args: &[OsString]) -> i32 {
+    // It outlives runs: what only the loader read goes (`sys::forget_relocations`).
+    let _ = sys::forget_relocations();
     let Some(a) = KeeperArgs::parse(args) else {
         write_err(
             "podvisor keeper: this command is started by `podvisor run --live-restore`, not by hand\n",

@@ -250,6 +250,8 @@ fn refuse_what_cannot_be(
 /// `podvisor pause`: the PID 1 of a pod's shared PID namespace. It reaps whatever is
 /// orphaned into it and ends on SIGTERM, SIGINT or SIGHUP (podvisor ends it with SIGKILL).
 pub fn pause_main() -> i32 {
+    // One per pod, for the pod's life: what only the loader read goes.
+    let _ = sys::forget_relocations();
     let mut set = SigSet::empty();
     for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         set.add(s);

@@ -25,6 +25,7 @@ mod fork;
 mod namespaces;
 mod newroot;
 mod passing;
+mod relocations;
 mod rootfs;
 mod spawn;
 
@@ -40,6 +41,7 @@ pub use namespaces::{
     open_namespace_path, IdMapLine, PodNamespaceFds,
 };
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
+pub use relocations::forget_relocations;
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 
