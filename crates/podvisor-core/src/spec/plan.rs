@@ -100,14 +100,14 @@ pub struct ContainerExec {
     pub pull_policy: Option<String>,
     /// The image the container runs from (`podvisor.io/root-from: image`), once found.
     #[cfg_attr(feature = "spec", serde(default))]
-    pub image: Option<ImageRoot>,
+    pub image: Option<Box<ImageRoot>>,
     pub env: Vec<(String, String)>,
     pub working_dir: Option<String>,
-    pub startup: Option<Handler>,
-    pub liveness: Option<Handler>,
-    pub readiness: Option<Handler>,
-    pub post_start: Option<Handler>,
-    pub pre_stop: Option<Handler>,
+    pub startup: Option<Box<Handler>>,
+    pub liveness: Option<Box<Handler>>,
+    pub readiness: Option<Box<Handler>>,
+    pub post_start: Option<Box<Handler>>,
+    pub pre_stop: Option<Box<Handler>>,
     /// `volumeMounts`, in order (a `subPathExpr` expanded into `sub_path`).
     pub mounts: Vec<MountPlan>,
     /// Why a mount cannot be made from the manifest (a `subPathExpr` that expands to nothing
@@ -137,9 +137,9 @@ impl ContainerExec {
 
     pub fn probe(&self, kind: ProbeKind) -> Option<&Handler> {
         match kind {
-            ProbeKind::Startup => self.startup.as_ref(),
-            ProbeKind::Liveness => self.liveness.as_ref(),
-            ProbeKind::Readiness => self.readiness.as_ref(),
+            ProbeKind::Startup => self.startup.as_deref(),
+            ProbeKind::Liveness => self.liveness.as_deref(),
+            ProbeKind::Readiness => self.readiness.as_deref(),
         }
     }
 }
@@ -534,11 +534,11 @@ fn container_exec(c: &Container, manifest: &Manifest, pod: &PodFacts<'_>) -> Con
         pull_policy: c.image_pull_policy.clone(),
         env,
         working_dir: c.working_dir.clone(),
-        startup: probe(&c.startup_probe),
-        liveness: probe(&c.liveness_probe),
-        readiness: probe(&c.readiness_probe),
-        post_start: hook(lifecycle.and_then(|l| l.post_start.as_ref())),
-        pre_stop: hook(lifecycle.and_then(|l| l.pre_stop.as_ref())),
+        startup: probe(&c.startup_probe).map(Box::new),
+        liveness: probe(&c.liveness_probe).map(Box::new),
+        readiness: probe(&c.readiness_probe).map(Box::new),
+        post_start: hook(lifecycle.and_then(|l| l.post_start.as_ref())).map(Box::new),
+        pre_stop: hook(lifecycle.and_then(|l| l.pre_stop.as_ref())).map(Box::new),
         mounts,
         mount_error,
         resources: Resources::of(c.resources.as_ref()),

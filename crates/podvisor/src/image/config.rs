@@ -167,7 +167,7 @@ fn apply_config(
             });
         }
     }
-    x.image = Some(root);
+    x.image = Some(Box::new(root));
     Some(match user.is_empty() {
         true => ImageUser::root(),
         false => ImageUser {

@@ -76,7 +76,7 @@ impl Supervisor {
                         match handler {
                             Some(handler) => {
                                 let owner = Owner::Hook(id, hook);
-                                if let Some(input) = self.start_task(owner, handler, None) {
+                                if let Some(input) = self.start_task(owner, *handler, None) {
                                     queue.push_back(input);
                                 }
                             }
