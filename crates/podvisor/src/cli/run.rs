@@ -203,7 +203,7 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
             .and_then(|m| m.annotations.clone())
             .or_else(|| w.metadata.annotations.clone())
             .unwrap_or_default(),
-        spec: serde_json::to_value(&w.spec).unwrap_or_default().into(),
+        spec: crate::status::SpecJson::new(&serde_json::to_value(&w.spec).unwrap_or_default()),
         image_ids: run_plan
             .exec
             .iter()

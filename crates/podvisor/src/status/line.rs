@@ -3,11 +3,10 @@
 //! container's status) taken from the last time it was made (`LineCache`).
 
 use std::rc::Rc;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod as K8sPod;
 
-use super::{ContainerInputs, WallClock};
+use super::{ContainerInputs, SpecJson, WallClock};
 
 /// Each container's status as JSON, in the core's order: the init containers' and sidecars'
 /// (`initContainerStatuses`, none when the pod has none) and the others'.
@@ -19,15 +18,10 @@ pub struct ContainerParts {
 
 /// `pod` (whose status has no containers' statuses) with `containers` and `spec` (which
 /// `pod` leaves out) in the parts of its line: written straight from the typed Pod (no JSON
-/// tree is built for the whole of it), and only in part: the spec is serialized again only
-/// when it changed since the last time (`cache`), each container's status only when its
-/// inputs did (`LineCache::container`).
-pub fn pod_parts(
-    mut pod: K8sPod,
-    containers: ContainerParts,
-    spec: &Arc<serde_json::Value>,
-    cache: &mut LineCache,
-) -> LineParts {
+/// tree is built for the whole of it), and only in part: the spec is the JSON text the run
+/// keeps (`SpecJson`), never serialized again, and each container's status was made only if
+/// its inputs changed (`LineCache::container`).
+pub fn pod_parts(mut pod: K8sPod, containers: ContainerParts, spec: &SpecJson) -> LineParts {
     let status = pod.status.take().map(|mut st| {
         // What is left is small: its members, in the typed order; each list of container
         // statuses goes where it belongs in that order (an empty array holds its place).
@@ -54,7 +48,7 @@ pub fn pod_parts(
     });
     LineParts {
         metadata: serde_json::to_string(&pod.metadata).unwrap_or_default(),
-        spec: cache.spec(spec),
+        spec: spec.clone(),
         status,
     }
 }
@@ -64,7 +58,7 @@ pub fn pod_parts(
 #[derive(Debug, Clone)]
 pub struct LineParts {
     metadata: String,
-    spec: Rc<str>,
+    spec: SpecJson,
     /// The status's members in order (none: no status).
     status: Option<Vec<(String, Part)>>,
 }
@@ -79,11 +73,11 @@ enum Part {
 impl LineParts {
     /// The whole line.
     pub fn line(&self) -> String {
-        let mut line = String::with_capacity(64 + self.metadata.len() + self.spec.len());
+        let mut line = String::with_capacity(64 + self.metadata.len() + self.spec.text().len());
         line.push_str(r#"{"apiVersion":"v1","kind":"Pod","metadata":"#);
         line.push_str(&self.metadata);
         line.push_str(r#","spec":"#);
-        line.push_str(&self.spec);
+        line.push_str(self.spec.text());
         if let Some(status) = &self.status {
             line.push_str(r#","status":"#);
             write_status(&mut line, status);
@@ -105,8 +99,8 @@ impl LineParts {
         if self.metadata != before.metadata {
             op("replace", "/metadata", Some(&self.metadata));
         }
-        if !same(&self.spec, &before.spec) {
-            op("replace", "/spec", Some(&self.spec));
+        if !self.spec.same(&before.spec) {
+            op("replace", "/spec", Some(self.spec.text()));
         }
         let whole = |status: &[(String, Part)]| {
             let mut text = String::new();
@@ -182,34 +176,15 @@ fn write_part(out: &mut String, part: &Part) {
     }
 }
 
-/// What status lines serialized last, to use again where nothing changed: the spec, and
-/// each container's status by its place in the core's order, with the inputs it was made
-/// from.
+/// What status lines serialized last, to use again where nothing changed: each container's
+/// status by its place in the core's order, with the inputs it was made from. (The spec is
+/// kept as JSON text already: `SpecJson`.)
 #[derive(Debug, Default)]
 pub struct LineCache {
-    spec: Option<(Arc<serde_json::Value>, Rc<str>)>,
     containers: Vec<Option<(ContainerInputs<'static>, Rc<str>)>>,
 }
 
 impl LineCache {
-    /// The spec as JSON: the one made before when it is the same spec (the same address:
-    /// a change makes a new one, as `PodInfo::spec` says; or the same value).
-    fn spec(&mut self, spec: &Arc<serde_json::Value>) -> Rc<str> {
-        match &self.spec {
-            Some((s, json)) if Arc::ptr_eq(s, spec) => json.clone(),
-            Some((s, json)) if s == spec => {
-                let json = json.clone();
-                self.spec = Some((spec.clone(), json.clone()));
-                json
-            }
-            _ => {
-                let json: Rc<str> = serde_json::to_string(spec).unwrap_or_default().into();
-                self.spec = Some((spec.clone(), json.clone()));
-                json
-            }
-        }
-    }
-
     /// The status of the container at `at` as JSON: the one made before when its inputs are
     /// the same, else made and serialized now.
     pub fn container(
@@ -261,7 +236,8 @@ mod tests {
     }
 
     /// The line serialized whole, as one struct, each container's status made afresh.
-    fn whole(case: &Case, spec: &serde_json::Value) -> String {
+    fn whole(case: &Case, spec: &SpecJson) -> String {
+        let spec = &spec.value().unwrap();
         #[derive(serde::Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Ordered<'a> {
@@ -289,7 +265,7 @@ mod tests {
     }
 
     /// The line in its parts, each container's status from `cache` where it can be.
-    fn parts(case: Case, spec: &Arc<serde_json::Value>, cache: &mut LineCache) -> LineParts {
+    fn parts(case: Case, spec: &SpecJson, cache: &mut LineCache) -> LineParts {
         let mut at = 0;
         let mut json = |list: Vec<ContainerInputs>| -> Vec<Rc<str>> {
             (list.iter())
@@ -303,7 +279,7 @@ mod tests {
             init: case.init.map(&mut json),
             main: json(case.main),
         };
-        pod_parts(case.pod, containers, spec, cache)
+        pod_parts(case.pod, containers, spec)
     }
 
     /// A pod of `n` containers and an init container; container `changed` has `restarts`.
@@ -356,7 +332,7 @@ mod tests {
     #[test]
     fn a_line_written_in_part_is_the_line_written_whole() {
         let mut cache = LineCache::default();
-        let mut spec = Arc::new(json!({"containers": [{"name": "c0"}, {"name": "c1"}]}));
+        let mut spec = SpecJson::new(&json!({"containers": [{"name": "c0"}, {"name": "c1"}]}));
         for (changed, restarts) in [(0, 0), (1, 1), (1, 2), (2, 2), (3, 1)] {
             let case = a_pod(3, changed, restarts);
             let line = parts(case.clone(), &spec, &mut cache).line();
@@ -370,7 +346,7 @@ mod tests {
         moved.restart_count += 1;
         assert!(!Rc::ptr_eq(&kept, &cache.container(1, &moved, &wall)));
         // A spec resized in place is written as it now is; so is a container resized.
-        let resized = Arc::new(json!({"containers": [{"name": "c0", "resources": {}}]}));
+        let resized = SpecJson::new(&json!({"containers": [{"name": "c0", "resources": {}}]}));
         let mut case = a_pod(3, 0, 5);
         case.main[1].resources[0].memory_request = Some(64 << 20);
         case.main[1].resources[1].memory_limit = Some(128 << 20);
@@ -384,19 +360,20 @@ mod tests {
         case.main[2].image_id = Cow::Borrowed("busybox@sha256:ab");
         let line = parts(case.clone(), &resized, &mut cache).line();
         assert_eq!(line, whole(&case, &resized));
-        // The same spec is serialized once; one changed where it is (copied first, as a line
-        // holds it) is written as it now is, and so is an equal spec made anew.
+        // The same spec is written as it is kept, never serialized again; one changed is
+        // written as it now is, and so is an equal spec made anew.
         let case = a_pod(3, 0, 5);
         let before = parts(case.clone(), &spec, &mut cache);
-        assert!(Rc::ptr_eq(
-            &before.spec,
-            &parts(case.clone(), &spec, &mut cache).spec
-        ));
-        Arc::make_mut(&mut spec)["containers"][1]["image"] = json!("busybox");
+        assert!(before
+            .spec
+            .shared_with(&parts(case.clone(), &spec, &mut cache).spec));
+        let mut changed = spec.value().unwrap();
+        changed["containers"][1]["image"] = json!("busybox");
+        spec = SpecJson::new(&changed);
         let line = parts(case.clone(), &spec, &mut cache).line();
         assert_eq!(line, whole(&case, &spec));
         assert!(line.contains(r#""image":"busybox""#), "{line}");
-        let anew = Arc::new(serde_json::Value::clone(&spec));
+        let anew = SpecJson::new(&spec.value().unwrap());
         assert_eq!(parts(case.clone(), &anew, &mut cache).line(), line);
         // No init containers; no status.
         let mut case = a_pod(2, 0, 1);
@@ -412,7 +389,7 @@ mod tests {
     #[test]
     fn each_patch_makes_the_line_before_into_the_next_and_says_only_what_changed() {
         let mut cache = LineCache::default();
-        let spec = Arc::new(json!({"containers": [{"name": "c0"}]}));
+        let spec = SpecJson::new(&json!({"containers": [{"name": "c0"}]}));
         let with_reason = {
             let mut p = a_pod(3, 1, 4);
             p.pod.status.as_mut().unwrap().reason = Some("Evicted".into());
@@ -424,7 +401,7 @@ mod tests {
             p.pod.status = None;
             p
         };
-        let resized = Arc::new(json!({"containers": [{"name": "c0", "resources": {}}]}));
+        let resized = SpecJson::new(&json!({"containers": [{"name": "c0", "resources": {}}]}));
         let steps = [
             (a_pod(3, 0, 0), &spec),
             (a_pod(3, 1, 1), &spec),

@@ -6,8 +6,10 @@
 
 mod line;
 pub mod print;
+mod spec;
 
 pub use line::{pod_parts, ContainerParts, LineCache, LineParts};
+pub use spec::SpecJson;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -34,11 +36,9 @@ pub struct PodInfo {
     pub uid: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    /// The pod spec as the manifest gave it, as JSON: the supervisor only hands it on (the
-    /// API types' code for a whole spec would stay resident in it for nothing). Shared, so
-    /// that a status line knows it unchanged by its address (`LineCache`): a change replaces
-    /// it, or copies it first (`Arc::make_mut`) while a line holds it.
-    pub spec: std::sync::Arc<serde_json::Value>,
+    /// The pod spec as the manifest gave it, as compact JSON text (`SpecJson`): the
+    /// supervisor only hands it on. A change (a resize) makes a new one.
+    pub spec: SpecJson,
     /// Each container's image, in the core's container order.
     pub images: Vec<String>,
     /// Each container's `imageID` (`REPOSITORY@sha256:…`) when it runs from an image, else "".

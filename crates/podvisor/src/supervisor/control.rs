@@ -192,7 +192,7 @@ impl Supervisor {
                 }
             }
         }
-        status::pod_parts(pod, containers, &self.info.spec, &mut cache)
+        status::pod_parts(pod, containers, &self.info.spec)
     }
 
     /// An event of the pod's, from the shell (announced with the turn's others).

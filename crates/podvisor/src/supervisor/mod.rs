@@ -31,7 +31,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use slab::Slab;
@@ -165,12 +164,7 @@ pub fn run(
     events.keep_in(&dir.events_path())?;
     let mut taken = persist::take_up(&dir, &state, &plan, &mut info, settings.reset_state)?;
     // A resumed pod keeps the resources its resizes allocated.
-    resize::take_up(
-        &dir,
-        Arc::make_mut(&mut info.spec),
-        &mut plan,
-        taken.resumed,
-    )?;
+    resize::take_up(&dir, &mut info.spec, &mut plan, taken.resumed)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;

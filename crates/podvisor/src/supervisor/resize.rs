@@ -24,6 +24,7 @@ use crate::api::PatchKind;
 use crate::cgroup::Resource;
 use crate::state::record::{decode_resize, encode_resize, RecordError, ResizeRecord};
 use crate::state::{StateDir, StateError, StateFile};
+use crate::status::SpecJson;
 
 /// The state dir's file of the allocation a resize made.
 const RECORD: &str = "resize";
@@ -51,7 +52,9 @@ impl Resizing {
     /// For a pod of `spec` whose containers run with `applied` (in the core's order).
     /// Only the containers' `resizePolicy` is read, not the whole `PodSpec`: its deserializer
     /// is large code that a run holding its pods for hours would keep resident for one use.
-    pub(super) fn new(spec: &Value, applied: Vec<Resources>) -> Resizing {
+    pub(super) fn new(spec: &SpecJson, applied: Vec<Resources>) -> Resizing {
+        // A spec that does not read has no policies (it came from this run's own manifest).
+        let spec = spec.value().unwrap_or_default();
         let policy = |c: &Value| -> Vec<ContainerResizePolicy> {
             c.get("resizePolicy")
                 .and_then(|p| serde_json::from_value(p.clone()).ok())
@@ -82,7 +85,7 @@ impl Resizing {
 /// manifest's, as JSON) and so into the plan made from it; a new pod forgets it.
 pub fn take_up(
     dir: &StateDir,
-    spec: &mut Value,
+    spec: &mut SpecJson,
     plan: &mut RunPlan,
     resumed: bool,
 ) -> Result<(), StateError> {
@@ -94,21 +97,24 @@ pub fn take_up(
         return Ok(());
     };
     let record = decode_resize(&text).map_err(|e| file.refused(e))?;
+    let unusable = |e: serde_json::Error| {
+        file.refused(RecordError::Field {
+            line: 2,
+            field: "containers".into(),
+            message: e.to_string(),
+        })
+    };
+    let mut value = spec.value().map_err(unusable)?;
     for list in ["initContainers", "containers"] {
-        for c in spec[list].as_array_mut().into_iter().flatten() {
+        for c in value[list].as_array_mut().into_iter().flatten() {
             let name = c["name"].as_str().unwrap_or_default().to_string();
             if let Some(r) = record.containers.get(&name) {
                 c["resources"] = r.clone();
             }
         }
     }
-    let parsed: PodSpec = serde_json::from_value(spec.clone()).map_err(|e| {
-        file.refused(RecordError::Field {
-            line: 2,
-            field: "containers".into(),
-            message: e.to_string(),
-        })
-    })?;
+    let parsed: PodSpec = serde_json::from_value(value.clone()).map_err(unusable)?;
+    *spec = SpecJson::new(&value);
     let allocation = allocate(&parsed);
     for (x, (_, r)) in plan.exec.iter_mut().zip(&allocation.containers) {
         x.resources = *r;
@@ -197,14 +203,22 @@ impl Supervisor {
                 return Ok(());
             }
         };
-        let mut doc = serde_json::json!({"spec": Value::clone(&self.info.spec)});
+        let current = match self.info.spec.value() {
+            Ok(v) => v,
+            Err(e) => {
+                let msg = format!("the pod's spec cannot be read: {e}\n");
+                self.api.reply(slot, 500, &msg, &self.epoll);
+                return Ok(());
+            }
+        };
+        let mut doc = serde_json::json!({"spec": current.clone()});
         if let Err(e) = apply_patch(&mut doc, kind, &patch) {
             let msg = invalid(format!("the patch cannot be applied: {e}"));
             self.api.reply(slot, 422, &msg, &self.epoll);
             return Ok(());
         }
         let new_json = doc["spec"].take();
-        let old: Result<PodSpec, _> = serde_json::from_value(Value::clone(&self.info.spec));
+        let old: Result<PodSpec, _> = self.info.spec.parse();
         let new: Result<PodSpec, _> = serde_json::from_value(new_json.clone());
         let (old, new) = match (old, new) {
             (Ok(o), Ok(n)) => (o, n),
@@ -226,8 +240,8 @@ impl Supervisor {
             self.api.reply(slot, 422, &invalid(why), &self.epoll);
             return Ok(());
         }
-        if new_json != *self.info.spec {
-            self.info.spec = new_json.into();
+        if new_json != current {
+            self.info.spec = SpecJson::new(&new_json);
             self.sync_resize(&new)?;
         }
         let body = format!("{}\n", self.status_json(false));
