@@ -5,6 +5,7 @@
 //! lets it try again; `Never` with no image leaves it in `ErrImageNeverPull`, looked at again
 //! at each sync. Nothing is counted as a restart.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::container::ImagePull;
@@ -97,7 +98,8 @@ impl Pod {
             ImageReport::Ready {
                 pulled, non_root, ..
             } => {
-                self.plan.containers[i].non_root = non_root;
+                // The core's own copy from now on (the shell's plan is as it was made).
+                Arc::make_mut(&mut self.plan).containers[i].non_root = non_root;
                 self.containers[i].image = ImagePull {
                     ready: true,
                     ..ImagePull::default()

@@ -38,6 +38,7 @@ mod tests;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use std::time::Duration;
 
@@ -63,7 +64,8 @@ pub use stop::MIN_GRACE;
 /// The pod state machine.
 #[derive(Debug, Clone)]
 pub struct Pod {
-    plan: PodPlan,
+    /// Shared with the shell, which reads it too (the plan does not change while it runs).
+    plan: Arc<PodPlan>,
     containers: Vec<ContainerStatus>,
     phase: Phase,
     /// When the pod was admitted (`Input::Admit`); `None` before.
@@ -97,7 +99,8 @@ pub struct Pod {
 }
 
 impl Pod {
-    pub fn new(plan: PodPlan) -> Pod {
+    pub fn new(plan: impl Into<Arc<PodPlan>>) -> Pod {
+        let plan: Arc<PodPlan> = plan.into();
         let containers = (0..plan.containers.len())
             .map(|i| ContainerStatus::new(&plan.containers[i].name, initial_waiting(&plan, i)))
             .collect();

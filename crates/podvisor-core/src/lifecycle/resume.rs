@@ -94,7 +94,10 @@ impl Pod {
 
     /// A pod taken up from `record` (see the module's doc). Containers of the plan that the
     /// record does not name start afresh; records of containers no longer planned are dropped.
-    pub fn resume(plan: super::PodPlan, record: &PodRecord) -> Result<Pod, ResumeError> {
+    pub fn resume(
+        plan: impl Into<std::sync::Arc<super::PodPlan>>,
+        record: &PodRecord,
+    ) -> Result<Pod, ResumeError> {
         Pod::resume_adopting(plan, record, &BTreeMap::new())
     }
 
@@ -103,7 +106,7 @@ impl Pod {
     /// taken over at admission; the others are lost. A record taken up during an in-place
     /// restart of every container adopts nothing: that restart is finished instead.
     pub fn resume_adopting(
-        plan: super::PodPlan,
+        plan: impl Into<std::sync::Arc<super::PodPlan>>,
         record: &PodRecord,
         survivors: &BTreeMap<String, Survivor>,
     ) -> Result<Pod, ResumeError> {

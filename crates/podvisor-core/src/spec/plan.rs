@@ -178,7 +178,8 @@ pub enum Handler {
 #[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct RunPlan {
     pub namespace: String,
-    pub pod: PodPlan,
+    /// Shared with the pod's state machine (`Pod::new`), which holds the same plan.
+    pub pod: std::sync::Arc<PodPlan>,
     /// Same order as `pod.containers`.
     pub exec: Vec<ContainerExec>,
     pub volumes: Vec<VolumePlan>,
@@ -343,7 +344,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         container_stop_signals: false,
         pod_level_resources: allocation.pod_level,
         namespace: namespace.clone(),
-        pod: PodPlan {
+        pod: std::sync::Arc::new(PodPlan {
             name,
             namespace: namespace.clone(),
             uid: host.uid.clone(),
@@ -357,7 +358,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             probe_jitter_seed: None,
             sidecars_restart_in_termination: false,
             image_volumes: image_volumes.into_iter().map(|(_, r)| r).collect(),
-        },
+        }),
         exec,
         staged_env: staged.map(|s| s.staged_env()).unwrap_or_default(),
     }

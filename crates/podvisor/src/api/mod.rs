@@ -111,7 +111,7 @@ pub struct Server {
     path: Option<PathBuf>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
-    events: VecDeque<String>,
+    events: VecDeque<Box<str>>,
     token_base: u64,
     /// Commands whose client went away before they ended: to be killed.
     abandoned: Vec<i32>,
@@ -392,7 +392,9 @@ impl Server {
         if self.events.len() == KEEP_EVENTS {
             self.events.pop_front();
         }
-        self.events.push_back(line);
+        // Kept for as long as a thousand events take, so without the spare room the line
+        // was written with.
+        self.events.push_back(line.into_boxed_str());
     }
 
     /// Whether anyone watches the status (so it is worth computing).

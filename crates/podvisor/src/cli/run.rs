@@ -174,7 +174,7 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
     let node = a.node.node()?;
     let mut run_plan = plan(&manifest, &host, node.backoff);
     run_plan.container_stop_signals = node.gates.enabled(Gate::ContainerStopSignals);
-    run_plan.pod.sidecars_restart_in_termination = node
+    std::sync::Arc::make_mut(&mut run_plan.pod).sidecars_restart_in_termination = node
         .gates
         .enabled(Gate::SidecarsRestartableDuringPodTermination);
     if let Err(why) = stop_signals_allowed(&run_plan) {

@@ -162,7 +162,7 @@ pub fn run(
     let state = dir.record()?;
     persist::forget_last_word(&dir)?;
     events.keep_in(&dir.events_path())?;
-    let mut taken = persist::take_up(&dir, &state, &plan, &mut info, settings.reset_state)?;
+    let mut taken = persist::take_up(&dir, &state, &mut plan, &mut info, settings.reset_state)?;
     // A resumed pod keeps the resources its resizes allocated.
     resize::take_up(&dir, &mut info.spec, &mut plan, taken.resumed)?;
     let epoll = Epoll::new()?;

@@ -42,7 +42,7 @@ pub struct TakenUp {
 pub fn take_up(
     dir: &StateDir,
     state: &StateFile,
-    plan: &RunPlan,
+    plan: &mut RunPlan,
     info: &mut PodInfo,
     reset: bool,
 ) -> Result<TakenUp, StateError> {
@@ -126,9 +126,8 @@ pub fn take_up(
         }
     }
     // The same pod goes on, under the UID the record gave it.
-    let mut pod_plan = plan.pod.clone();
-    pod_plan.uid = record.uid.clone();
-    let pod = Pod::resume_adopting(pod_plan, &record, &found.survivors).map_err(|e| {
+    std::sync::Arc::make_mut(&mut plan.pod).uid = record.uid.clone();
+    let pod = Pod::resume_adopting(plan.pod.clone(), &record, &found.survivors).map_err(|e| {
         StateError::Mismatch {
             path,
             message: e.to_string(),

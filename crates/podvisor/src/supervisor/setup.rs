@@ -25,7 +25,8 @@ pub(super) fn take_process(plan: &mut RunPlan) -> Result<(SigSet, SignalFd), Run
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos() as u64;
-    plan.pod.probe_jitter_seed = Some(nanos ^ u64::from(std::process::id()).rotate_left(32));
+    std::sync::Arc::make_mut(&mut plan.pod).probe_jitter_seed =
+        Some(nanos ^ u64::from(std::process::id()).rotate_left(32));
     let _ = sys::raise_open_files_limit();
     let mut set = SigSet::empty();
     for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
