@@ -549,3 +549,45 @@ fn containers_start_with_no_signal_ignored_whatever_the_run_inherited() {
         assert_eq!(ignored & !(0b11 << 31), 0, "{extra:?}: {log}");
     }
 }
+
+#[test]
+fn a_run_gives_back_the_heap_its_starts_freed() {
+    // A hundred containers started at once: what the run allocated to start them and freed
+    // once they ran goes back to the kernel when it has nothing left to do (glibc keeps the
+    // pages of freed memory resident unless asked), so the heap's resident size falls below
+    // what it was while they started.
+    let mut containers = String::from("  containers:\n");
+    for i in 0..100 {
+        containers.push_str(&format!("  - {{name: c{i}, command: [sleep, '600']}}\n"));
+    }
+    let r = PodRun::new(&pod("Never", &containers));
+    let mut p = r.cmd(&[]).start();
+    let run = p.init_pid();
+    let mut peak = 0;
+    wait_until("a hundred started", || {
+        peak = peak.max(heap_kib(run));
+        r.events()
+            .iter()
+            .filter(|e| e["reason"] == "Started")
+            .count()
+            == 100
+    });
+    peak = peak.max(heap_kib(run));
+    assert!(peak > 0, "no heap");
+    wait_until("the heap given back", || heap_kib(run) < peak);
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0));
+    p.assert_no_leftovers();
+}
+
+/// The resident size of process `pid`'s heap (its `[heap]` mapping), KiB.
+fn heap_kib(pid: i32) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let Some(at) = smaps.find("[heap]") else {
+        return 0;
+    };
+    (smaps[at..].lines())
+        .find_map(|l| l.strip_prefix("Rss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

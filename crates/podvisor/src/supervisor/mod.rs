@@ -258,6 +258,7 @@ pub fn run(
         keepers: keep::Keepers::default(),
         keeper_exe: settings.live_restore.then(keep::keeper_exe).flatten(),
         pending: Vec::new(),
+        heap_settled: false,
         stopped: false,
         deleted: false,
         finished: None,
@@ -375,6 +376,8 @@ struct Supervisor {
     keeper_exe: Option<std::fs::File>,
     /// Events of this turn, sent out once its record is saved (see `announce`).
     pending: Vec<(SystemTime, podvisor_core::lifecycle::Event)>,
+    /// The heap's freed pages were given back since the last events (`settle_heap`).
+    heap_settled: bool,
     stopped: bool,
     /// `podvisor stop` asked for the stop: the pod is deleted (its record goes at the end).
     deleted: bool,
@@ -436,6 +439,7 @@ impl Supervisor {
             // Wake on a millisecond grid of the clock (not relative to now): deadlines within
             // the same millisecond (hundreds of probes a second) share one wake-up.
             let timeout = deadline.map(|d| coalesce(d) - self.clock.now());
+            self.settle_heap(timeout);
             self.api.flush_watchers(&self.epoll);
             ready.clear();
             self.epoll.wait(&mut ready, timeout)?;
@@ -720,9 +724,23 @@ impl Supervisor {
             let line = self.events.emit(at, &event);
             self.api.event(line);
         }
+        self.heap_settled = false;
         self.after_changes();
     }
+
+    /// Once the work that events tell of is over (nothing due for a while), what it freed in
+    /// the heap goes back to the kernel: the memory a run took to start its containers is not
+    /// kept for as long as it holds them. Once per such stretch of work.
+    fn settle_heap(&mut self, timeout: Option<std::time::Duration>) {
+        if !self.heap_settled && timeout.is_none_or(|t| t >= HEAP_SETTLE) {
+            sys::give_back_free_heap();
+            self.heap_settled = true;
+        }
+    }
 }
+
+/// How long a wait must be for the heap's freed pages to be given back before it.
+const HEAP_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How soon after a SIGCHLD all children are looked through for exits it may stand for.
 const REAP_SCAN_DELAY: std::time::Duration = std::time::Duration::from_millis(50);

@@ -22,6 +22,7 @@ mod fd;
 #[cfg(feature = "full")]
 mod files;
 mod fork;
+mod heap;
 mod namespaces;
 mod newroot;
 mod passing;
@@ -36,6 +37,7 @@ pub use fd::*;
 #[cfg(feature = "full")]
 pub use files::{get_xattr, lchown, make_node, set_mtime, set_xattr};
 pub use fork::*;
+pub use heap::give_back_free_heap;
 pub use namespaces::{
     command_in_user_namespace, make_pod_namespaces, mapped_user_namespace, open_namespace,
     open_namespace_path, IdMapLine, PodNamespaceFds,
