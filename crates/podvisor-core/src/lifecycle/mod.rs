@@ -64,7 +64,8 @@ pub use stop::MIN_GRACE;
 /// The pod state machine.
 #[derive(Debug, Clone)]
 pub struct Pod {
-    /// Shared with the shell, which reads it too (the plan does not change while it runs).
+    /// Shared with the shell, which reads it too; the one change the core makes to it (an
+    /// image's user found to be non-root) makes the core a copy of its own first.
     plan: Arc<PodPlan>,
     containers: Vec<ContainerStatus>,
     phase: Phase,
