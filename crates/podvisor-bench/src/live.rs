@@ -228,11 +228,13 @@ pub fn live_bench(args: &[String]) {
         })
         .collect();
     // horust's runs after podvisor's (their sleeps are not podvisor's to count), each alone.
-    let peers: Vec<(f64, f64)> = (horust.as_deref().into_iter())
+    // Their peak RSS alone (`horust_run` gives its idle CPU too, which this bench does not show).
+    let peer_rss: Vec<f64> = (horust.as_deref().into_iter())
         .flat_map(|h| {
             let dir = &dir;
             (0..HORUST_RUNS).filter_map(move |_| super::runtime::horust_run(h, dir, idle))
         })
+        .map(|(_cpu, rss)| rss)
         .collect();
     let _ = std::fs::remove_dir_all(&dir);
     let m = |f: fn(&Round) -> f64| median(results.iter().map(f).collect());
@@ -274,18 +276,15 @@ pub fn live_bench(args: &[String]) {
         added,
         if added <= 50.0 { "met" } else { "MISSED" }
     );
-    match peers.len() {
+    match peer_rss.len() {
         0 => println!(
             "{:<44}{:>12}",
             "horust, peak RSS (KiB)", "n/a (pass --horust PATH)"
         ),
         n => {
-            let rss: Vec<f64> = peers.iter().map(|p| p.1).collect();
-            let (lo, hi) = (
-                rss.iter().copied().fold(f64::MAX, f64::min),
-                rss.iter().copied().fold(0.0, f64::max),
-            );
-            let peer = median(rss);
+            let lo = peer_rss.iter().copied().fold(f64::MAX, f64::min);
+            let hi = peer_rss.iter().copied().fold(0.0, f64::max);
+            let peer = median(peer_rss);
             println!(
                 "{:<44}{:>12.0}  ratio {:.2}, goal ≤ 0.8: {}",
                 format!("horust, peak RSS (KiB), median of {n}"),
