@@ -1,13 +1,15 @@
-//! Four choices of the link on glibc; the first and the last only for the PID 1 build (no `full`
-//! feature).
+//! Four choices of the link on glibc; the last only for the PID 1 build (no `full` feature).
 //!
-//! Link gcc's unwinder statically instead of loading libgcc_s.so at every start (PID 1 build
-//! only). Why: std on linux-gnu asks for `-lgcc_s`; loading that one extra shared library costs
-//! about 0.2 ms per exec here, a fifth of tini's whole start-up, for unwinding code that a
-//! `panic = "abort"` binary never runs. A directory with a `libgcc_s.so` linker script that
-//! points at gcc's static `libgcc_eh.a` is searched before the system's, so the linker takes the
-//! static unwinder and records no dependency. Where gcc's archive cannot be found, nothing
-//! changes (the binary simply loads libgcc_s as usual).
+//! Link gcc's unwinder statically instead of loading libgcc_s.so at every start. Why: std on
+//! linux-gnu asks for `-lgcc_s`; loading that one extra shared library (and running its
+//! constructor) costs about 0.2 ms per exec here: a fifth of tini's whole start-up for the PID 1
+//! build, whose `panic = "abort"` never unwinds, and for the full build a share of every pod's
+//! start, which execs the binary twice (`run` hands its plan to a fresh image of itself) and a
+//! keeper once more. The static unwinder unwinds a panic of the full build just as well (gcc's
+//! `-static-libgcc`). A directory with a `libgcc_s.so` linker script that points at gcc's
+//! static `libgcc_eh.a` is searched before the system's, so the linker takes the static
+//! unwinder and records no dependency. Where gcc's archive cannot be found, nothing changes
+//! (the binary simply loads libgcc_s as usual).
 //!
 //! Put the functions that the binaries run day to day first and together: the PID 1 build's
 //! listed in `init-order.txt` (written by `scripts/init-order`), the others' (`podvisor` and
@@ -56,10 +58,14 @@ fn main() {
     for entry in ["init", "fini"] {
         println!("cargo:rustc-link-arg-bins=-Wl,-{entry}=podvisor_has_no_{entry}_function");
     }
-    if !init_only {
-        return;
+    if init_only {
+        discard_unwind_tables(&var);
     }
-    discard_unwind_tables(&var);
+    static_unwinder(&var);
+}
+
+/// Links gcc's unwinder statically where gcc has its archive (see the top of this file).
+fn static_unwinder(var: &dyn Fn(&str) -> String) {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let archive = Command::new(&cc)
         .arg("-print-file-name=libgcc_eh.a")
@@ -68,7 +74,7 @@ fn main() {
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
     let Some(archive) = archive.filter(|p| p.is_absolute() && p.exists()) else {
-        println!("cargo:warning=libgcc_eh.a not found with `{cc} -print-file-name`: the PID 1 build will load libgcc_s.so");
+        println!("cargo:warning=libgcc_eh.a not found with `{cc} -print-file-name`: the binaries will load libgcc_s.so");
         return;
     };
     let dir = PathBuf::from(var("OUT_DIR")).join("static-libgcc");
