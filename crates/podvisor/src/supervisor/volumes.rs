@@ -31,7 +31,8 @@ pub struct Volumes {
 
 impl Volumes {
     /// Makes the volumes' directory (`StateDir::volumes_dir`) afresh with every volume in
-    /// it; with `keep_empty_dirs` (a resumed pod) the emptyDir volumes keep what they hold.
+    /// it (no directory for a pod without one); with `keep_empty_dirs` (a resumed pod) the
+    /// emptyDir volumes keep what they hold.
     pub fn prepare(
         dir: &Path,
         plans: &[VolumePlan],
@@ -56,7 +57,8 @@ impl Volumes {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        std::fs::create_dir_all(&dir)?;
+        // The directory itself is made with the first volume in it (`make`): a pod without
+        // one does not pay for it at every start.
         let v = Volumes {
             dir,
             plans: plans.to_vec(),
