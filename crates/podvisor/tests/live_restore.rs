@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::harness::*;
 use crate::probes::{event_ms, free_port, pod_with};
+use crate::run::heap_kib;
 
 const LIVE: [&str; 1] = ["--live-restore"];
 
@@ -665,6 +666,40 @@ fn a_run_and_its_keeper_give_back_their_relocation_tables() {
             "pid {pid}: {resident} of {pages} pages still resident"
         );
     }
+    stop_and_find_nothing_left(&r, &mut p);
+    p.assert_no_leftovers();
+}
+
+/// A hundred containers started under a keeper: what the keeper allocated to start them and
+/// freed once they ran goes back to the kernel when it has nothing left to do (a second
+/// without events), so its heap's resident size falls below what it was while they started.
+#[test]
+fn a_keeper_gives_back_the_heap_its_starts_freed() {
+    let mut containers = String::from("  containers:\n");
+    for i in 0..100 {
+        containers.push_str(&format!("  - {{name: c{i}, command: [sleep, '600']}}\n"));
+    }
+    let r = PodRun::new(&pod("Never", &containers));
+    let state = r.dir.file("state");
+    let mut p = r.cmd(&LIVE).start();
+    let mut keeper = 0;
+    let mut peak = 0;
+    wait_until("a hundred started", || {
+        if keeper == 0 {
+            keeper = keepers(&state).first().map_or(0, |k| k.0);
+        }
+        if keeper != 0 {
+            peak = peak.max(heap_kib(keeper));
+        }
+        r.events()
+            .iter()
+            .filter(|e| e["reason"] == "Started")
+            .count()
+            == 100
+    });
+    peak = peak.max(heap_kib(keeper));
+    assert!(peak > 0, "no heap in keeper {keeper}");
+    wait_until("the keeper's heap given back", || heap_kib(keeper) < peak);
     stop_and_find_nothing_left(&r, &mut p);
     p.assert_no_leftovers();
 }

@@ -581,7 +581,7 @@ fn a_run_gives_back_the_heap_its_starts_freed() {
 }
 
 /// The resident size of process `pid`'s heap (its `[heap]` mapping), KiB.
-fn heap_kib(pid: i32) -> u64 {
+pub(crate) fn heap_kib(pid: i32) -> u64 {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
     let Some(at) = smaps.find("[heap]") else {
         return 0;

@@ -43,6 +43,9 @@ use crate::state::logs::{LogFile, LogNews, LogStream};
 use crate::state::StateDir;
 use crate::stdio::write_err;
 
+/// How long the keeper waits without events before it gives back what its heap freed.
+const HEAP_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `podvisor keeper ...`: returns the exit code (0 once every container's exit is recorded).
 pub fn main(args: &[OsString]) -> i32 {
     // It outlives runs: what only the loader read goes (`sys::forget_relocations`).
@@ -144,9 +147,19 @@ impl Keeper {
         listener.set_nonblocking(true)?;
         epoll.add(listener.as_raw_fd(), TOKEN_LISTEN, EV_READ)?;
         let mut ready = Vec::with_capacity(64);
+        let mut heap_settled = false;
         loop {
             ready.clear();
-            epoll.wait(&mut ready, None)?;
+            // Once the work of a burst is over (a second without events), what it freed in
+            // the heap goes back to the kernel, as `run` does: a keeper holds its containers
+            // for as long as they run.
+            epoll.wait(&mut ready, (!heap_settled).then_some(HEAP_SETTLE))?;
+            if ready.is_empty() {
+                sys::give_back_free_heap();
+                heap_settled = true;
+                continue;
+            }
+            heap_settled = false;
             // Output first, so that a container's last lines are in before its exit.
             for &token in ready.iter().filter(|&&t| t & TOKEN_STREAM != 0) {
                 self.drain(token, &epoll)?;
