@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::harness::*;
 use crate::probes::{event_ms, free_port, pod_with};
-use crate::run::heap_kib;
+use crate::run::{heap_kib, sleepers, started};
 
 const LIVE: [&str; 1] = ["--live-restore"];
 
@@ -675,11 +675,7 @@ fn a_run_and_its_keeper_give_back_their_relocation_tables() {
 /// without events), so its heap's resident size falls below what it was while they started.
 #[test]
 fn a_keeper_gives_back_the_heap_its_starts_freed() {
-    let mut containers = String::from("  containers:\n");
-    for i in 0..100 {
-        containers.push_str(&format!("  - {{name: c{i}, command: [sleep, '600']}}\n"));
-    }
-    let r = PodRun::new(&pod("Never", &containers));
+    let r = PodRun::new(&pod("Never", &sleepers(100)));
     let state = r.dir.file("state");
     let mut p = r.cmd(&LIVE).start();
     let mut keeper = 0;
@@ -691,11 +687,7 @@ fn a_keeper_gives_back_the_heap_its_starts_freed() {
         if keeper != 0 {
             peak = peak.max(heap_kib(keeper));
         }
-        r.events()
-            .iter()
-            .filter(|e| e["reason"] == "Started")
-            .count()
-            == 100
+        started(&r) == 100
     });
     peak = peak.max(heap_kib(keeper));
     assert!(peak > 0, "no heap in keeper {keeper}");

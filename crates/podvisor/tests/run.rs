@@ -556,21 +556,13 @@ fn a_run_gives_back_the_heap_its_starts_freed() {
     // once they ran goes back to the kernel when it has nothing left to do (glibc keeps the
     // pages of freed memory resident unless asked), so the heap's resident size falls below
     // what it was while they started.
-    let mut containers = String::from("  containers:\n");
-    for i in 0..100 {
-        containers.push_str(&format!("  - {{name: c{i}, command: [sleep, '600']}}\n"));
-    }
-    let r = PodRun::new(&pod("Never", &containers));
+    let r = PodRun::new(&pod("Never", &sleepers(100)));
     let mut p = r.cmd(&[]).start();
     let run = p.init_pid();
     let mut peak = 0;
     wait_until("a hundred started", || {
         peak = peak.max(heap_kib(run));
-        r.events()
-            .iter()
-            .filter(|e| e["reason"] == "Started")
-            .count()
-            == 100
+        started(&r) == 100
     });
     peak = peak.max(heap_kib(run));
     assert!(peak > 0, "no heap");
@@ -578,6 +570,22 @@ fn a_run_gives_back_the_heap_its_starts_freed() {
     p.signal("TERM");
     assert_eq!(p.wait().code(), Some(0));
     p.assert_no_leftovers();
+}
+
+/// `containers:` of `n` containers `c0`, `c1`, … that sleep for ten minutes.
+pub(crate) fn sleepers(n: usize) -> String {
+    let mut containers = String::from("  containers:\n");
+    for i in 0..n {
+        containers.push_str(&format!("  - {{name: c{i}, command: [sleep, '600']}}\n"));
+    }
+    containers
+}
+
+/// How many `Started` events the run has written.
+pub(crate) fn started(r: &PodRun) -> usize {
+    (r.events().iter())
+        .filter(|e| e["reason"] == "Started")
+        .count()
 }
 
 /// The resident size of process `pid`'s heap (its `[heap]` mapping), KiB.
