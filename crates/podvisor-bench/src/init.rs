@@ -24,7 +24,8 @@ pub fn init_bench(args: &[String]) {
             std::process::exit(2);
         }
     }
-    let inits = inits(&podvisor);
+    let install = installed(&podvisor, &[]);
+    let inits = inits(&install.program);
 
     let (runs, rss_runs, reap_runs, zombies) = if quick {
         (30, 5, 2, 2_000)

@@ -214,7 +214,11 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
 }
 
 pub fn live_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
+    let install = installed(
+        &program(args, "--podvisor", "podvisor"),
+        &["podvisor-keeper"],
+    );
+    let podvisor = install.program.clone();
     let horust = arg_value(args, "--horust").map(PathBuf::from);
     let quick = args.iter().any(|a| a == "--quick");
     let rounds = if quick { 1 } else { 3 };

@@ -109,6 +109,47 @@ fn program(args: &[String], flag: &str, name: &str) -> PathBuf {
         .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name(name))
 }
 
+/// A program copied into a directory of its own, as a user installs it, removed when dropped.
+/// Why: a file the linker has just written is in the page cache in small folios, and the
+/// kernel maps a whole folio of a file at a fault, so how much of a binary is resident, and
+/// how many faults each exec of it takes, depends on how it came into the page cache; the
+/// peers are measured as their packages installed them (docs/benchmarks.md).
+struct Installed {
+    dir: PathBuf,
+    program: PathBuf,
+}
+
+/// `program` and the programs `beside` it (the keeper), copied (see `Installed`).
+fn installed(program: &Path, beside: &[&str]) -> Installed {
+    let dir = std::env::temp_dir().join(format!(
+        "podvisor-bench-installed-{}-{}",
+        std::process::id(),
+        program.file_name().unwrap().to_string_lossy()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make the install directory");
+    let copy = |from: &Path| {
+        let to = dir.join(from.file_name().unwrap());
+        std::fs::copy(from, &to)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+        to
+    };
+    let installed = copy(program);
+    for name in beside {
+        copy(&program.with_file_name(name));
+    }
+    Installed {
+        dir,
+        program: installed,
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn arg_value(args: &[String], name: &str) -> Option<String> {
     args.iter()
         .position(|a| a == name)

@@ -43,9 +43,6 @@ use crate::state::logs::{LogFile, LogNews, LogStream};
 use crate::state::StateDir;
 use crate::stdio::write_err;
 
-/// How long the keeper waits without events before it gives back what its heap freed.
-const HEAP_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// `podvisor keeper ...`: returns the exit code (0 once every container's exit is recorded).
 pub fn main(args: &[OsString]) -> i32 {
     // It outlives runs: what only the loader read goes (`sys::forget_relocations`).
@@ -153,7 +150,7 @@ impl Keeper {
             // Once the work of a burst is over (a second without events), what it freed in
             // the heap goes back to the kernel, as `run` does: a keeper holds its containers
             // for as long as they run.
-            epoll.wait(&mut ready, (!heap_settled).then_some(HEAP_SETTLE))?;
+            epoll.wait(&mut ready, (!heap_settled).then_some(sys::HEAP_SETTLE))?;
             if ready.is_empty() {
                 sys::give_back_free_heap();
                 heap_settled = true;

@@ -732,15 +732,12 @@ impl Supervisor {
     /// the heap goes back to the kernel: the memory a run took to start its containers is not
     /// kept for as long as it holds them. Once per such stretch of work.
     fn settle_heap(&mut self, timeout: Option<std::time::Duration>) {
-        if !self.heap_settled && timeout.is_none_or(|t| t >= HEAP_SETTLE) {
+        if !self.heap_settled && timeout.is_none_or(|t| t >= sys::HEAP_SETTLE) {
             sys::give_back_free_heap();
             self.heap_settled = true;
         }
     }
 }
-
-/// How long a wait must be for the heap's freed pages to be given back before it.
-const HEAP_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How soon after a SIGCHLD all children are looked through for exits it may stand for.
 const REAP_SCAN_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
