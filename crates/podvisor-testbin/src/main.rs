@@ -15,6 +15,8 @@
 //! - `keyctl` — ask for the thread keyring's id (`keyctl`, a system call a seccomp default
 //!   profile refuses) and print `ok` or `errno N`; exit 0 either way.
 //! - `sleep SECS` — sleep, then exit 0.
+//! - `watch DIR` — watch DIR with inotify, print `watching`, then the name of each file made
+//!   in it or moved into it, a line each, until killed.
 //! - `alloc MIB [hold]` — allocate MIB MiB, touching every page (so it is really charged), print
 //!   `allocated MIB`, exit 0 (with `hold`: keep it until killed).
 //! - `spin SECS` — burn CPU for SECS seconds of wall time, then exit 0.
@@ -64,6 +66,7 @@ extern "C" fn main(
             }
             0
         }
+        Some("watch") => watch(args.get(1).map_or("", String::as_str)),
         Some("sleep") => {
             let secs: f64 = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1.0);
             std::thread::sleep(Duration::from_secs_f64(secs));
@@ -71,7 +74,7 @@ extern "C" fn main(
         }
         _ => {
             eprintln!(
-                "usage: podvisor-testbin exit|die|signals|report|zombies|orphans|serve|masked|keyctl|sleep ..."
+                "usage: podvisor-testbin exit|die|signals|report|zombies|orphans|serve|masked|keyctl|sleep|watch ..."
             );
             2
         }
@@ -478,4 +481,32 @@ fn spin(secs: f64) -> i32 {
         std::hint::black_box(x);
     }
     0
+}
+
+/// `watch DIR`: the names of the files made in DIR, as they come.
+fn watch(dir: &str) -> i32 {
+    use std::io::Read;
+    let mut events = match sys::watch_made(dir) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(e) => {
+            eprintln!("watch {dir}: {e}");
+            return 1;
+        }
+    };
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "watching");
+    let _ = out.flush();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match events.read(&mut buf) {
+            Ok(n) if n > 0 => {
+                for name in sys::event_names(&buf[..n]) {
+                    let _ = writeln!(out, "{name}");
+                }
+                let _ = out.flush();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return 1,
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! The testbin's only `unsafe`: fork, signal masks and waits that std does not offer.
+//! The testbin's only `unsafe`: fork, signal masks, waits and inotify, which std does not offer.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -174,4 +174,49 @@ pub fn keyctl_thread_keyring() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// An inotify descriptor watching `dir` for files made in it or moved into it.
+pub fn watch_made(dir: &str) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let path =
+        std::ffi::CString::new(dir).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: inotify_init1 takes flags only.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by inotify_init1 and nothing else owns it.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fd is an inotify descriptor, path a NUL-terminated string outliving the call.
+    let wd = unsafe {
+        libc::inotify_add_watch(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            path.as_ptr(),
+            libc::IN_CREATE | libc::IN_MOVED_TO,
+        )
+    };
+    if wd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// The names in the inotify events read from `buf` (as many bytes as a read returned).
+pub fn event_names(buf: &[u8]) -> Vec<String> {
+    let header = std::mem::size_of::<libc::inotify_event>();
+    let mut names = Vec::new();
+    let mut at = 0;
+    while at + header <= buf.len() {
+        // SAFETY: at least a whole header lies at `at`; read_unaligned copes with any
+        // alignment of the buffer.
+        let event: libc::inotify_event =
+            unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+        let len = event.len as usize;
+        let name = &buf[(at + header).min(buf.len())..(at + header + len).min(buf.len())];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+        at += header + len;
+    }
+    names
 }

@@ -356,6 +356,7 @@ points! {
     start_answered_not_recorded: "run.start.answered@3", Run;
     first_start_answered_not_recorded: "run.start.answered", Run;
     exit_read_not_recorded: "run.exit.told", Run;
+    exit_saved_not_counted: "run.exit.saved", Run;
     instance_cgroup_made: "cgroup.created@3", Run;
     instance_cgroup_removed: "cgroup.removed", Run;
     takeover_greeted_nothing_adopted: "run.adopt.greeted", TakingOver;

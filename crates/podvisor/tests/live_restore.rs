@@ -1,7 +1,6 @@
 //! Live restore (`run --live-restore`): the containers outlive `run`, held by its keeper;
 //! `run` again on the state dir takes them over. kill -9 of `run`, SIGTERM, an exit while no
-//! podvisor ran, a killed keeper, a stuck keeper, a keeper of a protocol this podvisor does
-//! not adopt and a keeper's socket that never greets.
+//! podvisor ran, a killed keeper, a stuck keeper (the keeper's protocol: `keeper_protocol`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,19 +11,19 @@ use crate::harness::*;
 use crate::probes::{event_ms, free_port, pod_with};
 use crate::run::{heap_kib, sleepers, started};
 
-const LIVE: [&str; 1] = ["--live-restore"];
+pub(crate) const LIVE: [&str; 1] = ["--live-restore"];
 
 const DAY: i64 = 86_400_000;
 
 /// `podvisor status -o json` of the run.
-fn status(r: &PodRun) -> Value {
+pub(crate) fn status(r: &PodRun) -> Value {
     let out = client(r, &["status", "-o", "json"]);
     assert_eq!(out.code(), 0, "{}", out.stderr);
     serde_json::from_str(&out.stdout).unwrap()
 }
 
 /// Each container's (pid, restartCount, ready).
-fn containers(r: &PodRun) -> Vec<(String, i64, u64, bool)> {
+pub(crate) fn containers(r: &PodRun) -> Vec<(String, i64, u64, bool)> {
     let s = status(r);
     s["status"]["containerStatuses"]
         .as_array()
@@ -51,7 +50,7 @@ fn pid_of(status: &Value) -> i64 {
 }
 
 /// Pids of keeper processes of `state_dir`.
-fn keepers(state_dir: &Path) -> Vec<(i32, String)> {
+pub(crate) fn keepers(state_dir: &Path) -> Vec<(i32, String)> {
     let needle = format!("keeper\0{}\0", state_dir.display());
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -68,12 +67,12 @@ fn keepers(state_dir: &Path) -> Vec<(i32, String)> {
     found
 }
 
-fn alive(pid: i64) -> bool {
+pub(crate) fn alive(pid: i64) -> bool {
     Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid as i32)
 }
 
 /// How many live processes run exactly `cmdline` (NUL-separated argv).
-fn count_cmdline(argv: &[&str]) -> usize {
+pub(crate) fn count_cmdline(argv: &[&str]) -> usize {
     let want: Vec<u8> = argv
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
@@ -89,7 +88,7 @@ fn count_cmdline(argv: &[&str]) -> usize {
 }
 
 /// `podvisor stop`: the run ends with 0, its keepers end and leave no file behind.
-fn stop_and_find_nothing_left(r: &PodRun, run: &mut Proc) {
+pub(crate) fn stop_and_find_nothing_left(r: &PodRun, run: &mut Proc) {
     let state = r.dir.file("state");
     assert_eq!(client(r, &["stop"]).code(), 0);
     assert_eq!(run.wait().code(), Some(0), "{:?}", run.stderr);
@@ -99,7 +98,7 @@ fn stop_and_find_nothing_left(r: &PodRun, run: &mut Proc) {
 }
 
 /// One container, `app`, that sleeps.
-fn sleeper() -> PodRun {
+pub(crate) fn sleeper() -> PodRun {
     PodRun::new(&pod_with(
         "Always",
         1,
@@ -383,122 +382,6 @@ fn a_keeper_that_does_not_answer_a_start_is_killed_and_replaced() {
     assert!(now.len() == 1 && now[0].0 != stuck, "{now:?}");
     stop_and_find_nothing_left(&r, &mut p);
     p.assert_no_leftovers();
-}
-
-#[test]
-fn a_keeper_of_the_previous_protocol_is_taken_over() {
-    // The first release's keepers spoke protocol 1 (lines of text); a keeper told to speak
-    // it writes what they wrote. `app` exits (3) while no podvisor runs, `idle` runs on.
-    let tag = "600.75";
-    let spec = format!(
-        "  containers:
-  - name: idle
-    command: [sleep, '{tag}']
-  - name: app
-    command: [sh, -c, 'sleep 1; exit 3']
-"
-    );
-    let r = PodRun::new(&pod_with("Always", 1, &spec));
-    let state = r.dir.file("state");
-    let backoff = ["--live-restore", "--backoff-initial", "3s"];
-    let mut first = r
-        .cmd(&backoff)
-        .env("PODVISOR_TEST_KEEPER_PROTOCOL", "1")
-        .start();
-    r.wait_event("app", "Started", 1);
-    let idle = containers(&r)[0].1;
-    let keeper = keepers(&state);
-    assert_eq!(keeper.len(), 1, "{keeper:?}");
-    // Its hello is protocol 1's.
-    let socket = state
-        .join("keepers")
-        .join(format!("keeper.{}.sock", keeper[0].0));
-    let mut hello = String::new();
-    let conn = std::os::unix::net::UnixStream::connect(&socket).unwrap();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(conn), &mut hello).unwrap();
-    assert_eq!(hello, format!("podvisor-keeper 1 keeper={}\n", keeper[0].0));
-    first.signal("KILL");
-    first.wait();
-    let note = state.join("keepers").join("app.1.exit");
-    wait_until("the keeper notes app's exit", || note.exists());
-    let text = std::fs::read_to_string(&note).unwrap();
-    assert!(text.starts_with("podvisor-keeper-exit 1\n"), "{text}");
-
-    let mut second = r.cmd(&backoff).start();
-    r.wait_event("idle", "Adopted", 1);
-    r.wait_event("app", "Adopted", 1);
-    let s = status(&r);
-    let app = &s["status"]["containerStatuses"][1];
-    assert_eq!(app["lastState"]["terminated"]["exitCode"], 3, "{app}");
-    assert_eq!(containers(&r)[0].1, idle);
-    assert_eq!(count_cmdline(&["sleep", tag]), 1);
-    // app starts again under this run's keeper (protocol 2); the stop ends idle under the
-    // old one, whose exit (noted in protocol 1) the run reads.
-    r.wait_event("app", "Started", 2);
-    stop_and_find_nothing_left(&r, &mut second);
-    assert!(!alive(idle));
-    first.assert_no_leftovers();
-}
-
-#[test]
-fn a_keeper_of_an_unknown_protocol_is_refused_and_left_running() {
-    let r = sleeper();
-    let state = r.dir.file("state");
-    let mut first = r
-        .cmd(&LIVE)
-        .env("PODVISOR_TEST_KEEPER_PROTOCOL", "3")
-        .start();
-    r.wait_event("app", "Started", 1);
-    let pid = containers(&r)[0].1;
-    first.signal("KILL");
-    first.wait();
-    let out = r.cmd(&LIVE).output();
-    assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("the pod's containers are held by a keeper")
-            && out
-                .stderr
-                .contains("that speaks protocol 3; this podvisor adopts protocols 1..=2"),
-        "{}",
-        out.stderr
-    );
-    // Nothing was touched: the container and its keeper run on.
-    assert!(alive(pid));
-    assert_eq!(keepers(&state).len(), 1);
-    assert_eq!(r.find("app", "Started").len(), 1);
-    // `first`'s drop kills its tree (keeper and container) when the test ends.
-}
-
-#[test]
-fn a_keeper_socket_that_never_greets_refuses_the_run_and_harms_nothing() {
-    let r = sleeper();
-    let state = r.dir.file("state");
-    let mut first = r.cmd(&LIVE).start();
-    r.wait_event("app", "Started", 1);
-    let pid = containers(&r)[0].1;
-    first.signal("KILL");
-    first.wait();
-    // Something listening on a keeper's socket that accepts and never says a word.
-    let silent = state.join("keepers/keeper.1.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&silent).unwrap();
-    let out = r.cmd(&LIVE).output();
-    assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&silent.display().to_string())
-            && out.stderr.contains("a keeper: no greeting within 2s"),
-        "{}",
-        out.stderr
-    );
-    // Nothing was touched: once the socket is gone the pod is taken over as it was.
-    assert!(alive(pid));
-    drop(listener);
-    std::fs::remove_file(&silent).unwrap();
-    let mut second = r.cmd(&LIVE).start();
-    r.wait_event("app", "Adopted", 1);
-    assert_eq!(containers(&r)[0].1, pid);
-    assert_eq!(r.find("app", "Started").len(), 1);
-    stop_and_find_nothing_left(&r, &mut second);
 }
 
 #[test]

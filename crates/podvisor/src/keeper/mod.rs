@@ -6,10 +6,11 @@
 //! cgroup, mounts, root, environment; `state::keeper::StartRequest`). The keeper is the
 //! containers' parent and a child subreaper. It holds their stdout and stderr pipes and
 //! writes the log files itself (rotation included), reaps the containers and whatever they
-//! orphan, records each exit atomically and tells whoever is connected (`state::keeper`). It never
-//! decides anything: no manifest, no restart, no probe. When a container has exited it kills
-//! what is left in its process group, takes the rest of the output, records the exit and
-//! says so. Once the run that started it is gone it starts nothing more, and ends when the
+//! orphan, and tells each exit to whoever is connected (`state::keeper`): the run that started
+//! it counts the exit in its saved record, and the keeper writes an exit note atomically only
+//! where no run may have counted it. It never decides anything: no manifest, no restart, no
+//! probe. When a container has exited it kills what is left in its process group, takes the
+//! rest of the output, and tells the exit. Once the run that started it is gone it starts nothing more, and ends when the
 //! last container it holds has exited; a run that takes the pod over starts a keeper of its
 //! own for the containers it starts. SIGTERM, SIGINT, SIGHUP do not end it (it has no
 //! terminal; a container is stopped by signalling the container); if it is killed, its
@@ -36,8 +37,8 @@ use crate::process::sys::{
     SignalFd, EV_READ,
 };
 use crate::state::keeper::{
-    Channel, ExitNote, Held as HeldName, Hello, InstanceName, KeeperArgs, LogReport, Message,
-    StartFailure, StartRequest,
+    Channel, Ending, ExitNote, Held as HeldName, Hello, InstanceName, KeeperArgs, LogReport,
+    Message, StartFailure, StartRequest,
 };
 use crate::state::logs::{LogFile, LogNews, LogStream};
 use crate::state::StateDir;
@@ -58,6 +59,8 @@ pub fn main(args: &[OsString]) -> i32 {
         args: a,
         held: Slab::new(),
         clients: Vec::new(),
+        starter_here: true,
+        uncounted: Vec::new(),
         scratch: Vec::new(),
         // Looked up once: what the keeper inherited does not change while it lives.
         ignored: sys::defaults_for_ignored(),
@@ -99,6 +102,11 @@ struct Keeper {
     held: Slab<Held>,
     /// Who hears of exits: the events channel and the runs that took the pod over.
     clients: Vec<Channel>,
+    /// The run that started this keeper is there (its control end is open).
+    starter_here: bool,
+    /// Exits told (`ended`) that the run which started the keeper has not yet `counted`:
+    /// noted on disk if it goes first (`note_uncounted`).
+    uncounted: Vec<(InstanceName, ExitNote)>,
     /// Where the containers' output lines are put together (`LogStream::drain`).
     scratch: Vec<u8>,
     /// The default disposition of each signal the keeper was started ignoring: its
@@ -162,6 +170,8 @@ impl Keeper {
                 self.drain(token, &epoll)?;
             }
             if ready.contains(&TOKEN_LISTEN) {
+                // A run taking the pod over reads the notes of what is no longer held.
+                self.note_uncounted();
                 self.accept(&listener, &epoll);
             }
             if ready.contains(&TOKEN_CLIENT) {
@@ -172,6 +182,8 @@ impl Keeper {
                     if !self.control_readable(c, &epoll) {
                         let _ = epoll.delete(c.stream.as_raw_fd());
                         control = None;
+                        self.starter_here = false;
+                        self.note_uncounted();
                     }
                 }
             }
@@ -188,6 +200,7 @@ impl Keeper {
                 break;
             }
         }
+        self.note_uncounted();
         let _ = std::fs::remove_file(&socket);
         // Orphans the containers left that are still exiting are reaped by whoever adopts them.
         Ok(())
@@ -252,6 +265,11 @@ impl Keeper {
     fn control_readable(&mut self, c: &mut Channel, epoll: &Epoll) -> bool {
         let open = c.fill_ready();
         while let Some(message) = c.take() {
+            // What the run counted before it went is counted all the same.
+            if let Ok(Message::Counted(name)) = &message {
+                self.uncounted.retain(|(n, _)| n != name);
+                continue;
+            }
             // A run killed with starts asked ahead (it asks up to 16 before reading the
             // first answer) is gone: what it asked is not made. It would be a container no
             // saved state knows, or one that fails to join the namespaces the run held; the
@@ -402,20 +420,40 @@ impl Keeper {
                 .is_some_and(crate::cgroup::oom_kills_in),
             finished,
         };
-        // A note that cannot be written (a full disk) loses this exit only: the runs hear of
-        // it all the same and report it lost; the other containers are held on.
-        let written = (self.dir.exit_note(&h.name, h.instance))
+        let name = InstanceName {
+            container: h.name,
+            instance: h.instance,
+        };
+        // The run that started the keeper counts the exit it is told (protocol 3 on): a note
+        // is written only if it goes before it says so. Otherwise the note is written first.
+        let told = if self.starter_here && self.args.protocol >= 3 {
+            self.uncounted.push((name.clone(), note));
+            Message::Ended(Ending::new(name, &note))
+        } else {
+            self.write_note(&name, &note);
+            Message::Exited(name)
+        };
+        failpoint::hit("keeper.exit.noted");
+        self.clients.retain_mut(|c| c.send(&told).is_ok());
+        Ok(())
+    }
+
+    /// Writes an instance's exit note. A note that cannot be written (a full disk) loses this
+    /// exit only: the runs hear of it all the same and report it lost; the other containers
+    /// are held on.
+    fn write_note(&self, name: &InstanceName, note: &ExitNote) {
+        let written = (self.dir.exit_note(&name.container, name.instance))
             .and_then(|record| record.write(&note.encode(self.args.protocol)));
         if let Err(e) = written {
             write_err(&format!("podvisor keeper {}: {e}\n", sys::getpid()));
         }
-        failpoint::hit("keeper.exit.noted");
-        let exited = Message::Exited(InstanceName {
-            container: h.name,
-            instance: h.instance,
-        });
-        self.clients.retain_mut(|c| c.send(&exited).is_ok());
-        Ok(())
+    }
+
+    /// The exits told and not counted are written as notes, for the run that reads them.
+    fn note_uncounted(&mut self) {
+        for (name, note) in std::mem::take(&mut self.uncounted) {
+            self.write_note(&name, &note);
+        }
     }
 
     fn accept(&mut self, listener: &UnixListener, epoll: &Epoll) {

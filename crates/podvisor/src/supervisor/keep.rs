@@ -35,6 +35,9 @@ pub(super) struct Keepers {
     /// Connections that tell exits (the own keeper's events channel and those taken over),
     /// by slot (the epoll token's); the keeper's pid with each.
     conns: Slab<(i32, Channel)>,
+    /// The exits the own keeper told (`ended`) and the saved record does not count yet (its
+    /// notes, written once this run's end closes, go with a deleted pod's record).
+    pub(super) told: Vec<InstanceName>,
 }
 
 impl Keepers {
@@ -44,6 +47,25 @@ impl Keepers {
         self.conns.clear();
         let (pid, _control) = self.own.take()?;
         instances.held_by(pid).is_empty().then_some(pid)
+    }
+}
+
+impl Keepers {
+    /// The record just saved counts the exits the own keeper told: it writes no note of them.
+    /// A keeper that cannot hear it writes the notes when this run's end closes.
+    pub(super) fn say_counted(&mut self) {
+        let told = std::mem::take(&mut self.told);
+        if told.is_empty() {
+            return;
+        }
+        failpoint::hit("run.exit.saved");
+        if let Some((_, control)) = self.own.as_mut() {
+            for name in told {
+                if control.send(&Message::Counted(name)).is_err() {
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -416,9 +438,9 @@ impl Supervisor {
     /// Instance `id` has ended under its keeper: its exit as recorded, or lost when the keeper
     /// recorded none (it ended, and the container went with it).
     fn instance_gone(&mut self, id: InstanceId) -> io::Result<()> {
-        let Some(keeper) = self.instances.get(id).and_then(|i| i.keeper) else {
+        if self.instances.get(id).and_then(|i| i.keeper).is_none() {
             return Ok(());
-        };
+        }
         let name = &self.plan.pod.containers[id.container].name;
         let note = self
             .dir
@@ -429,6 +451,19 @@ impl Supervisor {
                 self.notes_read.push(id);
                 note
             });
+        self.instance_ended_as(id, note)
+    }
+
+    /// Instance `id` has ended under its keeper, as `note` (told with the message, or read
+    /// from its file) says.
+    fn instance_ended_as(
+        &mut self,
+        id: InstanceId,
+        note: Result<Option<ExitNote>, String>,
+    ) -> io::Result<()> {
+        let Some(keeper) = self.instances.get(id).and_then(|i| i.keeper) else {
+            return Ok(());
+        };
         let oom = self.instance_ended(id);
         let input = match note {
             Ok(Some(n)) => Input::Exited(id, lifecycle_exit(&n, oom)),
@@ -456,7 +491,8 @@ impl Supervisor {
         while let Some(message) = conn.take() {
             // What this run does not know (a newer keeper's message) is passed over.
             match message {
-                Ok(Message::Exited(instance)) => exited.push(instance),
+                Ok(Message::Exited(instance)) => exited.push((instance, None)),
+                Ok(Message::Ended(ending)) => exited.push((ending.name(), Some(ending.note()))),
                 Ok(Message::Log(report)) => logs.push(report),
                 _ => {}
             }
@@ -468,25 +504,31 @@ impl Supervisor {
                 self.tell_log_news(container, vec![report.news]);
             }
         }
-        for InstanceName {
-            container: name,
-            instance,
-        } in exited
-        {
+        for (name, told) in exited {
             let id = (self.plan.pod.containers.iter())
-                .position(|c| c.name == name)
+                .position(|c| c.name == name.container)
                 .map(|container| InstanceId {
                     container,
-                    instance,
+                    instance: name.instance,
                 });
-            match id.filter(|id| self.instances.get(*id).is_some()) {
-                Some(id) => self.instance_gone(id)?,
+            match (id.filter(|id| self.instances.get(*id).is_some()), told) {
+                (Some(id), None) => self.instance_gone(id)?,
+                (Some(id), Some(note)) => {
+                    // Our own keeper hears when the record counts it.
+                    if self.keepers.own.as_ref().is_some_and(|(k, _)| *k == keeper) {
+                        self.keepers.told.push(name);
+                    }
+                    self.instance_ended_as(id, Ok(Some(note)))?;
+                }
                 // Not ours (a stray killed at take-up): its note goes.
-                None => {
-                    if let Ok(note) = self.dir.exit_note(&name, instance) {
+                (None, None) => {
+                    if let Ok(note) = self.dir.exit_note(&name.container, name.instance) {
                         let _ = note.remove();
                     }
                 }
+                // Not ours, and told without a note (one that is written later is stale
+                // for the next run).
+                (None, Some(_)) => {}
             }
         }
         if !open {

@@ -185,7 +185,16 @@ impl Supervisor {
         }
         if self.deleted {
             match self.state.remove() {
-                Ok(()) => self.forget_notes_read(),
+                Ok(()) => {
+                    self.forget_notes_read();
+                    // The exits told that no save counted (a stop saves nothing): their
+                    // keeper noted them when the run's end closed.
+                    for name in std::mem::take(&mut self.keepers.told) {
+                        if let Ok(note) = self.dir.exit_note(&name.container, name.instance) {
+                            let _ = note.remove();
+                        }
+                    }
+                }
                 Err(e) => eprintln!("podvisor: {e}"),
             }
         }
@@ -212,6 +221,7 @@ impl Supervisor {
         self.counters.state_write(began.elapsed());
         if result.is_ok() {
             self.forget_notes_read();
+            self.keepers.say_counted();
         }
         match result {
             Ok(()) if self.save_failing => {

@@ -8,16 +8,21 @@
 //!   `failed`. Only the run that started a keeper starts containers in it; once that end
 //!   closes, the keeper starts nothing more and ends when the last container it holds has
 //!   exited.
-//! - the **events** pair: the keeper sends `exited` once that instance's exit note is written,
-//!   and `log` when what happened to an instance's log writes changes (they fail, they are
-//!   written again, the file was removed and is made again).
+//! - the **events** pair: the keeper sends `ended` when an instance exits (the exit in the
+//!   message), and `log` when what happened to an instance's log writes changes (they fail,
+//!   they are written again, the file was removed and is made again). Once the run's saved
+//!   record counts that exit, it says `counted` on the control pair.
 //! - the keeper's **socket** (`StateDir::keeper_socket`, 0600; only root or its own user may
 //!   connect), there for as long as the keeper runs: on each connection it sends `hello` (its
-//!   protocol, its pid, what it holds), then `exited` as instances end. A run that takes the
+//!   protocol, its pid, what it holds), then `exited` (or `ended`) as instances end. A run that takes the
 //!   pod over connects here; it sends nothing, and closing its end is all it does.
 //!
-//! An instance's exit note (`StateDir::exit_note`) is written atomically before `exited` is
-//! sent: `ExitNote` as JSON.
+//! An instance's exit note (`StateDir::exit_note`, `ExitNote` as JSON) is written atomically
+//! when no run may have counted the exit: before `exited` is sent while the run that started
+//! the keeper is gone (or the keeper speaks protocol 2 or older), and, for each `ended` not
+//! `counted`, as soon as that run's control end closes or another run connects. A run that
+//! saved an exit and died before saying `counted` leaves a note of an instance its record no
+//! longer counts as running: the next run removes it unread.
 //!
 //! `PROTOCOL` is a number: a run adopts keepers that speak a version it knows (`ADOPTS`) and
 //! refuses any other with a clear error, touching nothing. What a keeper of another release
@@ -26,6 +31,8 @@
 //! own release. Version 1 was lines of text (`v1`); a keeper started with protocol 1 still
 //! speaks it, so that adopting a keeper of that release is tested. A run passes over a
 //! message it does not know, so one can be added without a new version (`log` was, in 2).
+//! Version 3 tells exits with the message (`ended`) to the run that started the keeper, which
+//! saves a note's file, fsyncs and removal per exit.
 
 mod v1;
 
@@ -41,7 +48,7 @@ use super::logs::LogLimits;
 use crate::process::sys::{BindMount, Credentials, Exit, PrivateRoot};
 
 /// The protocol this podvisor's keepers speak.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// The protocol versions this podvisor adopts.
 pub const ADOPTS: std::ops::RangeInclusive<u32> = 1..=PROTOCOL;
@@ -66,8 +73,57 @@ pub enum Message {
     Failed(StartFailure),
     /// Keeper → everyone connected: this instance has exited; its exit note is written.
     Exited(InstanceName),
+    /// Keeper → everyone connected, while the run that started it is there (protocol 3 on):
+    /// this instance has exited, as the note says; no exit note is written unless that run
+    /// goes without saying `counted`.
+    Ended(Ending),
+    /// Run → its own keeper (control pair, protocol 3 on): the saved record counts this
+    /// instance's exit; the keeper writes no note of it. No answer.
+    Counted(InstanceName),
     /// Keeper → everyone connected: what happened to this instance's log writes.
     Log(LogReport),
+}
+
+/// An instance's exit told with the message (`ended`): what its exit note would hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ending {
+    pub container: String,
+    pub instance: u32,
+    pub pid: i32,
+    pub exit: ExitFile,
+    pub oom_killed: bool,
+    /// Milliseconds since the Unix epoch.
+    pub finished: u64,
+}
+
+impl Ending {
+    pub fn new(name: InstanceName, note: &ExitNote) -> Ending {
+        Ending {
+            container: name.container,
+            instance: name.instance,
+            pid: note.pid,
+            exit: ExitFile::from(note.exit),
+            oom_killed: note.oom_killed,
+            finished: note.finished,
+        }
+    }
+
+    pub fn name(&self) -> InstanceName {
+        InstanceName {
+            container: self.container.clone(),
+            instance: self.instance,
+        }
+    }
+
+    pub fn note(&self) -> ExitNote {
+        ExitNote {
+            pid: self.pid,
+            exit: self.exit.into(),
+            oom_killed: self.oom_killed,
+            finished: self.finished,
+        }
+    }
 }
 
 /// What happened to an instance's log writes, as the keeper that writes them tells it.
@@ -197,11 +253,30 @@ struct ExitNoteFile {
     finished: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+/// An exit as notes and `ended` write it: `{"code":3}` or `{"signal":9}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum ExitFile {
+pub enum ExitFile {
     Code(i32),
     Signal(i32),
+}
+
+impl From<Exit> for ExitFile {
+    fn from(exit: Exit) -> ExitFile {
+        match exit {
+            Exit::Code(c) => ExitFile::Code(c),
+            Exit::Signal(s) => ExitFile::Signal(s),
+        }
+    }
+}
+
+impl From<ExitFile> for Exit {
+    fn from(exit: ExitFile) -> Exit {
+        match exit {
+            ExitFile::Code(c) => Exit::Code(c),
+            ExitFile::Signal(s) => Exit::Signal(s),
+        }
+    }
 }
 
 impl ExitNote {
@@ -213,10 +288,7 @@ impl ExitNote {
         let file = ExitNoteFile {
             protocol,
             pid: self.pid,
-            exit: match self.exit {
-                Exit::Code(c) => ExitFile::Code(c),
-                Exit::Signal(s) => ExitFile::Signal(s),
-            },
+            exit: self.exit.into(),
             oom_killed: self.oom_killed,
             finished: self.finished,
         };
@@ -245,10 +317,7 @@ impl ExitNote {
         }
         Ok(ExitNote {
             pid: file.pid,
-            exit: match file.exit {
-                ExitFile::Code(c) => Exit::Code(c),
-                ExitFile::Signal(s) => Exit::Signal(s),
-            },
+            exit: file.exit.into(),
             oom_killed: file.oom_killed,
             finished: file.finished,
         })
@@ -459,7 +528,7 @@ mod tests {
 
     #[test]
     fn an_exit_note_reads_back_in_each_protocol_and_a_cut_one_is_refused() {
-        for protocol in [1, 2] {
+        for protocol in [1, 2, 3] {
             for exit in [Exit::Code(3), Exit::Signal(9)] {
                 let text = note(exit).encode(protocol);
                 assert_eq!(ExitNote::decode(&text), Ok(note(exit)), "{text}");
@@ -520,6 +589,33 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         (&a).write_all(b"HTTP/1.1 200 OK\n").unwrap();
         assert!(Channel::new(b).read_hello().is_err());
+    }
+
+    #[test]
+    fn an_exit_told_with_the_message_and_its_count_read_back() {
+        let app = InstanceName {
+            container: "app".into(),
+            instance: 3,
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut out = Channel::new(a);
+        for exit in [Exit::Code(3), Exit::Signal(9)] {
+            out.send(&Message::Ended(Ending::new(app.clone(), &note(exit))))
+                .unwrap();
+        }
+        out.send(&Message::Counted(app.clone())).unwrap();
+        drop(out);
+        let mut conn = Channel::new(b);
+        for exit in [Exit::Code(3), Exit::Signal(9)] {
+            match conn.recv().unwrap() {
+                Message::Ended(e) => {
+                    assert_eq!(e.name(), app);
+                    assert_eq!(e.note(), note(exit));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(conn.recv().unwrap(), Message::Counted(i) if i == app));
     }
 
     #[test]
