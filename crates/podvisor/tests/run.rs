@@ -550,6 +550,37 @@ fn containers_start_with_no_signal_ignored_whatever_the_run_inherited() {
     }
 }
 
+/// A write to a keeper or a client that has gone is EPIPE for the run, never its death by
+/// SIGPIPE: the run blocks SIGPIPE (its disposition stays as inherited), and its containers
+/// start with the signal mask the run was started with.
+#[test]
+fn a_run_blocks_sigpipe_and_its_containers_get_the_mask_it_was_given() {
+    for extra in [&[][..], &["--live-restore"][..]] {
+        let r = PodRun::new(&pod(
+            "Never",
+            "  containers:\n  - name: app\n    command: [sh, -c, 'grep SigBlk /proc/self/status; sleep 600']\n",
+        ));
+        let mut p = r.cmd(extra).start();
+        r.wait_event("app", "Started", 1);
+        let field = |text: &str, name: &str| {
+            (text.split(name).nth(1))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| u64::from_str_radix(v, 16).ok())
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+        };
+        let run = std::fs::read_to_string(format!("/proc/{}/status", p.init_pid())).unwrap();
+        let pipe = 1u64 << (libc::SIGPIPE - 1);
+        assert_ne!(field(&run, "SigBlk:") & pipe, 0, "{extra:?}: {run}");
+        assert_eq!(field(&run, "SigIgn:") & pipe, 0, "{extra:?}: {run}");
+        wait_until("app's mask in its log", || {
+            r.log("app", 1).contains("SigBlk")
+        });
+        assert_eq!(field(&r.log("app", 1), "SigBlk:"), 0, "{extra:?}");
+        assert_eq!(client(&r, &["stop"]).code(), 0);
+        assert_eq!(p.wait().code(), Some(0), "{:?}", p.stderr);
+    }
+}
+
 #[test]
 fn a_run_gives_back_the_heap_its_starts_freed() {
     // A hundred containers started at once: what the run allocated to start them and freed

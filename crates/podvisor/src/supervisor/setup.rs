@@ -32,7 +32,11 @@ pub(super) fn take_process(plan: &mut RunPlan) -> Result<(SigSet, SignalFd), Run
     for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
         set.add(sig);
     }
-    let mask = sys::set_signal_mask(&set)?;
+    // SIGPIPE blocked too: a write to a keeper or client that has gone is EPIPE, not the
+    // run's death (podvisor keeps the SIGPIPE disposition it inherited, for its containers).
+    let mut blocked = set;
+    blocked.add(libc::SIGPIPE);
+    let mask = sys::set_signal_mask(&blocked)?;
     let signals = SignalFd::new(&set)?;
     // Orphans of containers come back to us (and are reaped) rather than to the host's init.
     sys::set_child_subreaper()?;
