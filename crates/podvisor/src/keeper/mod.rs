@@ -10,9 +10,9 @@
 //! it counts the exit in its saved record, and the keeper writes an exit note atomically only
 //! where no run may have counted it. It never decides anything: no manifest, no restart, no
 //! probe. When a container has exited it kills what is left in its process group, takes the
-//! rest of the output, and tells the exit. Once the run that started it is gone it starts nothing more, and ends when the
-//! last container it holds has exited; a run that takes the pod over starts a keeper of its
-//! own for the containers it starts. SIGTERM, SIGINT, SIGHUP do not end it (it has no
+//! rest of the output, and tells the exit. Once the run that started it is gone it starts
+//! nothing more, and ends when the last container it holds has exited; a run that takes the
+//! pod over starts a keeper of its own for the containers it starts. SIGTERM, SIGINT, SIGHUP do not end it (it has no
 //! terminal; a container is stopped by signalling the container); if it is killed, its
 //! containers go with it (PR_SET_PDEATHSIG), and a supervisor that finds no record reports
 //! them lost.

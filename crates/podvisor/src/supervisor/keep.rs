@@ -48,9 +48,7 @@ impl Keepers {
         let (pid, _control) = self.own.take()?;
         instances.held_by(pid).is_empty().then_some(pid)
     }
-}
 
-impl Keepers {
     /// The record just saved counts the exits the own keeper told: it writes no note of them.
     /// A keeper that cannot hear it writes the notes when this run's end closes.
     pub(super) fn say_counted(&mut self) {

@@ -14,8 +14,9 @@
 //!   record counts that exit, it says `counted` on the control pair.
 //! - the keeper's **socket** (`StateDir::keeper_socket`, 0600; only root or its own user may
 //!   connect), there for as long as the keeper runs: on each connection it sends `hello` (its
-//!   protocol, its pid, what it holds), then `exited` (or `ended`) as instances end. A run that takes the
-//!   pod over connects here; it sends nothing, and closing its end is all it does.
+//!   protocol, its pid, what it holds), then `exited` (or `ended`) as instances end. A run
+//!   that takes the pod over connects here; it sends nothing, and closing its end is all it
+//!   does.
 //!
 //! An instance's exit note (`StateDir::exit_note`, `ExitNote` as JSON) is written atomically
 //! when no run may have counted the exit: before `exited` is sent while the run that started
@@ -31,8 +32,8 @@
 //! own release. Version 1 was lines of text (`v1`); a keeper started with protocol 1 still
 //! speaks it, so that adopting a keeper of that release is tested. A run passes over a
 //! message it does not know, so one can be added without a new version (`log` was, in 2).
-//! Version 3 tells exits with the message (`ended`) to the run that started the keeper, which
-//! saves a note's file, fsyncs and removal per exit.
+//! Version 3 tells exits with the message (`ended`) to the run that started the keeper: per
+//! exit, that spares a note's file, its fsyncs and its removal.
 
 mod v1;
 
