@@ -103,6 +103,13 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         self.tmux(&["kill-server"]);
+        // The server leaves its socket file behind (killed, or ended with its session): it
+        // goes too. tmux keeps it in $TMUX_TMPDIR (or /tmp)/tmux-UID.
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::var("TMUX_TMPDIR").unwrap_or_else(|_| "/tmp".into());
+        if let Ok(me) = std::fs::metadata("/proc/self") {
+            let _ = std::fs::remove_file(format!("{dir}/tmux-{}/{}", me.uid(), self.socket));
+        }
     }
 }
 
