@@ -123,6 +123,7 @@ fn every_console_block_runs_as_shown() {
         let base = TempDir::new();
         let mut last = 0;
         let mut background: Vec<Proc> = Vec::new();
+        let mut failed = None;
         for (cmd, expected) in &block.steps {
             if let Some(cmd) = cmd.strip_suffix('&') {
                 assert!(
@@ -169,16 +170,23 @@ fn every_console_block_runs_as_shown() {
                 snapbox::Data::text(actual),
                 snapbox::Data::text(expected),
             ) {
-                panic!("{at}\n{e}");
+                failed = Some(format!("{at}\n{e}"));
+                break;
             }
         }
-        // What the block left running is stopped as `podvisor stop` would, and must end.
+        // What the block left running is stopped as `podvisor stop` would, and must end (a
+        // failed step too: a run killed instead would leave its pod's cgroups behind).
         for mut p in background {
             if p.running() {
                 p.signal("TERM");
             }
             p.wait_within(std::time::Duration::from_secs(60));
-            p.assert_no_leftovers();
+            if failed.is_none() {
+                p.assert_no_leftovers();
+            }
+        }
+        if let Some(failure) = failed {
+            panic!("{failure}");
         }
         ran += 1;
     }
