@@ -209,6 +209,14 @@ impl StateDir {
         )
     }
 
+    /// Removes the exit note of a container instance, if there is one; what cannot be removed
+    /// is left for the next run's take-up, which removes the notes it does not read.
+    pub fn remove_exit_note(&self, container: &str, instance: u32) {
+        if let Ok(note) = self.exit_note(container, instance) {
+            let _ = note.remove();
+        }
+    }
+
     /// The exit notes in the state dir: (file name, path).
     pub fn exit_notes(&self) -> Vec<(String, PathBuf)> {
         self.entries(&self.keepers_dir())

@@ -519,11 +519,7 @@ impl Supervisor {
                     self.instance_ended_as(id, Ok(Some(note)))?;
                 }
                 // Not ours (a stray killed at take-up): its note goes.
-                (None, None) => {
-                    if let Ok(note) = self.dir.exit_note(&name.container, name.instance) {
-                        let _ = note.remove();
-                    }
-                }
+                (None, None) => self.dir.remove_exit_note(&name.container, name.instance),
                 // Not ours, and told without a note (one that is written later is stale
                 // for the next run).
                 (None, Some(_)) => {}

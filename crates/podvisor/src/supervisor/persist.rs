@@ -190,9 +190,7 @@ impl Supervisor {
                     // The exits told that no save counted (a stop saves nothing): their
                     // keeper noted them when the run's end closed.
                     for name in std::mem::take(&mut self.keepers.told) {
-                        if let Ok(note) = self.dir.exit_note(&name.container, name.instance) {
-                            let _ = note.remove();
-                        }
+                        self.dir.remove_exit_note(&name.container, name.instance);
                     }
                 }
                 Err(e) => eprintln!("podvisor: {e}"),
@@ -204,9 +202,7 @@ impl Supervisor {
     fn forget_notes_read(&mut self) {
         for id in std::mem::take(&mut self.notes_read) {
             let name = &self.plan.pod.containers[id.container].name;
-            if let Ok(note) = self.dir.exit_note(name, id.instance) {
-                let _ = note.remove();
-            }
+            self.dir.remove_exit_note(name, id.instance);
         }
     }
 
