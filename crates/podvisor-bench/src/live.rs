@@ -232,13 +232,13 @@ pub fn live_bench(args: &[String]) {
         })
         .collect();
     // horust's runs after podvisor's (their sleeps are not podvisor's to count), each alone.
-    // Their peak RSS alone (`horust_run` gives its idle CPU too, which this bench does not show).
+    // Their peak RSS alone (`horust_run` gives its idle CPU and stop too, which this bench does not show).
     let peer_rss: Vec<f64> = (horust.as_deref().into_iter())
         .flat_map(|h| {
             let dir = &dir;
             (0..HORUST_RUNS).filter_map(move |_| super::runtime::horust_run(h, dir, idle))
         })
-        .map(|(_cpu, rss)| rss)
+        .map(|run| run.rss)
         .collect();
     let _ = std::fs::remove_dir_all(&dir);
     let m = |f: fn(&Round) -> f64| median(results.iter().map(f).collect());

@@ -1,9 +1,11 @@
-//! `podvisor-bench run`: 100 containers under `podvisor run`, beside supervisord.
+//! `podvisor-bench run`: 100 containers under `podvisor run`, beside horust (`--horust PATH`)
+//! and supervisord (Debian's, when it is installed) on the same 100 `sleep`s.
 
 use super::*;
 
 pub fn run_bench(args: &[String]) {
     let podvisor = program(args, "--podvisor", "podvisor");
+    let horust = arg_value(args, "--horust").map(std::path::PathBuf::from);
     let quick = args.iter().any(|a| a == "--quick");
     let idle = if quick {
         Duration::from_secs(3)
@@ -48,6 +50,9 @@ pub fn run_bench(args: &[String]) {
 
     let late = restart_lateness(&podvisor, &dir, quick);
     let worst = late.iter().cloned().fold(f64::NAN, f64::max);
+    let horust = horust
+        .as_deref()
+        .and_then(|h| super::runtime::horust_run(h, &dir, idle));
     let peer = supervisord(&dir, idle);
     let _ = std::fs::remove_dir_all(&dir);
     let per10 = cpu * 10.0 / idle.as_secs_f64();
@@ -56,21 +61,30 @@ pub fn run_bench(args: &[String]) {
         peer.as_ref()
             .map_or("n/a".to_string(), |p| format!("{:.*}", decimals, f(p)))
     };
+    let horust_col = |f: fn(&super::runtime::HorustRun) -> f64, decimals: usize| {
+        horust
+            .as_ref()
+            .map_or("n/a".to_string(), |h| format!("{:.*}", decimals, f(h)))
+    };
     println!(
         "podvisor-bench run: 100 containers of sleep; idle {} s",
         idle.as_secs()
     );
     println!();
-    println!("{:<48}{:>12}{:>14}  target", "", "podvisor", "supervisord");
-    let row = |label: &str, ours: String, theirs: String, target: &str, ok: bool| {
+    println!(
+        "{:<48}{:>12}{:>12}{:>14}  target",
+        "", "podvisor", "horust", "supervisord"
+    );
+    let row = |label: &str, ours: String, h: String, s: String, target: &str, ok: bool| {
         println!(
-            "{label:<48}{ours:>12}{theirs:>14}  {target}: {}",
+            "{label:<48}{ours:>12}{h:>12}{s:>14}  {target}: {}",
             verdict(ok)
         );
     };
     row(
         "CPU while idle (s per 10 s)",
         format!("{per10:.4}"),
+        horust_col(|h| h.cpu, 4),
         peer_col(|p| p.0, 4),
         "≤ 0.02 s",
         per10 <= 0.02,
@@ -78,6 +92,7 @@ pub fn run_bench(args: &[String]) {
     row(
         "peak RSS (KiB)",
         format!("{rss:.0}"),
+        horust_col(|h| h.rss, 0),
         peer_col(|p| p.1, 0),
         "≤ 6144 KiB",
         rss <= 6144.0,
@@ -85,13 +100,29 @@ pub fn run_bench(args: &[String]) {
     row(
         "stop of 100 containers (ms)",
         format!("{stop:.1}"),
+        horust_col(|h| h.stop_ms, 1),
         peer_col(|p| p.2, 1),
         "≤ 200 ms",
         stop <= 200.0,
     );
+    match &horust {
+        Some(h) => println!(
+            "{:<48}{:>12.3}{:>12}{:>14}  ≤ 0.05× horust: {}",
+            "stop, podvisor / horust",
+            stop / h.stop_ms,
+            "",
+            "",
+            verdict(stop <= 0.05 * h.stop_ms)
+        ),
+        None => println!(
+            "{:<48}{:>12}",
+            "stop, podvisor / horust", "n/a (pass --horust PATH)"
+        ),
+    }
     row(
         "restart after the backoff, worst lateness (ms)",
         format!("{worst:.1}"),
+        "n/a".to_string(),
         "n/a".to_string(),
         "≤ 5 ms",
         worst <= 5.0,
@@ -101,7 +132,6 @@ pub fn run_bench(args: &[String]) {
         median(late.clone()),
         late.len()
     );
-    println!("reference from the issue, same load: horust 0.11 s CPU and 6.6 MiB, supervisord 0.42 s and 30.7 MiB, s6 13 MiB");
 }
 
 /// How late each restart after the backoff was (ms): a container that fails at once, with a

@@ -108,7 +108,7 @@ pub fn runtime_bench(args: &[String]) {
     );
     let cpu = all(full, |f| f.cpu);
     let rss = all(full, |f| f.rss);
-    let theirs = |f: fn(&(f64, f64)) -> f64, d: usize| {
+    let theirs = |f: fn(&HorustRun) -> f64, d: usize| {
         peer.as_ref()
             .map_or("n/a".to_string(), |p| format!("{:.*}", d, f(p)))
     };
@@ -116,15 +116,15 @@ pub fn runtime_bench(args: &[String]) {
         "{:<38}{:>12.4}{:>12}",
         "CPU while idle (s per 10 s)",
         cpu,
-        theirs(|p| p.0, 4)
+        theirs(|p| p.cpu, 4)
     );
     println!(
         "{:<38}{:>12.0}{:>12}  below horust's: {}",
         "peak RSS (KiB)",
         rss,
-        theirs(|p| p.1, 0),
+        theirs(|p| p.rss, 0),
         peer.as_ref()
-            .map_or("n/a (pass --horust PATH)", |p| if rss < p.1 {
+            .map_or("n/a (pass --horust PATH)", |p| if rss < p.rss {
                 "met"
             } else {
                 "MISSED"
@@ -220,8 +220,20 @@ fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
     }
 }
 
-/// The same 100 `sleep`s under horust: (CPU s per 10 s idle, peak RSS KiB).
-pub(crate) fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<(f64, f64)> {
+/// What one run of horust on the 100 `sleep`s gave.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HorustRun {
+    /// CPU while idle, s per 10 s.
+    pub cpu: f64,
+    /// Peak RSS (VmHWM), KiB.
+    pub rss: f64,
+    /// From SIGTERM to horust's exit, its services stopped (ms).
+    pub stop_ms: f64,
+}
+
+/// The same 100 `sleep`s under horust (in the host's PID namespace: `sleep` ends on the
+/// SIGTERM horust sends it).
+pub(crate) fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<HorustRun> {
     let services = dir.join("horust-services");
     std::fs::create_dir_all(&services).ok()?;
     for i in 0..CONTAINERS {
@@ -258,10 +270,12 @@ pub(crate) fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<(f
         .split_whitespace()
         .map(str::to_string)
         .collect();
+    let stop = Instant::now();
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
     let _ = child.wait();
+    let stop_ms = stop.elapsed().as_secs_f64() * 1e3;
     // Nothing of the peer's outlives the run, whatever its shutdown did.
     for s in &sleeps {
         let _ = Command::new("kill")
@@ -269,5 +283,5 @@ pub(crate) fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<(f
             .stderr(Stdio::null())
             .status();
     }
-    Some((cpu, rss))
+    Some(HorustRun { cpu, rss, stop_ms })
 }

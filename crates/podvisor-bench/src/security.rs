@@ -167,13 +167,13 @@ pub fn security_bench(args: &[String]) {
         "{:<44}{:>12}{:>12}",
         "100 secured containers", "podvisor", "horust"
     );
-    let theirs = peer.map_or("n/a".to_string(), |p| format!("{:.0}", p.1));
+    let theirs = peer.map_or("n/a".to_string(), |p| format!("{:.0}", p.rss));
     println!(
         "{:<44}{:>12.0}{:>12}  below horust's: {}",
         "run + keeper PSS / horust peak RSS (KiB)",
         pss,
         theirs,
-        peer.map_or("n/a (pass --horust PATH)", |p| if pss < p.1 {
+        peer.map_or("n/a (pass --horust PATH)", |p| if pss < p.rss {
             "met"
         } else {
             "MISSED"
