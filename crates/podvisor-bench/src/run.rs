@@ -49,22 +49,49 @@ pub fn run_bench(args: &[String]) {
     assert!(status.success(), "podvisor run exited {status}");
 
     let late = restart_lateness(&podvisor, &dir, quick);
-    let worst = late.iter().cloned().fold(f64::NAN, f64::max);
     let horust = horust
         .as_deref()
         .and_then(|h| super::runtime::horust_run(h, &dir, idle));
     let peer = supervisord(&dir, idle);
     let _ = std::fs::remove_dir_all(&dir);
-    let per10 = cpu * 10.0 / idle.as_secs_f64();
+    let ours = Ours {
+        per10: cpu * 10.0 / idle.as_secs_f64(),
+        rss,
+        stop,
+        late,
+    };
+    report(idle, &ours, horust.as_ref(), peer.as_ref());
+}
+
+/// podvisor's figures in `run_bench`: idle CPU (s per 10 s), peak RSS (KiB), stop (ms), and
+/// each restart's lateness (ms).
+struct Ours {
+    per10: f64,
+    rss: f64,
+    stop: f64,
+    late: Vec<f64>,
+}
+
+/// Prints the figures beside horust's and supervisord's, with the targets.
+fn report(
+    idle: Duration,
+    ours: &Ours,
+    horust: Option<&super::runtime::HorustRun>,
+    peer: Option<&(f64, f64, f64)>,
+) {
+    let Ours {
+        per10,
+        rss,
+        stop,
+        ref late,
+    } = *ours;
+    let worst = late.iter().cloned().fold(f64::NAN, f64::max);
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     let peer_col = |f: fn(&(f64, f64, f64)) -> f64, decimals: usize| {
-        peer.as_ref()
-            .map_or("n/a".to_string(), |p| format!("{:.*}", decimals, f(p)))
+        peer.map_or("n/a".to_string(), |p| format!("{:.*}", decimals, f(p)))
     };
     let horust_col = |f: fn(&super::runtime::HorustRun) -> f64, decimals: usize| {
-        horust
-            .as_ref()
-            .map_or("n/a".to_string(), |h| format!("{:.*}", decimals, f(h)))
+        horust.map_or("n/a".to_string(), |h| format!("{:.*}", decimals, f(h)))
     };
     println!(
         "podvisor-bench run: 100 containers of sleep; idle {} s",
@@ -105,7 +132,7 @@ pub fn run_bench(args: &[String]) {
         "≤ 200 ms",
         stop <= 200.0,
     );
-    match &horust {
+    match horust {
         Some(h) => println!(
             "{:<48}{:>12.3}{:>12}{:>14}  ≤ 0.05× horust: {}",
             "stop, podvisor / horust",
