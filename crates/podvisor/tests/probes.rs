@@ -639,3 +639,36 @@ fn a_probe_that_cannot_run_is_tried_three_times_and_not_counted() {
     );
     stop(&mut p);
 }
+
+#[test]
+fn containers_started_in_one_go_keep_their_own_start_times() {
+    // The 40 starts are made one after the other and reported together: each container's
+    // start time (and with it the phase of its probes) is its own, not the batch's end.
+    let mut spec = String::from("  containers:\n");
+    for i in 0..40 {
+        spec.push_str(&sleeper(&format!("c{i}"), ""));
+    }
+    let r = PodRun::new(&pod_with("Always", 1, &spec));
+    let mut p = r.cmd(&[]).start();
+    wait_until("40 started containers", || {
+        r.events()
+            .iter()
+            .filter(|e| e["reason"] == "Started")
+            .count()
+            >= 40
+    });
+    let record = saved_record(&r.dir.file("state").join("podvisor.state"));
+    let started: Vec<u64> = (record["containers"].as_array().unwrap().iter())
+        .map(|c| c["state"]["running"].as_u64().unwrap())
+        .collect();
+    stop(&mut p);
+    assert!(
+        started.windows(2).all(|w| w[0] <= w[1]),
+        "in the order they were started: {started:?}"
+    );
+    let distinct: std::collections::BTreeSet<u64> = started.iter().copied().collect();
+    assert!(
+        distinct.len() >= 8,
+        "each its own start time, not the batch's: {started:?}"
+    );
+}

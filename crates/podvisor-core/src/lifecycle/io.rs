@@ -53,8 +53,11 @@ impl From<ExitStatus> for Exit {
 pub enum Input {
     /// The pod is admitted: begin.
     Admit,
-    /// The instance's process runs.
-    Started(InstanceId),
+    /// The instance's process runs, since the time given: when the shell saw its start made
+    /// (a shell that makes a batch of starts before it reports them keeps each one's own
+    /// time, so that containers started one after the other do not all seem to have started
+    /// when the batch ended; a time after the step's is taken as the step's).
+    Started(InstanceId, Instant),
     /// The instance's process could not be started (exec failed): `message` says why.
     StartFailed(InstanceId, String),
     Exited(InstanceId, Exit),

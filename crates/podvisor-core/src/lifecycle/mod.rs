@@ -167,6 +167,16 @@ impl Pod {
     /// The earliest time at which a `Tick` can change something: a backoff ending, a probe
     /// falling due, a preStop to abandon, a SIGKILL falling due or a verdict.
     pub fn next_deadline(&mut self) -> Option<Instant> {
+        match self.next_deadlines() {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// `next_deadline` in two: the next probe falling due, and the earliest of the rest. A
+    /// shell may wake for probes on a coarser grid than for the rest (hundreds of probes a
+    /// second share its wake-ups).
+    pub fn next_deadlines(&mut self) -> (Option<Instant>, Option<Instant>) {
         while let Some(&Reverse(entry)) = self.probe_due.peek() {
             if self.probe_entry_live(entry) {
                 break;
@@ -182,10 +192,7 @@ impl Pod {
                 d
             }
         };
-        match (probe, slow) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        (probe, slow)
     }
 
     fn compute_slow_deadline(&self) -> Option<Instant> {
@@ -255,7 +262,7 @@ impl Pod {
                 fx.extend(self.resumed_event(now));
                 self.admit_survivors(now, &mut fx);
             }
-            Input::Started(id) => self.started(now, id, &mut fx),
+            Input::Started(id, at) => self.started(at.min(now), id, &mut fx),
             Input::HookDone(id, hook, result) => self.hook_done(now, id, hook, result, &mut fx),
             Input::Probed(id, kind, outcome) => {
                 // Most attempts change nothing published: then nothing else needs a look.
@@ -301,12 +308,12 @@ impl Pod {
         fx
     }
 
-    /// The process of instance `id` runs: `Started`, then postStart or Running.
-    fn started(&mut self, now: Instant, id: InstanceId, fx: &mut Vec<Effect>) {
+    /// The process of instance `id` runs, since `at`: `Started`, then postStart or Running.
+    fn started(&mut self, at: Instant, id: InstanceId, fx: &mut Vec<Effect>) {
         let post_start = self.plan.containers[id.container].post_start;
         if let Some(c) = self.current(id) {
             c.process = Process::Up {
-                since: now,
+                since: at,
                 post_start,
             };
             let message = format!("Started container {}", c.name);

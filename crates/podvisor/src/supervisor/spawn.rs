@@ -320,7 +320,8 @@ impl Supervisor {
                 // (rootless: in its user namespace first).
                 instance.open_namespaces();
                 self.instances.hold(id, instance);
-                Ok(Input::Started(id))
+                // Its own time: a batch of starts is reported to the core once it is made.
+                Ok(Input::Started(id, self.clock.now()))
             }
             Err(e) => {
                 if let (Some(cg), Some(pod)) = (cgroup, self.cgroups.pod.as_mut()) {

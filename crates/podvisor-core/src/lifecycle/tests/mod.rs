@@ -167,7 +167,7 @@ impl Sim {
                 self.procs
                     .insert(id, (run.map(|r| self.now + ms(r)), ExitStatus::Code(code)));
                 self.started.insert(id, self.now);
-                self.feed(Input::Started(id));
+                self.feed(Input::Started(id, self.now));
             }
             Effect::Signal(id, sig) => {
                 self.log

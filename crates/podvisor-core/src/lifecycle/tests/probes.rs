@@ -40,13 +40,19 @@ fn conditions_follow_init_and_readiness() {
         container: c,
         instance: i,
     };
-    pod.step(Instant::ZERO, Input::Started(id(0, 1)));
+    pod.step(Instant::ZERO, Input::Started(id(0, 1), Instant::ZERO));
     pod.step(
         Instant::from_millis(5),
         Input::Exited(id(0, 1), ExitStatus::Code(0).into()),
     );
-    pod.step(Instant::from_millis(6), Input::Started(id(1, 1)));
-    pod.step(Instant::from_millis(7), Input::Started(id(2, 1)));
+    pod.step(
+        Instant::from_millis(6),
+        Input::Started(id(1, 1), Instant::from_millis(6)),
+    );
+    pod.step(
+        Instant::from_millis(7),
+        Input::Started(id(2, 1), Instant::from_millis(7)),
+    );
     assert_eq!(
         show(&pod)[1..],
         ["Initialized=true ", "ContainersReady=true ", "Ready=true "]
@@ -496,5 +502,80 @@ fn first_probes_spread_over_a_period_only_right_after_podvisor_starts() {
             .filter(|l| l.starts_with("t=1500 ") && l.ends_with("#2"))
             .count(),
         20
+    );
+}
+
+#[test]
+fn a_start_reported_after_its_batch_keeps_its_own_time_and_probe_phase() {
+    // Three containers started one after the other at 1.7, 1.8 and 1.9 s (more than a period
+    // after admission: no jitter), reported to the core together at 2 s, as a shell reports
+    // a batch of starts once it is made.
+    let mut p = plan(
+        RestartPolicy::Always,
+        &[("a", Kind::Main), ("b", Kind::Main), ("c", Kind::Main)],
+    );
+    p.probe_jitter_seed = Some(42);
+    for c in &mut p.containers {
+        c.probes.readiness = Some(probe(0, 1000, 3));
+    }
+    let mut pod = Pod::new(p);
+    pod.step(Instant::ZERO, Input::Admit);
+    let id = |c| InstanceId {
+        container: c,
+        instance: 1,
+    };
+    // Each probe asked for is answered at once (a success), and noted: (container, due).
+    let mut probes = Vec::new();
+    let mut step = |pod: &mut Pod, now: Instant, input: Input| {
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            for f in pod.step(now, input) {
+                if let Effect::RunProbe(id, kind, due) = f {
+                    probes.push((id.container, due.since_origin().as_millis()));
+                    inputs.push(Input::Probed(id, kind, Outcome::Success));
+                }
+            }
+        }
+    };
+    let now = Instant::from_millis(2_000);
+    for (c, at) in [(0, 1_700), (1, 1_800), (2, 1_900)] {
+        step(
+            &mut pod,
+            now,
+            Input::Started(id(c), Instant::from_millis(at)),
+        );
+    }
+    let running_since = |c: &ContainerStatus| match c.state {
+        ContainerState::Running { started_at } => Some(started_at),
+        _ => None,
+    };
+    let started: Vec<Option<Instant>> = pod.containers().iter().map(running_since).collect();
+    assert_eq!(
+        started,
+        [1_700, 1_800, 1_900].map(|t| Some(Instant::from_millis(t)))
+    );
+    // Each first probe was due at its own start; the next ones keep those phases.
+    let mut t = 2_000;
+    while t <= 3_000 {
+        if pod
+            .next_deadline()
+            .is_some_and(|d| d <= Instant::from_millis(t))
+        {
+            step(&mut pod, Instant::from_millis(t), Input::Tick);
+        }
+        t += 1;
+    }
+    let due: Vec<(usize, u128)> = probes.iter().copied().filter(|p| p.1 > 2_000).collect();
+    assert_eq!(due, [(0, 2_700), (1, 2_800), (2, 2_900)], "{probes:?}");
+    // A time after the step's is taken as the step's.
+    let mut late = Pod::new(plan(RestartPolicy::Always, &[("a", Kind::Main)]));
+    late.step(Instant::ZERO, Input::Admit);
+    late.step(
+        Instant::from_millis(10),
+        Input::Started(id(0), Instant::from_millis(99)),
+    );
+    assert_eq!(
+        running_since(&late.containers()[0]),
+        Some(Instant::from_millis(10))
     );
 }

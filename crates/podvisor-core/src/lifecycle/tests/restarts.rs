@@ -308,7 +308,7 @@ fn stale_inputs_are_ignored() {
         container: 0,
         instance: 1,
     };
-    pod.step(Instant::ZERO, Input::Started(first));
+    pod.step(Instant::ZERO, Input::Started(first, Instant::ZERO));
     pod.step(
         Instant::from_millis(10),
         Input::Exited(first, ExitStatus::Code(1).into()),
@@ -431,7 +431,7 @@ fn an_oom_kill_is_oomkilled_137_and_restarts_by_policy_with_backoff() {
         container: 0,
         instance: 1,
     };
-    pod.step(Instant::ZERO, Input::Started(first));
+    pod.step(Instant::ZERO, Input::Started(first, Instant::ZERO));
     let oom = Exit {
         status: ExitStatus::Signal(9),
         oom_killed: true,
@@ -466,7 +466,10 @@ fn an_oom_kill_is_oomkilled_137_and_restarts_by_policy_with_backoff() {
         container: 0,
         instance: 2,
     };
-    pod.step(Instant::from_millis(60), Input::Started(second));
+    pod.step(
+        Instant::from_millis(60),
+        Input::Started(second, Instant::from_millis(60)),
+    );
     pod.step(Instant::from_millis(100), Input::Exited(second, oom));
     assert!(matches!(
         pod.containers()[0].state,
@@ -488,7 +491,7 @@ fn an_eviction_kills_with_no_grace_and_no_pre_stop_and_fails_the_pod() {
         container: 0,
         instance: 1,
     };
-    pod.step(Instant::ZERO, Input::Started(first));
+    pod.step(Instant::ZERO, Input::Started(first, Instant::ZERO));
     let message = "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Mi\". ".to_string();
     let fx = pod.step(Instant::from_millis(1_000), Input::Evict(message.clone()));
     assert!(
