@@ -268,6 +268,13 @@ fn watched_window(
     let top_cpu = (cpu_ns(top) - top_before) as f64 / 1e9;
     let top_hwm = vm_hwm_kb(top).unwrap_or(0.0);
     tmux(&["kill-server"]);
+    // The server leaves its socket file behind: it goes too ($TMUX_TMPDIR, or /tmp, then
+    // tmux-UID).
+    use std::os::unix::fs::MetadataExt;
+    let tmp = std::env::var("TMUX_TMPDIR").unwrap_or_else(|_| "/tmp".into());
+    if let Ok(me) = std::fs::metadata("/proc/self") {
+        let _ = std::fs::remove_file(format!("{tmp}/tmux-{}/{socket}", me.uid()));
+    }
     for mut w in watching {
         let _ = w.kill();
         let _ = w.wait();
