@@ -157,8 +157,14 @@ fn arg_value(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
+/// The CPU time (ns) of all of `pid`'s threads alive now.
 fn cpu_ns(pid: u32) -> u64 {
-    schedstat_ns(format!("/proc/{pid}/schedstat")).unwrap_or(0)
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    (tasks.flatten())
+        .filter_map(|t| schedstat_ns(t.path().join("schedstat")))
+        .sum()
 }
 
 /// The time a task has run (ns): the first field of a `schedstat` file.

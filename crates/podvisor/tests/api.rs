@@ -474,6 +474,80 @@ fn metrics_over_http() {
     stop(&mut p);
 }
 
+/// A scrape's text is made on a thread of its own: held there (`PODVISOR_STALL`, debug builds),
+/// it keeps neither the API nor the pod waiting, and its client, done sending, still gets the
+/// answer once it is let go. A scrape on the pod's socket queues behind it.
+#[test]
+fn a_scrape_being_made_keeps_nothing_else_waiting() {
+    let port = free_port();
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - name: app\n    command: [sleep, '600']\n",
+    ));
+    let gate = r.dir.file("gate");
+    let addr = format!("127.0.0.1:{port}");
+    let mut p = (r.cmd(&["--metrics-addr", &addr]))
+        .env("PODVISOR_STALL", "metrics.scrape")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    started(&r, "app", 1);
+    let mut held = std::net::TcpStream::connect(&addr).unwrap();
+    held.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    held.shutdown(std::net::Shutdown::Write).unwrap();
+    wait_until("the scrape held on its thread", || gate.exists());
+    // The loop goes on: the API answers, and a restart is made.
+    let out = client(&r, &["status", "-o", "json"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(client(&r, &["restart", "app"]).code(), 0);
+    started(&r, "app", 2);
+    // The held scrape has no answer yet.
+    held.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 16];
+    let early = held.read(&mut buf);
+    assert!(
+        early
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "an answer while the scrape was held: {early:?}"
+    );
+    held.set_nonblocking(false).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let sock = r.dir.file("state").join("podvisor.sock");
+    let mut queued = UnixStream::connect(&sock).unwrap();
+    queued
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    queued
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: podvisor\r\n\r\n")
+        .unwrap();
+    std::fs::remove_file(&gate).unwrap();
+    let mut text = String::new();
+    held.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // The restarts are those of when the scrape came.
+    let restarts =
+        "podvisor_container_restarts_total{container=\"app\",namespace=\"ns\",pod=\"p\"}";
+    let has = |text: &str, line: &str| text.lines().any(|l| l == line);
+    assert!(has(&text, &format!("{restarts} 0")), "{text}");
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    // The second is held in its turn, then answered with what is now.
+    wait_until("the socket's scrape held", || gate.exists());
+    std::fs::remove_file(&gate).unwrap();
+    let mut text = String::new();
+    queued.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(has(&text, &format!("{restarts} 1")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("container_cpu_usage_seconds_total{container=\"app\"")),
+        "{text}"
+    );
+    stop(&mut p);
+}
+
 #[test]
 fn volumes_are_shared_and_a_pod_restart_wipes_empty_dirs() {
     if !is_root() {

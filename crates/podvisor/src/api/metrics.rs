@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::cgroup::UsageFiles;
+
 use podvisor_core::probe::{Outcome, ProbeKind};
 use podvisor_core::stage::{Stage, Verdict};
 use prometheus_client::encoding::text::encode;
@@ -39,8 +41,10 @@ const START_BUCKETS: [f64; 16] = [
 /// Histogram bounds of probe start delays, in seconds.
 const DELAY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0];
 
-/// What the run loop counts between scrapes.
-#[derive(Debug)]
+/// What the run loop counts between scrapes. A clone shares the counts (prometheus-client's
+/// metrics are shared handles): a scrape renders them on a thread of its own while the loop
+/// goes on counting.
+#[derive(Debug, Clone)]
 pub struct Counters {
     /// The pod's `namespace` and `pod` labels.
     pod: Labels,
@@ -112,31 +116,44 @@ impl Counters {
     }
 }
 
-/// One container as the metrics show it.
+/// One container as the metrics show it: taken by the run loop, rendered apart from it.
 #[derive(Debug)]
-pub struct ContainerSample<'a> {
-    pub name: &'a str,
+pub struct ContainerSample {
+    pub name: String,
     pub restarts: u32,
     /// Process group of the running instance, if any.
     pub pgid: Option<i32>,
-    /// CPU seconds and working set of the running instance from its cgroup; without one,
-    /// they are read from its main process.
-    pub usage: Option<(f64, u64)>,
+    /// CPU seconds and working set of the running instance, read when the text is made: from
+    /// its cgroup's files, or without a cgroup from its main process.
+    pub usage: Usage,
     /// Its instrumentation stage (staged containers only) and the verdict on its add-on.
     pub stage: Option<Stage>,
     pub verdict: Option<Verdict>,
 }
 
-/// What the pod is now, beside what was counted.
+/// Where a container's usage comes from.
 #[derive(Debug)]
-pub struct PodSample<'a> {
-    pub pod_restarts: u32,
-    pub restarts_all: u32,
-    pub containers: Vec<ContainerSample<'a>>,
+pub enum Usage {
+    /// Its instance's cgroup.
+    Cgroup(UsageFiles),
+    /// Figures already read.
+    #[cfg(test)]
+    Read(f64, u64),
+    /// Its main process (`pgid`), if it runs.
+    Process,
 }
 
-/// The whole text: the counted metrics, then the pod's state now.
-pub fn render(counters: &Counters, now: &PodSample<'_>) -> String {
+/// What the pod is now, beside what was counted.
+#[derive(Debug)]
+pub struct PodSample {
+    pub pod_restarts: u32,
+    pub restarts_all: u32,
+    pub containers: Vec<ContainerSample>,
+}
+
+/// The whole text: the counted metrics, then the pod's state now (each running container's
+/// usage is read here, so this runs apart from the run loop).
+pub fn render(counters: &Counters, now: &PodSample) -> String {
     let mut r = Registry::default();
     r.register(
         "prober_probe",
@@ -185,10 +202,10 @@ pub fn render(counters: &Counters, now: &PodSample<'_>) -> String {
 }
 
 /// The restart counters, as they are now.
-fn register_restarts(r: &mut Registry, counters: &Counters, now: &PodSample<'_>) {
+fn register_restarts(r: &mut Registry, counters: &Counters, now: &PodSample) {
     let containers = Family::<Labels, Counter>::default();
     for c in &now.containers {
-        let labels = counters.labels(c.name, &[]);
+        let labels = counters.labels(&c.name, &[]);
         containers
             .get_or_create(&labels)
             .inc_by(u64::from(c.restarts));
@@ -218,13 +235,13 @@ fn register_restarts(r: &mut Registry, counters: &Counters, now: &PodSample<'_>)
 
 /// Each staged container's stage, and the verdict on its add-on: 1 for the one it is, 0 for
 /// the others.
-fn register_stages(r: &mut Registry, counters: &Counters, now: &PodSample<'_>) {
+fn register_stages(r: &mut Registry, counters: &Counters, now: &PodSample) {
     let stages = Family::<Labels, Gauge>::default();
     let verdicts = Family::<Labels, Gauge>::default();
     for c in &now.containers {
         if let Some(current) = c.stage {
             for stage in Stage::ALL {
-                let labels = counters.labels(c.name, &[("stage", stage.as_str())]);
+                let labels = counters.labels(&c.name, &[("stage", stage.as_str())]);
                 stages
                     .get_or_create(&labels)
                     .set(i64::from(stage == current));
@@ -232,7 +249,7 @@ fn register_stages(r: &mut Registry, counters: &Counters, now: &PodSample<'_>) {
         }
         if let Some(verdict) = c.verdict {
             for v in [Verdict::Blamed, Verdict::Cleared] {
-                let labels = counters.labels(c.name, &[("verdict", v.as_str())]);
+                let labels = counters.labels(&c.name, &[("verdict", v.as_str())]);
                 verdicts.get_or_create(&labels).set(i64::from(v == verdict));
             }
         }
@@ -250,21 +267,25 @@ fn register_stages(r: &mut Registry, counters: &Counters, now: &PodSample<'_>) {
 }
 
 /// Each running container's CPU time and memory.
-fn register_usage(r: &mut Registry, counters: &Counters, containers: &[ContainerSample<'_>]) {
+fn register_usage(r: &mut Registry, counters: &Counters, containers: &[ContainerSample]) {
     let groups: Vec<i32> = containers
         .iter()
-        .filter(|c| c.usage.is_none())
+        .filter(|c| matches!(c.usage, Usage::Process))
         .filter_map(|c| c.pgid)
         .collect();
     let from_proc = group_usage(&groups);
     let cpu = Family::<Labels, Counter<f64>>::default();
     let memory = Family::<Labels, Gauge>::default();
     for c in containers {
-        let usage = c
-            .usage
-            .or_else(|| c.pgid.and_then(|g| from_proc.get(&g).copied()));
+        let usage = match &c.usage {
+            // A cgroup gone meanwhile: its instance ended since the scrape came.
+            Usage::Cgroup(files) => files.read().map(|u| (u.cpu_seconds, u.working_set)),
+            #[cfg(test)]
+            Usage::Read(seconds, bytes) => Some((*seconds, *bytes)),
+            Usage::Process => c.pgid.and_then(|g| from_proc.get(&g).copied()),
+        };
         if let Some((seconds, bytes)) = usage {
-            let labels = counters.labels(c.name, &[]);
+            let labels = counters.labels(&c.name, &[]);
             cpu.get_or_create(&labels).inc_by(seconds);
             memory
                 .get_or_create(&labels)
@@ -285,7 +306,7 @@ fn register_usage(r: &mut Registry, counters: &Counters, containers: &[Container
 
 /// CPU seconds (user + system, with the children it has reaped) and resident bytes of each
 /// container's main process (its group leader). Reading only the leaders keeps a scrape short
-/// on a large pod (the run loop answers it); descendants still running are not counted.
+/// on a large pod; descendants still running are not counted.
 fn group_usage(groups: &[i32]) -> BTreeMap<i32, (f64, u64)> {
     // Clock ticks and page size as Linux reports them in /proc (USER_HZ is 100 everywhere).
     let tick = 100.0;
@@ -319,10 +340,10 @@ mod tests {
             pod_restarts: 2,
             restarts_all: 0,
             containers: vec![ContainerSample {
-                name: "app",
+                name: "app".into(),
                 restarts: 4,
                 pgid: None,
-                usage: Some((1.5, 4096)),
+                usage: Usage::Read(1.5, 4096),
                 stage: Some(Stage::Debug),
                 verdict: None,
             }],

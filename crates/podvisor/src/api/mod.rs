@@ -75,6 +75,9 @@ enum Mode {
     WatchEvents,
     /// A command runs for this client (its pid): the answer comes when it ends.
     Exec(i32),
+    /// Its metrics are being made apart from the loop (the scrape's serial number): the
+    /// answer comes when they are.
+    Scraping(u64),
 }
 
 /// What a watch streams.
@@ -119,6 +122,8 @@ pub struct Server {
     dropped: Vec<String>,
     /// The watchers sent lines this turn, to be written at its end (`flush_watchers`).
     unsent: Vec<usize>,
+    /// The serial number of the last scrape started (`scrape_started`).
+    scrapes: u64,
 }
 
 impl Server {
@@ -150,6 +155,7 @@ impl Server {
             abandoned: Vec::new(),
             dropped: Vec::new(),
             unsent: Vec::new(),
+            scrapes: 0,
         })
     }
 
@@ -172,6 +178,7 @@ impl Server {
             abandoned: Vec::new(),
             dropped: Vec::new(),
             unsent: Vec::new(),
+            scrapes: 0,
         })
     }
 
@@ -279,6 +286,13 @@ impl Server {
                     }
                     if whole {
                         break;
+                    }
+                    if matches!(conn.mode, Mode::Scraping(_)) {
+                        // Done sending while its answer is made: it still gets it.
+                        conn.read_closed = true;
+                        let _ =
+                            epoll.modify(conn.stream.as_raw_fd(), self.token_base | slot as u64, 0);
+                        return None;
                     }
                     if conn.mode != Mode::Closing {
                         self.close(slot);
@@ -585,6 +599,38 @@ impl Server {
         if ours {
             self.reply(slot, 200, body, epoll);
         }
+    }
+
+    /// A client's metrics are made apart from the loop: its answer waits for `scrape_ended`
+    /// with the serial number returned.
+    pub fn scrape_started(&mut self, slot: usize, epoll: &Epoll) -> u64 {
+        self.scrapes += 1;
+        if let Some(Some(conn)) = self.conns.get_mut(slot) {
+            conn.mode = Mode::Scraping(self.scrapes);
+            if conn.read_closed {
+                // Done sending already: nothing to watch until its answer is there.
+                let token = self.token_base | slot as u64;
+                let _ = epoll.modify(conn.stream.as_raw_fd(), token, 0);
+            }
+        }
+        self.scrapes
+    }
+
+    /// The metrics of scrape `serial` are made: the answer goes out (if its client is still
+    /// there).
+    pub fn scrape_ended(&mut self, slot: usize, serial: u64, text: &str, epoll: &Epoll) {
+        let token = self.token_base | slot as u64;
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.mode != Mode::Scraping(serial) {
+            return;
+        }
+        if conn.read_closed {
+            // Nothing was watched since it finished sending: now its answer is written.
+            let _ = epoll.modify(conn.stream.as_raw_fd(), token, EV_WRITE);
+        }
+        self.reply_metrics(slot, text, epoll);
     }
 
     /// The commands whose client went away while they ran.

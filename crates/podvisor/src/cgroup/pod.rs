@@ -248,6 +248,50 @@ pub struct Usage {
     pub working_set: u64,
 }
 
+/// The directories an instance's usage is read from (`InstanceCgroup::usage_files`).
+#[derive(Debug, Clone)]
+pub struct UsageFiles {
+    version: Version,
+    cpu: Option<PathBuf>,
+    memory: Option<PathBuf>,
+}
+
+impl UsageFiles {
+    /// CPU time and working set; `None` once the cgroup is gone (its instance ended).
+    pub fn read(&self) -> Option<Usage> {
+        // (file, key in it or the whole file) of CPU time and its unit per second, then of
+        // memory usage and of the inactive-file key of memory.stat, for each version.
+        let (cpu, per_second, usage, inactive) = match self.version {
+            Version::V1 => (
+                ("cpuacct.usage", None),
+                1e9,
+                ("memory.usage_in_bytes", None),
+                ("memory.stat", Some("total_inactive_file")),
+            ),
+            Version::V2 => (
+                ("cpu.stat", Some("usage_usec")),
+                1e6,
+                ("memory.current", None),
+                ("memory.stat", Some("inactive_file")),
+            ),
+        };
+        let number = |dir: &Option<PathBuf>, (file, key): (&str, Option<&str>)| -> Option<u64> {
+            let text = std::fs::read_to_string(dir.as_ref()?.join(file)).ok()?;
+            match key {
+                Some(k) => keyed(&text, k),
+                None => text.trim().parse().ok(),
+            }
+        };
+        let cpu_seconds = number(&self.cpu, cpu)? as f64 / per_second;
+        let memory = number(&self.memory, usage).unwrap_or(0);
+        let inactive = number(&self.memory, inactive).unwrap_or(0);
+        Some(Usage {
+            cpu_seconds,
+            working_set: memory.saturating_sub(inactive),
+        })
+    }
+}
+
 impl InstanceCgroup {
     /// An instance cgroup to read from only (its usage), at `dirs`.
     pub(super) fn reading(version: Version, dirs: Vec<(Controller, PathBuf)>) -> InstanceCgroup {
@@ -299,41 +343,16 @@ impl InstanceCgroup {
 
     /// CPU time and working set, from the cgroup.
     pub fn usage(&self) -> Usage {
-        let read = |c, file: &str| {
-            self.dir(c)
-                .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
-        };
-        // (hierarchy, file, key in it or the whole file) of CPU time, its unit per second,
-        // memory usage, and the inactive-file key of memory.stat, for each version.
-        let (cpu, per_second, usage, inactive) = match self.version {
-            Version::V1 => (
-                (Controller::CpuAcct, "cpuacct.usage", None),
-                1e9,
-                (Controller::Memory, "memory.usage_in_bytes", None),
-                (
-                    Controller::Memory,
-                    "memory.stat",
-                    Some("total_inactive_file"),
-                ),
-            ),
-            Version::V2 => (
-                (Controller::Unified, "cpu.stat", Some("usage_usec")),
-                1e6,
-                (Controller::Unified, "memory.current", None),
-                (Controller::Unified, "memory.stat", Some("inactive_file")),
-            ),
-        };
-        let number = |(c, file, key): (Controller, &str, Option<&str>)| -> u64 {
-            read(c, file)
-                .and_then(|t| match key {
-                    Some(k) => keyed(&t, k),
-                    None => t.trim().parse().ok(),
-                })
-                .unwrap_or(0)
-        };
-        Usage {
-            cpu_seconds: number(cpu) as f64 / per_second,
-            working_set: number(usage).saturating_sub(number(inactive)),
+        self.usage_files().read().unwrap_or_default()
+    }
+
+    /// Where its CPU time and working set are read, apart from it: a metrics scrape reads them
+    /// off the run loop.
+    pub fn usage_files(&self) -> UsageFiles {
+        UsageFiles {
+            version: self.version,
+            cpu: self.dir(Controller::CpuAcct).map(Path::to_path_buf),
+            memory: self.dir(Controller::Memory).map(Path::to_path_buf),
         }
     }
 

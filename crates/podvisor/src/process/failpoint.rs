@@ -54,3 +54,32 @@ fn armed() -> Option<(String, u32)> {
         None => Some((spec, 1)),
     }
 }
+
+/// The variable naming the point where a thread is held (`stall`).
+pub const STALL_ENV: &str = "PODVISOR_STALL";
+/// The variable naming the gate file of a held point.
+pub const STALL_GATE_ENV: &str = "PODVISOR_STALL_GATE";
+
+/// Passes the point `name`: when `PODVISOR_STALL` names it (debug builds), the thread creates
+/// the file `PODVISOR_STALL_GATE` names and waits there until that file is removed, so that a
+/// test can check what goes on while the step is held.
+#[cfg(debug_assertions)]
+pub fn stall(name: &str) {
+    if std::env::var_os(STALL_ENV).is_none_or(|point| point != name) {
+        return;
+    }
+    let Some(gate) = std::env::var_os(STALL_GATE_ENV).map(std::path::PathBuf::from) else {
+        return;
+    };
+    if std::fs::write(&gate, b"").is_err() {
+        return;
+    }
+    while gate.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Passes the point `name` (release builds: nothing).
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn stall(_name: &str) {}

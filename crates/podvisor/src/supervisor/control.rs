@@ -8,8 +8,9 @@ use std::time::SystemTime;
 use podvisor_core::clock::{Clock, Instant};
 use podvisor_core::lifecycle::{EventType, Input, InstanceId, Kind};
 
+use super::scrape::{Job, Scraper, Via};
 use super::Supervisor;
-use crate::api::metrics::{render, ContainerSample, PodSample};
+use crate::api::metrics::{render, ContainerSample, PodSample, Usage};
 use crate::api::{Request, Watch};
 use crate::status;
 
@@ -54,10 +55,7 @@ impl Supervisor {
                 command,
                 terminal,
             } => self.exec(slot, &container, &command, terminal),
-            Request::Metrics => {
-                let text = self.metrics_text();
-                self.api.reply_metrics(slot, &text, &self.epoll);
-            }
+            Request::Metrics => self.scrape(Via::Api, slot),
             Request::RestartPod => {
                 if self.stopped || self.pod.phase().is_terminal() {
                     self.api
@@ -109,36 +107,89 @@ impl Supervisor {
         )
     }
 
-    pub(super) fn metrics_text(&self) -> String {
-        let samples: Vec<ContainerSample<'_>> = self
-            .pod
-            .containers()
-            .iter()
-            .enumerate()
+    /// A scrape of `via`'s client at `slot`: its text is made by the scrape thread (started
+    /// at the first scrape), or here if that thread cannot run.
+    pub(super) fn scrape(&mut self, via: Via, slot: usize) {
+        let sample = self.metrics_sample();
+        if self.scraper.is_none() {
+            match Scraper::start(&self.epoll, super::TOKEN_SCRAPE) {
+                Ok(s) => self.scraper = Some(s),
+                Err(e) => self.note(
+                    EventType::Warning,
+                    "ScrapeThread",
+                    format!("cannot start the thread that answers metrics scrapes ({e}); the run loop answers them"),
+                ),
+            }
+        }
+        let server = match via {
+            Via::Api => &mut self.api,
+            Via::Metrics => match self.metrics.as_mut() {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        let job = Job {
+            via,
+            slot,
+            serial: server.scrape_started(slot, &self.epoll),
+            counters: self.counters.clone(),
+            sample,
+        };
+        let job = match &self.scraper {
+            Some(scraper) => match scraper.ask(job) {
+                None => return,
+                Some(job) => job,
+            },
+            None => job,
+        };
+        let text = render(&job.counters, &job.sample);
+        server.scrape_ended(slot, job.serial, &text, &self.epoll);
+    }
+
+    /// The scrapes' texts made since the last call: each to its client.
+    pub(super) fn scrapes_done(&mut self) {
+        let Some(scraper) = self.scraper.as_mut() else {
+            return;
+        };
+        for a in scraper.answers() {
+            let server = match a.via {
+                Via::Api => Some(&mut self.api),
+                Via::Metrics => self.metrics.as_mut(),
+            };
+            if let Some(server) = server {
+                server.scrape_ended(a.slot, a.serial, &a.text, &self.epoll);
+            }
+        }
+    }
+
+    /// What a scrape's text is made of, beside the counters: each container's state now, and
+    /// where its running instance's usage is read.
+    fn metrics_sample(&self) -> PodSample {
+        let containers = (self.pod.containers().iter().enumerate())
             .map(|(i, c)| {
                 let live = self.instances.get(InstanceId {
                     container: i,
                     instance: c.instance,
                 });
+                let usage = match live.and_then(|l| l.cgroup.as_ref()) {
+                    Some(cg) => Usage::Cgroup(cg.usage_files()),
+                    None => Usage::Process,
+                };
                 ContainerSample {
-                    name: &c.name,
+                    name: c.name.clone(),
                     restarts: c.restart_count,
                     pgid: live.map(|l| l.pid),
-                    usage: live.and_then(|l| l.cgroup.as_ref()).map(|cg| {
-                        let u = cg.usage();
-                        (u.cpu_seconds, u.working_set)
-                    }),
+                    usage,
                     stage: c.stage,
                     verdict: c.judgement.verdict,
                 }
             })
             .collect();
-        let now = PodSample {
+        PodSample {
             pod_restarts: self.pod.pod_restarts(),
             restarts_all: self.pod.restarts_all(),
-            containers: samples,
-        };
-        render(&self.counters, &now)
+            containers,
+        }
     }
 
     /// The pod as a v1 Pod object, on one line; `with_usage` adds what each running instance

@@ -21,6 +21,7 @@ pub mod persist;
 mod prepare;
 mod resize;
 mod rootfs;
+mod scrape;
 pub use rootfs::RootlessOverlay;
 pub mod sandbox;
 mod setup;
@@ -238,6 +239,7 @@ pub fn run(
         size_check_at: None,
         metrics,
         counters,
+        scraper: None,
         // Containers start with no signal ignored, whatever this run was started with.
         inherited: Inherited {
             mask,
@@ -285,6 +287,7 @@ const TOKEN_METRICS_LISTEN: u64 = 5 << 32;
 const TOKEN_METRICS: u64 = 6 << 32;
 const TOKEN_KEEPER: u64 = 7 << 32;
 const TOKEN_IMAGE: u64 = 8 << 32;
+const TOKEN_SCRAPE: u64 = 9 << 32;
 const SLOT_MASK: u64 = (1 << 32) - 1;
 
 /// Who a child process is.
@@ -348,6 +351,8 @@ struct Supervisor {
     size_check_at: Option<Instant>,
     metrics: Option<Server>,
     counters: Counters,
+    /// The thread that makes metrics scrapes' texts, once one came.
+    scraper: Option<scrape::Scraper>,
     inherited: Inherited,
     /// Live container and exec-task processes.
     pids: HashMap<i32, PidOwner>,
@@ -489,17 +494,21 @@ impl Supervisor {
         for message in self.api.take_dropped() {
             self.note(EventType::Warning, "WatcherDropped", message);
         }
-        if let Some(mut m) = self.metrics.take() {
-            if ready.contains(&TOKEN_METRICS_LISTEN) {
-                m.accept(&self.epoll);
+        if let Some(m) = self
+            .metrics
+            .as_mut()
+            .filter(|_| ready.contains(&TOKEN_METRICS_LISTEN))
+        {
+            m.accept(&self.epoll);
+        }
+        for slot in slots(TOKEN_METRICS) {
+            let m = self.metrics.as_mut();
+            if m.and_then(|m| m.on_ready(slot, &self.epoll)).is_some() {
+                self.scrape(scrape::Via::Metrics, slot);
             }
-            for slot in slots(TOKEN_METRICS) {
-                if m.on_ready(slot, &self.epoll).is_some() {
-                    let text = self.metrics_text();
-                    m.reply_metrics(slot, &text, &self.epoll);
-                }
-            }
-            self.metrics = Some(m);
+        }
+        if ready.contains(&TOKEN_SCRAPE) {
+            self.scrapes_done();
         }
         if ready.contains(&TOKEN_SIGNALS) {
             for (sig, sender) in self.signals.read_all()? {
