@@ -159,10 +159,23 @@ fn arg_value(args: &[String], name: &str) -> Option<String> {
 
 /// The CPU time (ns) of all of `pid`'s threads alive now.
 fn cpu_ns(pid: u32) -> u64 {
+    threads_ns(pid, None)
+}
+
+/// The CPU time (ns) of `pid`'s threads alive now, from each one's schedstat; with `named`,
+/// of the threads of that name only (0 without one).
+fn threads_ns(pid: u32, named: Option<&str>) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
+    let wanted = |t: &std::fs::DirEntry| match named {
+        None => true,
+        Some(name) => {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+        }
+    };
     (tasks.flatten())
+        .filter(wanted)
         .filter_map(|t| schedstat_ns(t.path().join("schedstat")))
         .sum()
 }

@@ -308,7 +308,7 @@ fn measure_pod(
     });
     std::thread::sleep(Duration::from_secs(2));
     let window_opened = Instant::now();
-    let (before, scrape_before) = (cpu_ns(pid), scrape_thread_ns(pid));
+    let (before, scrape_before) = (cpu_ns(pid), threads_ns(pid, Some("scrape")));
     let end = window_opened + window;
     let mut first = None;
     let mut scrape_ms = Vec::new();
@@ -323,7 +323,7 @@ fn measure_pod(
     }
     std::thread::sleep(end.saturating_duration_since(Instant::now()));
     let cpu = (cpu_ns(pid) - before) as f64 / 1e9;
-    let scrape_cpu = (scrape_thread_ns(pid) - scrape_before) as f64 / 1e9;
+    let scrape_cpu = (threads_ns(pid, Some("scrape")) - scrape_before) as f64 / 1e9;
     let window_closed = Instant::now();
     let scrapes = first.map(|b| (b, scrape(metrics.unwrap())));
     let rss = vm_hwm_kb(pid).unwrap_or(f64::NAN);
@@ -342,19 +342,6 @@ fn measure_pod(
         window_closed,
         scrape_ms,
     }
-}
-
-/// The CPU time (ns) of `pid`'s thread named `scrape` (podvisor's metrics), 0 without one.
-fn scrape_thread_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    (tasks.flatten())
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "scrape")
-        })
-        .filter_map(|t| schedstat_ns(t.path().join("schedstat")))
-        .sum()
 }
 
 /// This thread's CPU seconds so far.

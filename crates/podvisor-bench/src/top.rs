@@ -33,17 +33,6 @@ impl std::ops::AddAssign for Window {
     }
 }
 
-/// The CPU of every thread of `pid` now (ns), from each one's schedstat.
-fn cpu_all_threads_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| schedstat_ns(t.path().join("schedstat")))
-        .sum()
-}
-
 pub fn top_bench(args: &[String]) {
     let podvisor = program(args, "--podvisor", "podvisor");
     let quick = args.iter().any(|a| a == "--quick");
@@ -70,7 +59,7 @@ pub fn top_bench(args: &[String]) {
         });
     }
     let pids: Vec<u32> = runs.iter().map(|(c, _)| c.id()).collect();
-    let all = || pids.iter().map(|p| cpu_all_threads_ns(*p)).sum::<u64>();
+    let all = || pids.iter().map(|p| cpu_ns(*p)).sum::<u64>();
     let main = || pids.iter().map(|p| cpu_ns(*p)).sum::<u64>();
     let starts = || {
         runs.iter()
