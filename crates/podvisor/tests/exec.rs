@@ -89,6 +89,37 @@ fn exec_runs_as_the_container_and_answers_as_kubectl() {
     assert!(main.iter().any(|l| l.starts_with("Uid")));
     assert_eq!(parts[2], ["hello ex 1000:1000"]);
 
+    // The command is in the container's mount namespace (its root and mounts). The run
+    // joins it through the container's process and holds no descriptor on the namespace:
+    // it goes with the container's processes, as under runc.
+    let out = exec(&[
+        "-c",
+        "app",
+        "--",
+        "readlink",
+        "/proc/self/ns/mnt",
+        "/proc/1/ns/mnt",
+    ]);
+    let links: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(links.len(), 2, "{out:?}");
+    assert_eq!(
+        links[0], links[1],
+        "exec'd in the main process's mount namespace"
+    );
+    let own = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    assert_ne!(
+        links[0],
+        own.to_str().unwrap(),
+        "a mount namespace of its own"
+    );
+    let held: Vec<_> = std::fs::read_dir(format!("/proc/{}/fd", p.init_pid()))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|link| link.to_string_lossy().starts_with("mnt:"))
+        .collect();
+    assert!(held.is_empty(), "the run holds mount namespaces: {held:?}");
+
     // -i: this command's stdin; the pod named as kubectl names it.
     let mut piped = Run::new(podvisor())
         .args(["exec", "-i", "-c", "side", "ns/ex", "--state-dir"])

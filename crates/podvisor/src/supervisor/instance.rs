@@ -5,14 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 
 use podvisor_core::lifecycle::InstanceId;
 use podvisor_core::record::ProcessRecord;
 
 use crate::cgroup::InstanceCgroup;
-use crate::process::sys::{Namespaces, PidSetup};
+use crate::process::sys::{self, Namespaces, PidSetup};
 use crate::state::processes;
 
 /// A running container instance.
@@ -23,8 +23,10 @@ pub(super) struct Instance {
     /// Where its main process started, for the record (a reused pid is never mistaken for it).
     pub process: Option<ProcessRecord>,
     pub cgroup: Option<InstanceCgroup>,
-    /// Its mount namespace, when it has one of its own (volumes, a private root).
-    mount_ns: Option<File>,
+    /// What its probes and hooks join its mount namespace through, when it has one of its own
+    /// (volumes, a private root): its process, where the kernel allows (see
+    /// `sys::open_mount_namespace`), so that the namespace goes with it.
+    mount_ns: Option<OwnedFd>,
     /// Its user namespace, when it has one of its own (rootless).
     user_ns: Option<File>,
     /// Its UTS, IPC and PID namespaces, when not ours.
@@ -69,7 +71,9 @@ impl Instance {
     /// container does: its mount, UTS, IPC and PID namespaces and, rootless, its user
     /// namespace. Those it shares with this process are left alone.
     pub fn open_namespaces(&mut self) {
-        self.mount_ns = own_namespace(self.pid, "mnt");
+        self.mount_ns = has_own(self.pid, "mnt")
+            .then(|| sys::open_mount_namespace(self.pid).ok())
+            .flatten();
         self.user_ns = own_namespace(self.pid, "user");
         self.uts_ns = own_namespace(self.pid, "uts");
         self.ipc_ns = own_namespace(self.pid, "ipc");
@@ -111,12 +115,20 @@ impl Instance {
 
 /// Namespace `kind` of `pid`, opened, when it is not this process's own.
 fn own_namespace(pid: i32, kind: &str) -> Option<File> {
-    let theirs = std::fs::metadata(format!("/proc/{pid}/ns/{kind}")).ok()?;
-    let ours = std::fs::metadata(format!("/proc/self/ns/{kind}")).ok()?;
-    if theirs.ino() == ours.ino() {
+    if !has_own(pid, kind) {
         return None;
     }
     File::open(format!("/proc/{pid}/ns/{kind}")).ok()
+}
+
+/// Whether `pid` is in a namespace `kind` other than this process's.
+fn has_own(pid: i32, kind: &str) -> bool {
+    let theirs = std::fs::metadata(format!("/proc/{pid}/ns/{kind}"));
+    let ours = std::fs::metadata(format!("/proc/self/ns/{kind}"));
+    match (theirs, ours) {
+        (Ok(theirs), Ok(ours)) => theirs.ino() != ours.ino(),
+        _ => false,
+    }
 }
 
 /// The running instances, and the main pids of each container's latest instances (the
