@@ -646,9 +646,12 @@ impl Supervisor {
     /// have exited too: all of them are looked through (`waitpid(-1)`, which walks the list of
     /// children, a thousand with a thousand containers) within `REAP_SCAN_DELAY`, once for all
     /// the signals until then, rather than at every exit. An orphan that came back to us (or a
-    /// sender we do not know) is looked for at once.
+    /// sender we do not know) is looked for at once, as is every exit once the pod is
+    /// stopping.
     fn reap(&mut self, sender: i32) -> io::Result<()> {
-        if !self.pids.contains_key(&sender) {
+        // Once the pod is stopping, every container is ending: their exits are collected as
+        // they come, not held back for the scan.
+        if self.stopped || !self.pids.contains_key(&sender) {
             return self.scan_children();
         }
         if let Some(exit) = sys::reap_pid(sender)? {
