@@ -375,9 +375,19 @@ impl InstanceCgroup {
         }
     }
 
-    /// Kills what is left and removes the directories; `Err` while a process is still there.
+    /// Removes the directories, killing what is left in them; `Err` while a process is still
+    /// there. Once its process has ended an instance's cgroup is usually empty: then it goes
+    /// at once (the kernel refuses to remove a cgroup that holds a process), and nothing is
+    /// read or killed.
     fn remove(&self) -> io::Result<()> {
+        if self.remove_dirs().is_ok() {
+            return Ok(());
+        }
         self.kill_all();
+        self.remove_dirs()
+    }
+
+    fn remove_dirs(&self) -> io::Result<()> {
         let mut result = Ok(());
         for (_, dir) in &self.dirs {
             match std::fs::remove_dir(dir) {
