@@ -497,9 +497,10 @@ fn a_scrape_being_made_keeps_nothing_else_waiting() {
         .unwrap();
     held.shutdown(std::net::Shutdown::Write).unwrap();
     wait_until("the scrape held on its thread", || gate.exists());
-    // The loop goes on: the API answers, and a restart is made.
-    let out = client(&r, &["status", "-o", "json"]);
-    assert_eq!(out.code(), 0, "{out:?}");
+    // The loop goes on: the API answers, and a restart is made. (A status waits its turn
+    // behind the scrape: the same thread adds its usage.)
+    let out = client(&r, &["events"]);
+    assert!(out.code() == 0 && out.stdout.contains("Started"), "{out:?}");
     assert_eq!(client(&r, &["restart", "app"]).code(), 0);
     started(&r, "app", 2);
     // The held scrape has no answer yet.
@@ -545,6 +546,86 @@ fn a_scrape_being_made_keeps_nothing_else_waiting() {
             .any(|l| l.starts_with("container_cpu_usage_seconds_total{container=\"app\"")),
         "{text}"
     );
+    stop(&mut p);
+}
+
+#[test]
+fn a_status_with_usage_is_made_apart_from_the_loop() {
+    if !is_root() {
+        skip("usage is read from each container's cgroup, which needs root");
+        return;
+    }
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - name: app\n    command: [sleep, '600']\n  - name: other\n    command: [sleep, '600']\n",
+    ));
+    let gate = r.dir.file("gate");
+    let mut p = (r.cmd(&[]))
+        .env("PODVISOR_STALL", "status.usage")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    started(&r, "app", 1);
+    started(&r, "other", 1);
+    let mut held = Run::new(podvisor())
+        .args(["status", "-o", "json", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .start();
+    wait_until("the status's usage held on its thread", || gate.exists());
+    // The loop goes on meanwhile: the API answers, and a restart is made and started.
+    let out = client(&r, &["events"]);
+    assert!(out.code() == 0 && out.stdout.contains("Started"), "{out:?}");
+    assert_eq!(client(&r, &["restart", "other"]).code(), 0);
+    started(&r, "other", 2);
+    assert!(
+        held.running(),
+        "the status was answered while its usage was held"
+    );
+    std::fs::remove_file(&gate).unwrap();
+    assert_eq!(held.wait().code(), Some(0));
+    held.drain();
+    let pod: serde_json::Value = serde_json::from_str(&held.stdout.join("\n")).unwrap();
+    // The status is the pod's when it was asked for: no restart yet. The usage is read
+    // after: `app`'s instance is still there; `other`'s, ended since, has none to show.
+    let statuses = pod["status"]["containerStatuses"].as_array().unwrap();
+    assert!(statuses.iter().all(|c| c["restartCount"] == 0), "{pod}");
+    let annotations = &pod["metadata"]["annotations"];
+    let usage = annotations["podvisor.io/usage.app"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        usage.starts_with("cpu=") && usage.contains("s memory="),
+        "{pod}"
+    );
+    assert!(
+        annotations.get("podvisor.io/usage.other").is_none(),
+        "{pod}"
+    );
+    // The next is made in its turn, with what is now.
+    let mut next = Run::new(podvisor())
+        .args(["describe", "--state-dir"])
+        .arg(r.dir.file("state"))
+        .start();
+    wait_until("the describe's usage held", || gate.exists());
+    std::fs::remove_file(&gate).unwrap();
+    assert_eq!(next.wait().code(), Some(0));
+    next.drain();
+    let text = next.stdout.join("\n");
+    let fields = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let counts: Vec<Vec<String>> = (text.lines())
+        .filter(|l| l.trim_start().starts_with("Restart Count:"))
+        .map(fields)
+        .collect();
+    assert_eq!(counts.len(), 2, "{text}");
+    assert_eq!(
+        (counts[0][2].as_str(), counts[1][2].as_str()),
+        ("0", "1"),
+        "{text}"
+    );
+    let usages = (text.lines())
+        .filter(|l| l.trim_start().starts_with("Usage:          cpu="))
+        .count();
+    assert_eq!(usages, 2, "{text}");
     stop(&mut p);
 }
 

@@ -75,9 +75,18 @@ enum Mode {
     WatchEvents,
     /// A command runs for this client (its pid): the answer comes when it ends.
     Exec(i32),
-    /// Its metrics are being made apart from the loop (the scrape's serial number): the
-    /// answer comes when they are.
-    Scraping(u64),
+    /// Its answer (a metrics scrape, a status with usage) is being made apart from the loop
+    /// (its serial number, from `answer_started`): it goes out when it is made.
+    Making(u64),
+}
+
+/// An answer made apart from the loop (`Server::answer_started`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Made {
+    /// A metrics scrape's text (OpenMetrics).
+    Metrics(String),
+    /// A JSON body (the status with usage).
+    Json(String),
 }
 
 /// What a watch streams.
@@ -122,8 +131,8 @@ pub struct Server {
     dropped: Vec<String>,
     /// The watchers sent lines this turn, to be written at its end (`flush_watchers`).
     unsent: Vec<usize>,
-    /// The serial number of the last scrape started (`scrape_started`).
-    scrapes: u64,
+    /// The serial number of the last answer started apart from the loop (`answer_started`).
+    making: u64,
 }
 
 impl Server {
@@ -155,7 +164,7 @@ impl Server {
             abandoned: Vec::new(),
             dropped: Vec::new(),
             unsent: Vec::new(),
-            scrapes: 0,
+            making: 0,
         })
     }
 
@@ -178,7 +187,7 @@ impl Server {
             abandoned: Vec::new(),
             dropped: Vec::new(),
             unsent: Vec::new(),
-            scrapes: 0,
+            making: 0,
         })
     }
 
@@ -287,7 +296,7 @@ impl Server {
                     if whole {
                         break;
                     }
-                    if matches!(conn.mode, Mode::Scraping(_)) {
+                    if matches!(conn.mode, Mode::Making(_)) {
                         // Done sending while its answer is made: it still gets it.
                         conn.read_closed = true;
                         let _ =
@@ -601,36 +610,38 @@ impl Server {
         }
     }
 
-    /// A client's metrics are made apart from the loop: its answer waits for `scrape_ended`
-    /// with the serial number returned.
-    pub fn scrape_started(&mut self, slot: usize, epoll: &Epoll) -> u64 {
-        self.scrapes += 1;
+    /// A client's answer is made apart from the loop: it waits for `answer_ended` with the
+    /// serial number returned.
+    pub fn answer_started(&mut self, slot: usize, epoll: &Epoll) -> u64 {
+        self.making += 1;
         if let Some(Some(conn)) = self.conns.get_mut(slot) {
-            conn.mode = Mode::Scraping(self.scrapes);
+            conn.mode = Mode::Making(self.making);
             if conn.read_closed {
                 // Done sending already: nothing to watch until its answer is there.
                 let token = self.token_base | slot as u64;
                 let _ = epoll.modify(conn.stream.as_raw_fd(), token, 0);
             }
         }
-        self.scrapes
+        self.making
     }
 
-    /// The metrics of scrape `serial` are made: the answer goes out (if its client is still
-    /// there).
-    pub fn scrape_ended(&mut self, slot: usize, serial: u64, text: &str, epoll: &Epoll) {
+    /// Answer `serial` is made: it goes out (if its client is still there).
+    pub fn answer_ended(&mut self, slot: usize, serial: u64, answer: &Made, epoll: &Epoll) {
         let token = self.token_base | slot as u64;
         let Some(Some(conn)) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.mode != Mode::Scraping(serial) {
+        if conn.mode != Mode::Making(serial) {
             return;
         }
         if conn.read_closed {
             // Nothing was watched since it finished sending: now its answer is written.
             let _ = epoll.modify(conn.stream.as_raw_fd(), token, EV_WRITE);
         }
-        self.reply_metrics(slot, text, epoll);
+        match answer {
+            Made::Metrics(text) => self.reply_metrics(slot, text, epoll),
+            Made::Json(body) => self.reply(slot, 200, body, epoll),
+        }
     }
 
     /// The commands whose client went away while they ran.

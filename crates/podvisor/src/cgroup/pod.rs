@@ -346,8 +346,8 @@ impl InstanceCgroup {
         self.usage_files().read().unwrap_or_default()
     }
 
-    /// Where its CPU time and working set are read, apart from it: a metrics scrape reads them
-    /// off the run loop.
+    /// Where its CPU time and working set are read, apart from it: metrics scrapes and
+    /// `status` read them off the run loop.
     pub fn usage_files(&self) -> UsageFiles {
         UsageFiles {
             version: self.version,

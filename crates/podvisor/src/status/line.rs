@@ -53,6 +53,18 @@ pub fn pod_parts(mut pod: K8sPod, containers: ContainerParts, spec: &SpecJson) -
     }
 }
 
+/// How a status line begins, before its metadata.
+const LINE_HEAD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":"#;
+
+/// The status line of `metadata` (JSON) and what follows it (`LineParts::after_metadata`).
+pub fn line_of(metadata: &str, after: &str) -> String {
+    let mut line = String::with_capacity(LINE_HEAD.len() + metadata.len() + after.len());
+    line.push_str(LINE_HEAD);
+    line.push_str(metadata);
+    line.push_str(after);
+    line
+}
+
 /// A status line in its parts: written whole, or as the JSON Patch (RFC 6902) that makes
 /// the line before into it, which is what a watcher that asked for patches is sent.
 #[derive(Debug, Clone)]
@@ -74,16 +86,29 @@ impl LineParts {
     /// The whole line.
     pub fn line(&self) -> String {
         let mut line = String::with_capacity(64 + self.metadata.len() + self.spec.text().len());
-        line.push_str(r#"{"apiVersion":"v1","kind":"Pod","metadata":"#);
+        line.push_str(LINE_HEAD);
         line.push_str(&self.metadata);
+        self.write_after_metadata(&mut line);
+        line
+    }
+
+    /// What follows the metadata in the line (`line_of` puts it back together). A status
+    /// whose metadata is completed apart from the run loop is sent there in two parts: the
+    /// metadata still typed, and this text.
+    pub fn after_metadata(&self) -> String {
+        let mut after = String::with_capacity(64 + self.spec.text().len());
+        self.write_after_metadata(&mut after);
+        after
+    }
+
+    fn write_after_metadata(&self, line: &mut String) {
         line.push_str(r#","spec":"#);
         line.push_str(self.spec.text());
         if let Some(status) = &self.status {
             line.push_str(r#","status":"#);
-            write_status(&mut line, status);
+            write_status(line, status);
         }
         line.push('}');
-        line
     }
 
     /// The JSON Patch from `before` to this line (`None`: they are the same): what changed,
@@ -335,8 +360,12 @@ mod tests {
         let mut spec = SpecJson::new(&json!({"containers": [{"name": "c0"}, {"name": "c1"}]}));
         for (changed, restarts) in [(0, 0), (1, 1), (1, 2), (2, 2), (3, 1)] {
             let case = a_pod(3, changed, restarts);
-            let line = parts(case.clone(), &spec, &mut cache).line();
+            let made = parts(case.clone(), &spec, &mut cache);
+            let line = made.line();
             assert_eq!(line, whole(&case, &spec));
+            // Put back together from its metadata and the rest, it is the same line.
+            let metadata = serde_json::to_string(&case.pod.metadata).unwrap();
+            assert_eq!(line_of(&metadata, &made.after_metadata()), line);
         }
         // A status whose inputs did not change is the one made before, not made again.
         let case = a_pod(3, 3, 1);

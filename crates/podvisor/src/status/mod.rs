@@ -8,7 +8,7 @@ mod line;
 pub mod print;
 mod spec;
 
-pub use line::{pod_parts, ContainerParts, LineCache, LineParts};
+pub use line::{line_of, pod_parts, ContainerParts, LineCache, LineParts};
 pub use spec::SpecJson;
 
 use std::borrow::Cow;

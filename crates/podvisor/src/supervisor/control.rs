@@ -8,9 +8,9 @@ use std::time::SystemTime;
 use podvisor_core::clock::{Clock, Instant};
 use podvisor_core::lifecycle::{EventType, Input, InstanceId, Kind};
 
-use super::scrape::{Job, Scraper, Via};
+use super::scrape::{Job, Scraper, StatusSample, Via, Work};
 use super::Supervisor;
-use crate::api::metrics::{render, ContainerSample, PodSample, Usage};
+use crate::api::metrics::{ContainerSample, PodSample, Usage};
 use crate::api::{Request, Watch};
 use crate::status;
 
@@ -19,13 +19,13 @@ impl Supervisor {
     pub(super) fn serve(&mut self, slot: usize, request: Request) -> io::Result<()> {
         match request {
             Request::Status => {
-                let body = format!("{}\n", self.status_json(true));
-                self.api.reply(slot, 200, &body, &self.epoll);
+                let work = Work::Status(Box::new(self.status_sample()));
+                self.answer_apart(Via::Api, slot, work);
             }
             Request::WatchStatus { patches } => {
                 // The watchers there already are brought up to now first: every patch is
                 // from the status all of them were sent last.
-                let parts = self.status_parts(false);
+                let parts = self.status_parts();
                 self.send_status(parts.clone());
                 let first = format!("{}\n", parts.line());
                 let kind = Watch::Status { patches };
@@ -107,17 +107,25 @@ impl Supervisor {
         )
     }
 
-    /// A scrape of `via`'s client at `slot`: its text is made by the scrape thread (started
-    /// at the first scrape), or here if that thread cannot run.
+    /// A metrics scrape of `via`'s client at `slot`.
     pub(super) fn scrape(&mut self, via: Via, slot: usize) {
-        let sample = self.metrics_sample();
+        let work = Work::Metrics {
+            counters: self.counters.clone(),
+            sample: self.metrics_sample(),
+        };
+        self.answer_apart(via, slot, work);
+    }
+
+    /// The answer to `via`'s client at `slot`, made of `work` by the scrape thread (started
+    /// at the first such answer), or here if that thread cannot run.
+    fn answer_apart(&mut self, via: Via, slot: usize, work: Work) {
         if self.scraper.is_none() {
             match Scraper::start(&self.epoll, super::TOKEN_SCRAPE) {
                 Ok(s) => self.scraper = Some(s),
                 Err(e) => self.note(
                     EventType::Warning,
                     "ScrapeThread",
-                    format!("cannot start the thread that answers metrics scrapes ({e}); the run loop answers them"),
+                    format!("cannot start the thread that answers metrics scrapes and status requests ({e}); the run loop answers them"),
                 ),
             }
         }
@@ -131,9 +139,8 @@ impl Supervisor {
         let job = Job {
             via,
             slot,
-            serial: server.scrape_started(slot, &self.epoll),
-            counters: self.counters.clone(),
-            sample,
+            serial: server.answer_started(slot, &self.epoll),
+            work,
         };
         let job = match &self.scraper {
             Some(scraper) => match scraper.ask(job) {
@@ -142,11 +149,11 @@ impl Supervisor {
             },
             None => job,
         };
-        let text = render(&job.counters, &job.sample);
-        server.scrape_ended(slot, job.serial, &text, &self.epoll);
+        let made = job.work.make();
+        server.answer_ended(slot, job.serial, &made, &self.epoll);
     }
 
-    /// The scrapes' texts made since the last call: each to its client.
+    /// The answers made since the last call: each to its client.
     pub(super) fn scrapes_done(&mut self) {
         let Some(scraper) = self.scraper.as_mut() else {
             return;
@@ -157,7 +164,7 @@ impl Supervisor {
                 Via::Metrics => self.metrics.as_mut(),
             };
             if let Some(server) = server {
-                server.scrape_ended(a.slot, a.serial, &a.text, &self.epoll);
+                server.answer_ended(a.slot, a.serial, &a.made, &self.epoll);
             }
         }
     }
@@ -192,15 +199,44 @@ impl Supervisor {
         }
     }
 
-    /// The pod as a v1 Pod object, on one line; `with_usage` adds what each running instance
-    /// uses (read from its cgroup) for `status` and `describe`. A watch goes without: usage is
-    /// no change of state, and it would make every pushed line differ.
-    pub(super) fn status_json(&self, with_usage: bool) -> String {
-        self.status_parts(with_usage).line()
+    /// The pod as a v1 Pod object, on one line, as its watchers get it and the record keeps
+    /// it: without usage, which is no change of state and would make every line differ.
+    pub(super) fn status_json(&self) -> String {
+        self.status_parts().line()
     }
 
     /// `status_json` in its parts (`status::LineParts`).
-    fn status_parts(&self, with_usage: bool) -> status::LineParts {
+    fn status_parts(&self) -> status::LineParts {
+        let (pod, containers) = self.status_pod();
+        status::pod_parts(pod, containers, &self.info.spec)
+    }
+
+    /// `status` and `describe`: the status line, and where each running instance's usage is
+    /// read, for the scrape thread to add (`podvisor.io/usage.NAME` annotations).
+    fn status_sample(&self) -> StatusSample {
+        let (mut pod, containers) = self.status_pod();
+        let metadata = std::mem::take(&mut pod.metadata);
+        let after = status::pod_parts(pod, containers, &self.info.spec).after_metadata();
+        let running = self.pod.containers().iter().enumerate();
+        let usage = running
+            .filter_map(|(i, c)| {
+                let live = InstanceId {
+                    container: i,
+                    instance: c.instance,
+                };
+                let cg = self.instances.get(live)?.cgroup.as_ref()?;
+                Some((c.name.clone(), cg.usage_files()))
+            })
+            .collect();
+        StatusSample {
+            metadata,
+            after,
+            usage,
+        }
+    }
+
+    /// The pod, its status without the containers' statuses, and each container's status.
+    fn status_pod(&self) -> (status::ApiPod, status::ContainerParts) {
         // The clock is anchored to the epoch.
         let wall = move |t: Instant| SystemTime::UNIX_EPOCH + t.since_origin();
         let times: BTreeMap<&'static str, SystemTime> = self
@@ -212,21 +248,7 @@ impl Supervisor {
         if let Some(conditions) = pod.status.as_mut().and_then(|st| st.conditions.as_mut()) {
             self.resize_conditions(conditions);
         }
-        let containers = self.pod.containers().iter().enumerate();
-        let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        for (i, c) in containers.filter(|_| with_usage) {
-            let live = InstanceId {
-                container: i,
-                instance: c.instance,
-            };
-            if let Some(cg) = self.instances.get(live).and_then(|l| l.cgroup.as_ref()) {
-                let u = cg.usage();
-                annotations.insert(
-                    format!("podvisor.io/usage.{}", c.name),
-                    format!("cpu={:.3}s memory={}", u.cpu_seconds, u.working_set),
-                );
-            }
-        }
+        pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
         // Each container's status, made again only when what it is made from changed.
         let instances = &self.instances;
         let pid_of = |i: usize, n: u32| instances.pid_of(i, n);
@@ -243,7 +265,7 @@ impl Supervisor {
                 }
             }
         }
-        status::pod_parts(pod, containers, &self.info.spec)
+        (pod, containers)
     }
 
     /// An event of the pod's, from the shell (announced with the turn's others).
@@ -281,7 +303,7 @@ impl Supervisor {
             }
         }
         if self.api.status_watched() {
-            let parts = self.status_parts(false);
+            let parts = self.status_parts();
             self.send_status(parts);
         }
     }

@@ -179,7 +179,7 @@ impl Supervisor {
     /// `events.jsonl` already). A pod deleted by `podvisor stop` has its record removed: the
     /// next run is a new pod.
     pub(super) fn write_last_word(&mut self) {
-        let pod = format!("{}\n", self.status_json(false));
+        let pod = format!("{}\n", self.status_json());
         if let Err(e) = self.dir.last_pod().and_then(|f| f.write(&pod)) {
             eprintln!("podvisor: {e}");
         }

@@ -244,7 +244,7 @@ impl Supervisor {
             self.info.spec = SpecJson::new(&new_json);
             self.sync_resize(&new)?;
         }
-        let body = format!("{}\n", self.status_json(false));
+        let body = format!("{}\n", self.status_json());
         self.api.reply(slot, 200, &body, &self.epoll);
         self.after_changes();
         Ok(())
