@@ -6,8 +6,9 @@ use std::io;
 use std::time::SystemTime;
 
 use podvisor_core::clock::{Clock, Instant};
-use podvisor_core::lifecycle::{EventType, Input, InstanceId, Kind};
+use podvisor_core::lifecycle::{ContainerStatus, EventType, Input, InstanceId, Kind};
 
+use super::instance::Instance;
 use super::scrape::{Job, Scraper, StatusSample, Via, Work};
 use super::Supervisor;
 use crate::api::metrics::{ContainerSample, PodSample, Usage};
@@ -169,15 +170,26 @@ impl Supervisor {
         }
     }
 
+    /// Each container, with its running instance (none while it waits or after it ended).
+    fn with_running_instances(
+        &self,
+    ) -> impl Iterator<Item = (&ContainerStatus, Option<&Instance>)> {
+        let containers = self.pod.containers().iter().enumerate();
+        containers.map(|(i, c)| {
+            let live = InstanceId {
+                container: i,
+                instance: c.instance,
+            };
+            (c, self.instances.get(live))
+        })
+    }
+
     /// What a scrape's text is made of, beside the counters: each container's state now, and
     /// where its running instance's usage is read.
     fn metrics_sample(&self) -> PodSample {
-        let containers = (self.pod.containers().iter().enumerate())
-            .map(|(i, c)| {
-                let live = self.instances.get(InstanceId {
-                    container: i,
-                    instance: c.instance,
-                });
+        let containers = self
+            .with_running_instances()
+            .map(|(c, live)| {
                 let usage = match live.and_then(|l| l.cgroup.as_ref()) {
                     Some(cg) => Usage::Cgroup(cg.usage_files()),
                     None => Usage::Process,
@@ -217,14 +229,10 @@ impl Supervisor {
         let (mut pod, containers) = self.status_pod();
         let metadata = std::mem::take(&mut pod.metadata);
         let after = status::pod_parts(pod, containers, &self.info.spec).after_metadata();
-        let running = self.pod.containers().iter().enumerate();
-        let usage = running
-            .filter_map(|(i, c)| {
-                let live = InstanceId {
-                    container: i,
-                    instance: c.instance,
-                };
-                let cg = self.instances.get(live)?.cgroup.as_ref()?;
+        let usage = self
+            .with_running_instances()
+            .filter_map(|(c, live)| {
+                let cg = live?.cgroup.as_ref()?;
                 Some((c.name.clone(), cg.usage_files()))
             })
             .collect();
