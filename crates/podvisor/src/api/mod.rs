@@ -81,7 +81,7 @@ enum Mode {
 }
 
 /// An answer made apart from the loop (`Server::answer_started`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Made {
     /// A metrics scrape's text (OpenMetrics).
     Metrics(String),

@@ -26,7 +26,7 @@ pub(super) struct Instance {
     /// What its probes and hooks join its mount namespace through, when it has one of its own
     /// (volumes, a private root): its process, where the kernel allows (see
     /// `sys::open_mount_namespace`), so that the namespace goes with it.
-    mount_ns: Option<OwnedFd>,
+    mount_join: Option<OwnedFd>,
     /// Its user namespace, when it has one of its own (rootless).
     user_ns: Option<File>,
     /// Its UTS, IPC and PID namespaces, when not ours.
@@ -46,7 +46,7 @@ impl Instance {
             pid,
             process,
             cgroup,
-            mount_ns: None,
+            mount_join: None,
             user_ns: None,
             uts_ns: None,
             ipc_ns: None,
@@ -71,7 +71,7 @@ impl Instance {
     /// container does: its mount, UTS, IPC and PID namespaces and, rootless, its user
     /// namespace. Those it shares with this process are left alone.
     pub fn open_namespaces(&mut self) {
-        self.mount_ns = has_own(self.pid, "mnt")
+        self.mount_join = has_own(self.pid, "mnt")
             .then(|| sys::open_mount_namespace(self.pid).ok())
             .flatten();
         self.user_ns = own_namespace(self.pid, "user");
@@ -96,8 +96,9 @@ impl Instance {
         }
     }
 
-    pub fn mount_ns(&self) -> Option<RawFd> {
-        self.mount_ns.as_ref().map(AsRawFd::as_raw_fd)
+    /// What a child `setns`es to join its mount namespace: a pidfd, or the namespace itself.
+    pub fn mount_join(&self) -> Option<RawFd> {
+        self.mount_join.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     pub fn user_ns(&self) -> Option<RawFd> {

@@ -78,7 +78,7 @@ impl Supervisor {
             working_dir: self.working_dir(i),
             working_dir_optional: self.plan.exec[i].working_dir.is_none(),
             inherited: &self.inherited,
-            mounts: instance.and_then(Instance::mount_ns),
+            mounts: instance.and_then(Instance::mount_join),
             user_ns: instance.and_then(Instance::user_ns),
             namespaces: instance.map(Instance::exec_namespaces).unwrap_or_default(),
             cgroups: instance.map(Instance::cgroup_fds).unwrap_or_default(),
