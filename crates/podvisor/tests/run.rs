@@ -193,6 +193,76 @@ fn containers_that_exit_at_once_are_all_collected() {
 }
 
 #[test]
+fn a_container_exit_is_noted_when_its_sigchld_was_merged() {
+    // Four containers exit at once while the run is held on the first exit: the other three's
+    // SIGCHLDs merge into one. The look through all children is put off for ten minutes, so
+    // only each container's own notice (its pidfd) can tell the run of the other two.
+    let dir = TempDir::new();
+    let fifo = dir.file("go");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut containers = String::from("  containers:\n");
+    for i in 0..4 {
+        containers.push_str(&format!(
+            "  - {{name: c{i}, command: [cat, '{}']}}\n",
+            fifo.display()
+        ));
+    }
+    let r = PodRun::new(&pod("Never", &containers));
+    let writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let gate = dir.file("gate");
+    let mut p = (r.cmd(&[]))
+        .env("PODVISOR_TEST_REAP_SCAN_MS", "600000")
+        .env("PODVISOR_STALL", "run.exit")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    let podvisor = p.init_pid();
+    let readers = || {
+        children_of(podvisor)
+            .iter()
+            .filter(|(pid, _)| {
+                std::fs::read_link(format!("/proc/{pid}/fd/3")).is_ok_and(|l| l == fifo)
+            })
+            .count()
+    };
+    wait_until("four readers", || readers() == 4);
+    drop(writer);
+    wait_until("the run held on the first exit", || gate.exists());
+    // The other three have exited meanwhile: zombies, not yet reaped.
+    wait_until("three zombies", || {
+        let zombies = children_of(podvisor)
+            .iter()
+            .filter(|(pid, _)| is_zombie(*pid))
+            .count();
+        zombies == 3
+    });
+    // Let each exit through as the run comes to it, until the pod completes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.running() {
+        assert!(
+            Instant::now() < deadline,
+            "the merged exits were not noted: {:?}",
+            r.reasons("c3")
+        );
+        let _ = std::fs::remove_file(&gate);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(p.wait().code(), Some(0), "the pod completes");
+    p.assert_no_leftovers();
+    for i in 0..4 {
+        let reasons = r.reasons(&format!("c{i}"));
+        assert!(
+            reasons.contains(&"Completed".to_string()),
+            "c{i}: {reasons:?}"
+        );
+    }
+}
+
+#[test]
 fn init_containers_and_sidecars_in_order() {
     let r = PodRun::new(&pod(
         "Never",

@@ -23,10 +23,15 @@ pub(super) struct Instance {
     /// Where its main process started, for the record (a reused pid is never mistaken for it).
     pub process: Option<ProcessRecord>,
     pub cgroup: Option<InstanceCgroup>,
-    /// What its probes and hooks join its mount namespace through, when it has one of its own
-    /// (volumes, a private root): its process, where the kernel allows (see
-    /// `sys::open_mount_namespace`), so that the namespace goes with it.
-    mount_join: Option<OwnedFd>,
+    /// A pidfd of its main process: watched for its exit when this run is its parent
+    /// (`watch_exit`), and what its probes and hooks join its mount namespace through where
+    /// the kernel allows (`sys::setns_joins_processes`), so that the namespace goes with it.
+    pidfd: Option<OwnedFd>,
+    /// Whether this run is its parent and watches `pidfd` for its exit.
+    watched: bool,
+    /// How its probes and hooks join its mount namespace, when it has one of its own
+    /// (volumes, a private root).
+    mount: MountJoin,
     /// Its user namespace, when it has one of its own (rootless).
     user_ns: Option<File>,
     /// Its UTS, IPC and PID namespaces, when not ours.
@@ -46,7 +51,9 @@ impl Instance {
             pid,
             process,
             cgroup,
-            mount_join: None,
+            pidfd: None,
+            watched: false,
+            mount: MountJoin::Shared,
             user_ns: None,
             uts_ns: None,
             ipc_ns: None,
@@ -69,15 +76,35 @@ impl Instance {
 
     /// Opens the namespaces of its own that its probes and hooks run in, as `exec` in a
     /// container does: its mount, UTS, IPC and PID namespaces and, rootless, its user
-    /// namespace. Those it shares with this process are left alone.
-    pub fn open_namespaces(&mut self) {
-        self.mount_join = has_own(self.pid, "mnt")
-            .then(|| sys::open_mount_namespace(self.pid).ok())
-            .flatten();
+    /// namespace. Those it shares with this process are left alone. With `watch_exit` (this
+    /// run is its parent), a pidfd of its process too, for its exit (`exit_watch`).
+    pub fn open_namespaces(&mut self, watch_exit: bool) {
+        let own_mount = has_own(self.pid, "mnt");
+        let through_pid = sys::setns_joins_processes();
+        if watch_exit || (own_mount && through_pid) {
+            self.pidfd = sys::pidfd_open(self.pid).ok();
+        }
+        self.watched = watch_exit && self.pidfd.is_some();
+        self.mount = match (own_mount, through_pid && self.pidfd.is_some()) {
+            (false, _) => MountJoin::Shared,
+            (true, true) => MountJoin::Process,
+            (true, false) => match sys::open_namespace(self.pid, "mnt") {
+                Ok(ns) => MountJoin::Namespace(ns),
+                Err(_) => MountJoin::Shared,
+            },
+        };
         self.user_ns = own_namespace(self.pid, "user");
         self.uts_ns = own_namespace(self.pid, "uts");
         self.ipc_ns = own_namespace(self.pid, "ipc");
         self.pid_ns = own_namespace(self.pid, "pid");
+    }
+
+    /// The pidfd that says when its process has exited, when this run is its parent.
+    pub fn exit_watch(&self) -> Option<RawFd> {
+        self.pidfd
+            .as_ref()
+            .filter(|_| self.watched)
+            .map(AsRawFd::as_raw_fd)
     }
 
     /// The UTS, IPC and PID namespaces its probes and hooks enter (rootless, its PID
@@ -98,7 +125,11 @@ impl Instance {
 
     /// What a child `setns`es to join its mount namespace: a pidfd, or the namespace itself.
     pub fn mount_join(&self) -> Option<RawFd> {
-        self.mount_join.as_ref().map(AsRawFd::as_raw_fd)
+        match &self.mount {
+            MountJoin::Shared => None,
+            MountJoin::Process => self.pidfd.as_ref().map(AsRawFd::as_raw_fd),
+            MountJoin::Namespace(ns) => Some(ns.as_raw_fd()),
+        }
     }
 
     pub fn user_ns(&self) -> Option<RawFd> {
@@ -112,6 +143,17 @@ impl Instance {
             .map(InstanceCgroup::join_fds)
             .unwrap_or_default()
     }
+}
+
+/// How an instance's probes and hooks join its mount namespace.
+#[derive(Debug)]
+enum MountJoin {
+    /// They do not: it is this process's.
+    Shared,
+    /// Through its process (`Instance::pidfd`).
+    Process,
+    /// Through the namespace itself, held (before Linux 5.8).
+    Namespace(OwnedFd),
 }
 
 /// Namespace `kind` of `pid`, opened, when it is not this process's own.

@@ -110,7 +110,7 @@ pub fn keeper_exe() -> Option<File> {
 const START_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A number the tests set in the environment (`keeper::TEST_*_ENV`).
-fn test_setting<T: std::str::FromStr>(name: &str) -> Option<T> {
+pub(super) fn test_setting<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok()?.parse().ok()
 }
 
@@ -580,7 +580,7 @@ impl Supervisor {
                 None => None,
             };
             let mut instance = Instance::adopted(a.process, cgroup, a.keeper);
-            instance.open_namespaces();
+            instance.open_namespaces(false);
             self.instances.hold(id, instance);
         }
         failpoint::hit("run.adopt.held");

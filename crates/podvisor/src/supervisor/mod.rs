@@ -4,7 +4,8 @@
 //! One thread, one epoll over a signalfd (SIGCHLD, SIGTERM, SIGINT), the containers' log pipes
 //! and the sockets and pipes of probes and hooks in flight, with a timeout at the next deadline
 //! (the core's, or a probe's timeout): nothing wakes podvisor while nothing happens. The one
-//! reaper runs on SIGCHLD and routes each exit by pid to its container instance or exec task. Each container is a
+//! reaper (`reap.rs`) runs when a container's pidfd or a SIGCHLD says a child has exited, and
+//! routes each exit by pid to its container instance or exec task. Each container is a
 //! session (process group) of its own; SIGTERM and SIGKILL go to the whole group, and when a
 //! container's main process exits, whatever it left in its group is killed, as a container
 //! runtime tears down the container's cgroup. podvisor is a child subreaper, so orphans come
@@ -19,6 +20,7 @@ mod instance;
 pub mod keep;
 pub mod persist;
 mod prepare;
+mod reap;
 mod resize;
 mod rootfs;
 mod scrape;
@@ -45,7 +47,7 @@ use crate::api::metrics::Counters;
 use crate::api::Server;
 use crate::cgroup::{PodCgroups, Unenforceable};
 use crate::probe::{Done, Tasks};
-use crate::process::sys::{self, Epoll, Exit, Inherited, Reaped, SignalFd, EV_READ};
+use crate::process::sys::{self, Epoll, Exit, Inherited, SignalFd, EV_READ};
 use crate::state::logs::{LogLimits, LogStream};
 use crate::state::processes::boot_id;
 use crate::state::{LockError, StateDir, StateDirInUse, StateError, StateFile};
@@ -265,6 +267,8 @@ pub fn run(
         deleted: false,
         finished: None,
         scan_due: None,
+        scan_delay: keep::test_setting(reap::TEST_SCAN_DELAY_ENV)
+            .map_or(reap::REAP_SCAN_DELAY, std::time::Duration::from_millis),
         resizing,
         log_failing: vec![false; containers],
     };
@@ -288,6 +292,8 @@ const TOKEN_METRICS: u64 = 6 << 32;
 const TOKEN_KEEPER: u64 = 7 << 32;
 const TOKEN_IMAGE: u64 = 8 << 32;
 const TOKEN_SCRAPE: u64 = 9 << 32;
+/// A container's pidfd (`Instance::exit_watch`), by its pid.
+const TOKEN_EXIT: u64 = 10 << 32;
 const SLOT_MASK: u64 = (1 << 32) - 1;
 
 /// Who a child process is.
@@ -390,6 +396,8 @@ struct Supervisor {
     /// When to look through all children for exits that no SIGCHLD of their own announced
     /// (see `reap`).
     scan_due: Option<Instant>,
+    /// How long after a SIGCHLD that scan comes (`reap::REAP_SCAN_DELAY`; tests stretch it).
+    scan_delay: std::time::Duration,
     /// In-place resizes: what each container's cgroup has, and the resize conditions.
     resizing: resize::Resizing,
     /// Which containers' logs cannot be written now (said once, see `drain_log`).
@@ -510,6 +518,9 @@ impl Supervisor {
         if ready.contains(&TOKEN_SCRAPE) {
             self.scrapes_done();
         }
+        for pid in slots(TOKEN_EXIT) {
+            self.exit_ready(pid as i32)?;
+        }
         if ready.contains(&TOKEN_SIGNALS) {
             for (sig, sender) in self.signals.read_all()? {
                 match sig {
@@ -591,22 +602,6 @@ impl Supervisor {
         })
     }
 
-    /// Kills the exec tasks still running and reaps them, and `ending` (a keeper that ends,
-    /// the pod's PID 1), so that nothing outlives the run.
-    fn reap_children(&mut self, ending: Vec<i32>) {
-        let mut left: Vec<i32> = self.tasks.cancel_all();
-        left.extend(ending);
-        left.retain(|pid| self.pids.contains_key(pid));
-        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while !left.is_empty() && std::time::Instant::now() < give_up {
-            match sys::reap_one() {
-                Ok(Reaped::Exited { pid, .. }) => left.retain(|&p| p != pid),
-                Ok(Reaped::NoneReady) => std::thread::sleep(std::time::Duration::from_millis(1)),
-                Ok(Reaped::NoChildren) | Err(_) => break,
-            }
-        }
-    }
-
     fn task_done(&mut self, done: Done) -> io::Result<()> {
         match self.task_finished(done) {
             Some(input) => self.feed(input),
@@ -641,93 +636,6 @@ impl Supervisor {
         self.feed(Input::Stop)
     }
 
-    /// A SIGCHLD from `sender`. A container or probe process of ours is waited for by its pid.
-    /// But a SIGCHLD that comes while one is pending is merged into it, so other children may
-    /// have exited too: all of them are looked through (`waitpid(-1)`, which walks the list of
-    /// children, a thousand with a thousand containers) within `REAP_SCAN_DELAY`, once for all
-    /// the signals until then, rather than at every exit. An orphan that came back to us (or a
-    /// sender we do not know) is looked for at once, as is every exit once the pod is
-    /// stopping.
-    fn reap(&mut self, sender: i32) -> io::Result<()> {
-        // Once the pod is stopping, every container is ending: their exits are collected as
-        // they come, not held back for the scan.
-        if self.stopped || !self.pids.contains_key(&sender) {
-            return self.scan_children();
-        }
-        if let Some(exit) = sys::reap_pid(sender)? {
-            self.exited(sender, exit)?;
-        }
-        if self.scan_due.is_none() {
-            self.scan_due = Some(self.clock.now() + REAP_SCAN_DELAY);
-        }
-        Ok(())
-    }
-
-    /// Collects every exited child.
-    fn scan_children(&mut self) -> io::Result<()> {
-        self.scan_due = None;
-        loop {
-            match sys::reap_one()? {
-                Reaped::Exited { pid, exit } => self.exited(pid, exit)?,
-                Reaped::NoneReady | Reaped::NoChildren => return Ok(()),
-            }
-        }
-    }
-
-    fn exited(&mut self, pid: i32, exit: Exit) -> io::Result<()> {
-        let id = match self.pids.remove(&pid) {
-            None => return Ok(()), // an adopted orphan, or a timed-out exec task
-            Some(PidOwner::Task(slot)) => {
-                let now = self.clock.now();
-                if let Some(done) = self.tasks.on_exit(slot, pid, exit, now) {
-                    self.task_done(done)?;
-                }
-                return Ok(());
-            }
-            Some(PidOwner::Keeper) => return self.keeper_gone(pid),
-            Some(PidOwner::Exec(slot)) => {
-                self.exec_exited(slot, pid, exit);
-                return Ok(());
-            }
-            Some(PidOwner::Pause) => {
-                // Its PID namespace and what ran there are gone; the next start makes another.
-                self.sandbox.pause_exited(pid);
-                return Ok(());
-            }
-            Some(PidOwner::Container(id)) => id,
-        };
-        let oom_killed = self.instance_ended(id);
-        self.feed(Input::Exited(
-            id,
-            podvisor_core::lifecycle::Exit {
-                status: exit,
-                oom_killed,
-            },
-        ))
-    }
-
-    /// What goes when an instance's process has ended: its probes and hooks, namespaces,
-    /// what it left in its process group, and its cgroup. Returns whether the OOM killer
-    /// killed in it (read before the cgroup goes).
-    fn instance_ended(&mut self, id: InstanceId) -> bool {
-        // Its probes and hooks end with it, as they would in its container.
-        self.tasks.cancel_instance(id);
-        self.probe_tries.retain(|(i, _), _| *i != id);
-        let Some(instance) = self.instances.end(id) else {
-            return false;
-        };
-        // What the container left in its group goes with it.
-        let _ = sys::send_signal(-instance.pid, libc::SIGKILL);
-        let mut oom_killed = false;
-        if let Some(cg) = instance.cgroup {
-            oom_killed = cg.oom_killed();
-            if let Some(pod) = self.cgroups.pod.as_mut() {
-                pod.release(cg);
-            }
-        }
-        oom_killed
-    }
-
     /// Sends out the events of this turn (to stderr, the events file and the API's
     /// watchers), with their own times, and the status to its watchers. Called after the
     /// record of the same turn is saved.
@@ -753,9 +661,6 @@ impl Supervisor {
         }
     }
 }
-
-/// How soon after a SIGCHLD all children are looked through for exits it may stand for.
-const REAP_SCAN_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Wake-ups are grouped on this grid.
 const WAKE_GRID_MS: u128 = 1;

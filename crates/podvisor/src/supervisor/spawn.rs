@@ -13,10 +13,12 @@ use podvisor_core::probe::ProbeKind;
 use podvisor_core::stage::Stage;
 
 use super::instance::Instance;
-use super::{PidOwner, Supervisor, TOKEN_LOG, TOKEN_TASK};
+use super::{PidOwner, Supervisor, TOKEN_EXIT, TOKEN_LOG, TOKEN_TASK};
 use crate::cgroup::InstanceCgroup;
 use crate::probe::{Done, ExecContext, Owner};
-use crate::process::sys::{self, BindMount, ChildSetup, ContainerIo, PrivateRoot, EV_READ};
+use crate::process::sys::{
+    self, BindMount, ChildSetup, ContainerIo, PrivateRoot, EV_ONESHOT, EV_READ,
+};
 use crate::state::logs::{tail_text, LogFile, LogNews, LogStream};
 
 /// How many starts a keeper is asked for before the first of them is answered: its answers
@@ -317,8 +319,13 @@ impl Supervisor {
                 }
                 let mut instance = Instance::new(pid, cgroup, keeper);
                 // Its probes and hooks run in its mount namespace, as `exec` in a container
-                // (rootless: in its user namespace first).
-                instance.open_namespaces();
+                // (rootless: in its user namespace first). A child of ours is watched for its
+                // exit (`reap`).
+                instance.open_namespaces(keeper.is_none());
+                if let Some(fd) = instance.exit_watch() {
+                    self.epoll
+                        .add(fd, TOKEN_EXIT | pid as u64, EV_READ | EV_ONESHOT)?;
+                }
                 self.instances.hold(id, instance);
                 // Its own time: a batch of starts is reported to the core once it is made.
                 Ok(Input::Started(id, self.clock.now()))

@@ -173,6 +173,8 @@ pub fn try_lock(file: &std::fs::File) -> io::Result<bool> {
 /// Readiness flags of `Epoll::wait`.
 pub const EV_READ: u32 = libc::EPOLLIN as u32;
 pub const EV_WRITE: u32 = libc::EPOLLOUT as u32;
+/// With EV_READ or EV_WRITE: one readiness, then the descriptor is not watched until `modify`.
+pub const EV_ONESHOT: u32 = libc::EPOLLONESHOT as u32;
 
 /// An epoll instance: the run loop waits on it for signals, log pipes and probe sockets, so
 /// that a wake-up costs in proportion to what happened, not to how many descriptors there are.

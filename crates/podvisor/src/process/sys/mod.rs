@@ -39,8 +39,8 @@ pub use files::{get_xattr, lchown, make_node, set_mtime, set_xattr};
 pub use fork::*;
 pub use heap::{give_back_free_heap, HEAP_SETTLE};
 pub use namespaces::{
-    command_in_user_namespace, make_pod_namespaces, mapped_user_namespace, open_mount_namespace,
-    open_namespace, open_namespace_path, IdMapLine, PodNamespaceFds,
+    command_in_user_namespace, make_pod_namespaces, mapped_user_namespace, open_namespace,
+    open_namespace_path, pidfd_open, setns_joins_processes, IdMapLine, PodNamespaceFds,
 };
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
 pub use relocations::forget_relocations;

@@ -71,19 +71,9 @@ pub fn open_namespace_path(path: &str) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A handle on the mount namespace process `pid` is in, for a child to join (`setns`): where
-/// the kernel joins through a process (Linux 5.8 and later), a pidfd of the process, which
-/// holds the process and not its namespace; before, the namespace itself.
-///
-/// Through the process, the namespace goes with the process's exit, as a container's does
-/// under runc: its mounts (a private root's overlay, volumes) are taken down by that exit,
-/// not by whoever closes the last descriptor on it (two RCU grace periods, about 0.3 ms).
-/// A child joins the namespace the process is in when it joins, as `runc exec` does, and
-/// fails once the process has ended.
-pub fn open_mount_namespace(pid: i32) -> io::Result<OwnedFd> {
-    if !setns_joins_processes() {
-        return open_namespace(pid, "mnt");
-    }
+/// A pidfd of process `pid` (Linux 5.3 and later): readable (epoll) once it has exited, and,
+/// from Linux 5.8, what a child joins its namespaces through (`setns_joins_processes`).
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open(2) takes a pid and flags; it returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     let fd = check(fd as i32)?;
@@ -91,8 +81,16 @@ pub fn open_mount_namespace(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Whether `setns(2)` takes a pidfd (Linux 5.8 and later), from the kernel's release.
-fn setns_joins_processes() -> bool {
+/// Whether `setns(2)` takes a pidfd (Linux 5.8 and later), from the kernel's release: a
+/// child then joins a container's mount namespace through a pidfd of its process, which
+/// holds the process and not its namespace; before, through the namespace itself.
+///
+/// Through the process, the namespace goes with the process's exit, as a container's does
+/// under runc: its mounts (a private root's overlay, volumes) are taken down by that exit,
+/// not by whoever closes the last descriptor on it (two RCU grace periods, about 0.3 ms).
+/// A child joins the namespace the process is in when it joins, as `runc exec` does, and
+/// fails once the process has ended.
+pub fn setns_joins_processes() -> bool {
     static JOINS: OnceLock<bool> = OnceLock::new();
     *JOINS.get_or_init(|| {
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
