@@ -1,9 +1,10 @@
 //! `podvisor keeper`: what holds a pod's containers while no supervisor may be there
 //! (`podvisor run --live-restore`), as containerd's shim does for a pod sandbox.
 //!
-//! A run with live restore forks and execs one keeper, at its first container start, and
-//! from then on asks it to start each container (everything about it prepared by the run:
-//! cgroup, mounts, root, environment; `state::keeper::StartRequest`). The keeper is the
+//! A run with live restore forks and execs one keeper (as it starts a pod afresh, or at its
+//! first container start when it takes a pod over), and from then on asks it to start each
+//! container (everything about it prepared by the run: cgroup, mounts, root, environment;
+//! `state::keeper::StartRequest`). The keeper is the
 //! containers' parent and a child subreaper. It holds their stdout and stderr pipes and
 //! writes the log files itself (rotation included), reaps the containers and whatever they
 //! orphan, and tells each exit to whoever is connected (`state::keeper`): the run that started

@@ -1,5 +1,5 @@
 //! Containers held by keepers (`--live-restore`, see `crate::keeper`): starting an instance in
-//! the run's keeper (started at the first), the exits keepers tell and their end, and the
+//! the run's keeper (started with a fresh pod, or at the first start), the exits keepers tell and their end, and the
 //! keepers taken over from the runs before.
 
 use std::collections::HashMap;
@@ -23,6 +23,7 @@ use crate::process::sys::{self, ContainerIo, Exec, Namespaces, PidSetup, EV_READ
 use crate::state::keeper::{
     self, Channel, ExitNote, InstanceName, KeeperArgs, KeptNamespaces, Message, StartRequest,
 };
+use crate::state::logs::LogLimits;
 use crate::state::{StateDir, StateError, StateFile, RESET_REMEDY};
 
 /// The keepers a run knows: the one it started (the only one it starts containers in), and
@@ -104,6 +105,84 @@ pub struct Found {
 pub fn keeper_exe() -> Option<File> {
     let exe = std::env::current_exe().ok()?;
     File::open(exe.with_file_name("podvisor-keeper")).ok()
+}
+
+/// What a run under live restore (`settings.live_restore`) opens and starts as it begins: the
+/// keeper binary (`keeper_exe`) and, for a pod that starts afresh (nothing `taken_over`), its
+/// keeper, after the pod's cgroups (the keeper is in the run's): the keeper's exec and start
+/// overlap the pod's preparation instead of coming before its first container. One that
+/// cannot be started now is tried again at the first start, which reports why.
+pub(super) fn at_run_start(
+    dir: &StateDir,
+    settings: &super::Settings,
+    taken_over: bool,
+) -> (Option<File>, Option<SpawnedKeeper>) {
+    if !settings.live_restore {
+        return (None, None);
+    }
+    let exe = keeper_exe();
+    let keeper = match taken_over {
+        true => None,
+        false => spawn_keeper(dir, settings.logs, exe.as_ref()).ok(),
+    };
+    (exe, keeper)
+}
+
+/// A keeper just forked and exec'd, told nothing yet: its pid, the control channel the run
+/// asks for starts on, and the events channel it tells exits on.
+pub(super) struct SpawnedKeeper {
+    pid: i32,
+    control: UnixStream,
+    events: Channel,
+}
+
+/// Forks and execs a keeper for the pod of `dir`, with its control and events channels.
+pub(super) fn spawn_keeper(
+    dir: &StateDir,
+    limits: LogLimits,
+    exe: Option<&File>,
+) -> io::Result<SpawnedKeeper> {
+    std::fs::create_dir_all(dir.keepers_dir())?;
+    let protocol = test_setting(keeper::TEST_PROTOCOL_ENV).unwrap_or(keeper::PROTOCOL);
+    let (control, control_end) = UnixStream::pair()?;
+    let (events, events_end) = UnixStream::pair()?;
+    let args = KeeperArgs {
+        state_dir: dir.path().to_path_buf(),
+        control: control_end.as_raw_fd(),
+        events: events_end.as_raw_fd(),
+        protocol,
+        limits,
+    };
+    let exec = keeper_exec(&args, exe)?;
+    let pid = sys::spawn_detached(&exec, &[args.control, args.events])?;
+    drop((control_end, events_end));
+    failpoint::hit("run.keeper.spawned");
+    Ok(SpawnedKeeper {
+        pid,
+        control,
+        events: Channel::speaking(events, protocol),
+    })
+}
+
+impl SpawnedKeeper {
+    /// The run ends before it took this keeper: the keeper hears so (its channels close) and
+    /// ends, holding nothing, and is reaped; one that does not end within a second is killed.
+    pub(super) fn dismiss(self) {
+        let pid = self.pid;
+        drop(self);
+        for kill in [false, true] {
+            if kill {
+                let _ = sys::send_signal(pid, libc::SIGKILL);
+            }
+            let give_up = std::time::Instant::now() + Duration::from_secs(1);
+            while std::time::Instant::now() < give_up {
+                match sys::reap_pid(pid) {
+                    Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                    Ok(Some(_)) | Err(_) => return,
+                }
+            }
+        }
+    }
 }
 
 /// How long a keeper has to answer a start request.
@@ -275,7 +354,7 @@ fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit 
 }
 
 impl Supervisor {
-    /// Asks the run's keeper (started at the first) to start instance `id`, without waiting
+    /// Asks the run's keeper (started now if there is none yet) to start instance `id`, without waiting
     /// for its answer (`keeper_answer`): returns the keeper's pid. A keeper that cannot be
     /// asked is left as it is (the error names it), for the caller to read the answers it
     /// gave before (`keeper_failed`).
@@ -373,25 +452,21 @@ impl Supervisor {
         io::Error::other(format!("start it in its keeper: {why}"))
     }
 
-    /// Forks and execs this run's keeper, with its control and events channels.
+    /// Forks and execs this run's keeper (`spawn_keeper`), and takes it as its own.
     fn start_keeper(&mut self) -> io::Result<()> {
-        std::fs::create_dir_all(self.dir.keepers_dir())?;
-        let protocol = test_setting(keeper::TEST_PROTOCOL_ENV).unwrap_or(keeper::PROTOCOL);
-        let (control, control_end) = UnixStream::pair()?;
-        let (events, events_end) = UnixStream::pair()?;
-        let args = KeeperArgs {
-            state_dir: self.dir.path().to_path_buf(),
-            control: control_end.as_raw_fd(),
-            events: events_end.as_raw_fd(),
-            protocol,
-            limits: self.log_limits,
-        };
-        let exec = keeper_exec(&args, self.keeper_exe.as_ref())?;
-        let pid = sys::spawn_detached(&exec, &[args.control, args.events])?;
-        drop((control_end, events_end));
-        failpoint::hit("run.keeper.spawned");
+        let spawned = spawn_keeper(&self.dir, self.log_limits, self.keeper_exe.as_ref())?;
+        self.take_keeper(spawned)
+    }
+
+    /// Takes `spawned` as this run's keeper: it hears its exits, and asks it for starts.
+    pub(super) fn take_keeper(&mut self, spawned: SpawnedKeeper) -> io::Result<()> {
+        let SpawnedKeeper {
+            pid,
+            control,
+            events,
+        } = spawned;
         self.pids.insert(pid, PidOwner::Keeper);
-        self.listen_to_keeper(pid, Channel::speaking(events, protocol))?;
+        self.listen_to_keeper(pid, events)?;
         // A keeper answers a start at once, and takes the starts asked ahead as it makes
         // them; one that does neither is given up on.
         let patience = test_setting(keeper::TEST_START_PATIENCE_ENV)

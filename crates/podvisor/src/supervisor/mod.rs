@@ -56,7 +56,6 @@ use events::EventSink;
 use instance::Instances;
 use rootfs::{MountGate, RootLayer};
 use setup::{isolate, take_process};
-use spawn::{container_env, os_env};
 use volumes::Volumes;
 
 /// The clock of the shell: monotonic, anchored to the Unix epoch when the run starts, so that
@@ -174,6 +173,7 @@ pub fn run(
     // After the dead run's leftovers are gone (take_up): its cgroups go too, new ones come.
     let (root_layer, mut cgroups) = isolate(&plan, &dir, &settings, &mut info, &mut taken)?;
     let taken_over = !taken.found.adopted.is_empty();
+    let (keeper_exe, keeper) = keep::at_run_start(&dir, &settings, taken_over);
     let prepared = prepare::prepare(
         &plan,
         &dir,
@@ -192,24 +192,16 @@ pub fn run(
     } = match prepared {
         Ok(p) => p,
         Err(e) => {
+            if let Some(k) = keeper {
+                k.dismiss();
+            }
             if !taken_over {
                 prepare::remove_pod_cgroup(&mut cgroups, &dir);
             }
             return Err(e);
         }
     };
-    // HOSTNAME is the container's hostname (the host's on the host's network).
-    let hostname = plan
-        .namespaces
-        .hostname
-        .clone()
-        .unwrap_or_else(sys::hostname);
-    let base_envs: Vec<_> = plan
-        .exec
-        .iter()
-        .map(|e| container_env(&hostname, &e.env))
-        .collect();
-    let envs = base_envs.iter().map(|v| os_env(v)).collect();
+    let (base_envs, envs) = spawn::container_envs(&plan);
     let counters = Counters::new(&info.namespace, &info.name);
     let applied = plan.exec.iter().map(|x| x.resources).collect();
     let containers = plan.exec.len();
@@ -260,7 +252,7 @@ pub fn run(
         live_restore: settings.live_restore,
         detached: false,
         keepers: keep::Keepers::default(),
-        keeper_exe: settings.live_restore.then(keep::keeper_exe).flatten(),
+        keeper_exe,
         pending: Vec::new(),
         heap_settled: false,
         stopped: false,
@@ -272,10 +264,11 @@ pub fn run(
         resizing,
         log_failing: vec![false; containers],
     };
+    if let Some(k) = keeper {
+        sup.take_keeper(k)?;
+    }
     if let Err(e) = sup.take_up(&taken.notes, &mut taken.found) {
-        if !taken_over {
-            prepare::remove_pod_cgroup(&mut sup.cgroups, &sup.dir);
-        }
+        sup.refused(taken_over);
         return Err(e);
     }
     Ok(sup.run()?)
@@ -634,6 +627,18 @@ impl Supervisor {
         // What happened before the stop is kept; the stop itself is not (see `persist`).
         self.save_if_changed();
         self.feed(Input::Stop)
+    }
+
+    /// The run is refused as it takes the pod up: the keeper it started (holding nothing)
+    /// ends as it hears the run close, and the pod cgroup goes unless it holds containers
+    /// taken over.
+    fn refused(&mut self, taken_over: bool) {
+        if let Some(pid) = self.keepers.close(&self.instances) {
+            self.reap_children(vec![pid]);
+        }
+        if !taken_over {
+            prepare::remove_pod_cgroup(&mut self.cgroups, &self.dir);
+        }
     }
 
     /// Sends out the events of this turn (to stderr, the events file and the API's

@@ -10,6 +10,7 @@ use podvisor_core::clock::Clock;
 use podvisor_core::lifecycle::{Event, EventType, Input, InstanceId, LOG_TAIL_LINES};
 use podvisor_core::probe::Outcome as ProbeOutcome;
 use podvisor_core::probe::ProbeKind;
+use podvisor_core::spec::plan::RunPlan;
 use podvisor_core::stage::Stage;
 
 use super::instance::Instance;
@@ -535,6 +536,20 @@ pub(super) fn hook_result(outcome: ProbeOutcome) -> Result<(), String> {
         ProbeOutcome::Success | ProbeOutcome::Warning(_) => Ok(()),
         ProbeOutcome::Failure(why) | ProbeOutcome::Error(why) => Err(why),
     }
+}
+
+/// A container's environment variables, by name and value.
+pub(super) type Env = Vec<(String, String)>;
+
+/// Each container's environment (`container_env`), and the same as execve takes it.
+pub(super) fn container_envs(plan: &RunPlan) -> (Vec<Env>, Vec<Vec<OsString>>) {
+    // HOSTNAME is the container's hostname (the host's on the host's network).
+    let hostname = (plan.namespaces.hostname.clone()).unwrap_or_else(sys::hostname);
+    let base: Vec<_> = (plan.exec.iter())
+        .map(|e| container_env(&hostname, &e.env))
+        .collect();
+    let envs = base.iter().map(|v| os_env(v)).collect();
+    (base, envs)
 }
 
 /// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = its
