@@ -513,6 +513,51 @@ fn a_container_taken_over_keeps_its_cgroup_and_an_oom_kill_is_told() {
 }
 
 #[test]
+fn a_fresh_pods_keeper_starts_while_the_pod_is_prepared_and_a_refused_run_ends_it() {
+    // Held as it prepares the pod (images, namespaces, volumes): the keeper is already there,
+    // before any container, and the first container starts in it.
+    let r = sleeper();
+    let state = r.dir.file("state");
+    let gate = r.dir.file("gate");
+    let mut p = (r.cmd(&LIVE))
+        .env("PODVISOR_STALL", "run.prepare")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    wait_until("the run held as it prepares the pod", || gate.exists());
+    wait_until("its keeper", || keepers(&state).len() == 1);
+    let keeper = keepers(&state)[0].0;
+    assert!(r.find("app", "Started").is_empty());
+    std::fs::remove_file(&gate).unwrap();
+    r.wait_event("app", "Started", 1);
+    let pid = containers(&r)[0].1;
+    let parent = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let ppid = parent.rsplit(')').next().unwrap().split_whitespace().nth(1);
+    assert_eq!(ppid, Some(keeper.to_string().as_str()), "{parent}");
+    stop_and_find_nothing_left(&r, &mut p);
+    p.assert_no_leftovers();
+
+    // Refused as it prepares (a Localhost seccomp profile that is not there): the keeper it
+    // started goes too.
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: app, command: [sleep, '600'], securityContext: {seccompProfile: {type: Localhost, localhostProfile: podvisor-test-missing.json}}}\n",
+    ));
+    let state = r.dir.file("state");
+    let out = r.cmd(&LIVE).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("podvisor-test-missing.json"),
+        "{}",
+        out.stderr
+    );
+    assert!(keepers(&state).is_empty(), "{:?}", keepers(&state));
+    let left: Vec<_> = std::fs::read_dir(state.join("keepers")).unwrap().collect();
+    assert!(left.is_empty(), "keeper files left: {left:?}");
+    assert!(r.find("app", "Started").is_empty());
+}
+
+#[test]
 fn a_memory_volume_is_refused_with_live_restore() {
     let r = PodRun::new(&pod_with(
         "Always",

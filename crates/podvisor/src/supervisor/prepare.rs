@@ -11,6 +11,7 @@ use super::volumes::Volumes;
 use super::{persist, setup, RunError, Settings, TOKEN_METRICS, TOKEN_METRICS_LISTEN};
 use crate::api::Server;
 use crate::cgroup::PodCgroups;
+use crate::process::failpoint;
 use crate::process::sys::{self, Epoll};
 use crate::state::StateDir;
 use crate::status::PodInfo;
@@ -35,6 +36,7 @@ pub(super) fn prepare(
     root_layer: Option<&RootLayer>,
     epoll: &Epoll,
 ) -> Result<Prepared, RunError> {
+    failpoint::stall("run.prepare");
     let credentials = setup::credentials(plan, root_layer, settings)?;
     let images = Images::new(
         plan,

@@ -13,16 +13,28 @@ use crate::process::sys::{self, Exit, Reaped};
 
 impl Supervisor {
     /// Kills the exec tasks still running and reaps them, and `ending` (a keeper that ends,
-    /// the pod's PID 1), so that nothing outlives the run.
+    /// the pod's PID 1), so that nothing outlives the run. Between looks it waits for the next
+    /// SIGCHLD (the run ends: the signals read meanwhile are dropped), so that the run ends as
+    /// soon as the last of them has.
     pub(super) fn reap_children(&mut self, ending: Vec<i32>) {
         let mut left: Vec<i32> = self.tasks.cancel_all();
         left.extend(ending);
         left.retain(|pid| self.pids.contains_key(pid));
         let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while !left.is_empty() && std::time::Instant::now() < give_up {
+        while !left.is_empty() {
+            let now = std::time::Instant::now();
+            if now >= give_up {
+                break;
+            }
             match sys::reap_one() {
                 Ok(Reaped::Exited { pid, .. }) => left.retain(|&p| p != pid),
-                Ok(Reaped::NoneReady) => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Ok(Reaped::NoneReady) => {
+                    let signals = [self.signals.as_raw_fd()];
+                    if sys::poll_readable(&signals, Some(give_up - now)).is_err() {
+                        break;
+                    }
+                    let _ = self.signals.read_all();
+                }
                 Ok(Reaped::NoChildren) | Err(_) => break,
             }
         }
