@@ -147,38 +147,10 @@ fn containers_that_exit_at_once_are_all_collected() {
     // into few, and every exit must still be seen (the look through all children that
     // follows a SIGCHLD).
     let dir = TempDir::new();
-    let fifo = dir.file("go");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let mut containers = String::from("  containers:\n");
-    for i in 0..40 {
-        containers.push_str(&format!(
-            "  - {{name: c{i}, command: [cat, '{}']}}\n",
-            fifo.display()
-        ));
-    }
-    let r = PodRun::new(&pod("Never", &containers));
-    // Held open for writing until every reader has it open; closing it then gives them all
-    // end-of-file at once.
-    let writer = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&fifo)
-        .unwrap();
+    let (r, fifo, writer) = fifo_readers(&dir, 40);
     let mut p = r.cmd(&[]).start();
     let podvisor = p.init_pid();
-    wait_until("forty readers", || {
-        let reading = children_of(podvisor)
-            .iter()
-            .filter(|(pid, _)| {
-                std::fs::read_link(format!("/proc/{pid}/fd/3")).is_ok_and(|l| l == fifo)
-            })
-            .count();
-        reading == 40
-    });
+    wait_until("forty readers", || reading(podvisor, &fifo) == 40);
     drop(writer);
     assert_eq!(p.wait().code(), Some(0), "the pod completes");
     p.assert_no_leftovers();
@@ -198,22 +170,7 @@ fn a_container_exit_is_noted_when_its_sigchld_was_merged() {
     // SIGCHLDs merge into one. The look through all children is put off for ten minutes, so
     // only each container's own notice (its pidfd) can tell the run of the other two.
     let dir = TempDir::new();
-    let fifo = dir.file("go");
-    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
-    assert!(made.success());
-    let mut containers = String::from("  containers:\n");
-    for i in 0..4 {
-        containers.push_str(&format!(
-            "  - {{name: c{i}, command: [cat, '{}']}}\n",
-            fifo.display()
-        ));
-    }
-    let r = PodRun::new(&pod("Never", &containers));
-    let writer = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&fifo)
-        .unwrap();
+    let (r, fifo, writer) = fifo_readers(&dir, 4);
     let gate = dir.file("gate");
     let mut p = (r.cmd(&[]))
         .env("PODVISOR_TEST_REAP_SCAN_MS", "600000")
@@ -221,15 +178,7 @@ fn a_container_exit_is_noted_when_its_sigchld_was_merged() {
         .env("PODVISOR_STALL_GATE", &gate)
         .start();
     let podvisor = p.init_pid();
-    let readers = || {
-        children_of(podvisor)
-            .iter()
-            .filter(|(pid, _)| {
-                std::fs::read_link(format!("/proc/{pid}/fd/3")).is_ok_and(|l| l == fifo)
-            })
-            .count()
-    };
-    wait_until("four readers", || readers() == 4);
+    wait_until("four readers", || reading(podvisor, &fifo) == 4);
     drop(writer);
     wait_until("the run held on the first exit", || gate.exists());
     // The other three have exited meanwhile: zombies, not yet reaped.
@@ -260,6 +209,36 @@ fn a_container_exit_is_noted_when_its_sigchld_was_merged() {
             "c{i}: {reasons:?}"
         );
     }
+}
+
+/// A pod of `n` containers (`c0`, `c1`, ...) that each read the FIFO `go` in `dir` until its
+/// end, and the FIFO held open for writing: dropping the writer once every reader has it open
+/// ends them all at once.
+fn fifo_readers(dir: &TempDir, n: usize) -> (PodRun, std::path::PathBuf, std::fs::File) {
+    let fifo = dir.file("go");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut containers = String::from("  containers:\n");
+    for i in 0..n {
+        containers.push_str(&format!(
+            "  - {{name: c{i}, command: [cat, '{}']}}\n",
+            fifo.display()
+        ));
+    }
+    let writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    (PodRun::new(&pod("Never", &containers)), fifo, writer)
+}
+
+/// How many children of `podvisor` read `fifo`.
+fn reading(podvisor: i32, fifo: &Path) -> usize {
+    children_of(podvisor)
+        .iter()
+        .filter(|(pid, _)| std::fs::read_link(format!("/proc/{pid}/fd/3")).is_ok_and(|l| l == fifo))
+        .count()
 }
 
 #[test]
