@@ -1,22 +1,21 @@
 //! `podvisor keeper`: what holds a pod's containers while no supervisor may be there
 //! (`podvisor run --live-restore`), as containerd's shim does for a pod sandbox.
 //!
-//! A run with live restore forks and execs one keeper (as it starts a pod afresh, or at its
-//! first container start when it takes a pod over), and from then on asks it to start each
-//! container (everything about it prepared by the run: cgroup, mounts, root, environment;
-//! `state::keeper::StartRequest`). The keeper is the
-//! containers' parent and a child subreaper. It holds their stdout and stderr pipes and
-//! writes the log files itself (rotation included), reaps the containers and whatever they
-//! orphan, and tells each exit to whoever is connected (`state::keeper`): the run that started
-//! it counts the exit in its saved record, and the keeper writes an exit note atomically only
-//! where no run may have counted it. It never decides anything: no manifest, no restart, no
-//! probe. When a container has exited it kills what is left in its process group, takes the
-//! rest of the output, and tells the exit. Once the run that started it is gone it starts
-//! nothing more, and ends when the last container it holds has exited; a run that takes the
-//! pod over starts a keeper of its own for the containers it starts. SIGTERM, SIGINT, SIGHUP do not end it (it has no
-//! terminal; a container is stopped by signalling the container); if it is killed, its
-//! containers go with it (PR_SET_PDEATHSIG), and a supervisor that finds no record reports
-//! them lost.
+//! A run with live restore forks and execs one keeper (as it starts a pod afresh, or at its first
+//! container start when it takes a pod over), and from then on asks it to start each container
+//! (everything about it prepared by the run: cgroup, mounts, root, environment;
+//! `state::keeper::StartRequest`). The keeper is the containers' parent and a child subreaper. It
+//! holds their stdout and stderr pipes and writes the log files itself (rotation included), reaps
+//! the containers and whatever they orphan, and tells each exit to whoever is connected
+//! (`state::keeper`): the run that started it counts the exit in its saved record, and the keeper
+//! writes an exit note atomically only where no run may have counted it. It never decides anything:
+//! no manifest, no restart, no probe. When a container has exited it kills what is left in its
+//! process group, takes the rest of the output, and tells the exit. Once the run that started it is
+//! gone it starts nothing more, and ends when the last container it holds has exited; a run that
+//! takes the pod over starts a keeper of its own for the containers it starts. SIGTERM, SIGINT,
+//! SIGHUP do not end it (it has no terminal; a container is stopped by signalling the container);
+//! if it is killed, its containers go with it (PR_SET_PDEATHSIG), and a supervisor that finds no
+//! record reports them lost.
 //!
 //! It runs as `podvisor-keeper` (a binary of its own beside `podvisor`, which links little),
 //! or as `podvisor keeper` where that binary is missing. The command line is internal (the

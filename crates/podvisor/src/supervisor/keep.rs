@@ -1,6 +1,6 @@
 //! Containers held by keepers (`--live-restore`, see `crate::keeper`): starting an instance in
-//! the run's keeper (started with a fresh pod, or at the first start), the exits keepers tell and their end, and the
-//! keepers taken over from the runs before.
+//! the run's keeper (started with a fresh pod, or at the first start), the exits keepers tell
+//! and their end, and the keepers taken over from the runs before.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -354,8 +354,8 @@ fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit 
 }
 
 impl Supervisor {
-    /// Asks the run's keeper (started now if there is none yet) to start instance `id`, without waiting
-    /// for its answer (`keeper_answer`): returns the keeper's pid. A keeper that cannot be
+    /// Asks the run's keeper (started now if there is none yet) to start instance `id`,
+    /// without waiting for its answer (`keeper_answer`): returns the keeper's pid. A keeper that cannot be
     /// asked is left as it is (the error names it), for the caller to read the answers it
     /// gave before (`keeper_failed`).
     pub(super) fn ask_keeper(

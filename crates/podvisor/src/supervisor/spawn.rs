@@ -324,8 +324,9 @@ impl Supervisor {
                 // exit (`reap`).
                 instance.open_namespaces(keeper.is_none());
                 if let Some(fd) = instance.exit_watch() {
-                    self.epoll
-                        .add(fd, TOKEN_EXIT | pid as u64, EV_READ | EV_ONESHOT)?;
+                    // Should the epoll refuse it, its exit still comes with its SIGCHLD.
+                    let interest = EV_READ | EV_ONESHOT;
+                    let _ = self.epoll.add(fd, TOKEN_EXIT | pid as u64, interest);
                 }
                 self.instances.hold(id, instance);
                 // Its own time: a batch of starts is reported to the core once it is made.
