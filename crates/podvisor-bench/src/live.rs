@@ -3,9 +3,10 @@
 //! - container start with a keeper beside without (podvisor's own start histogram, mean and
 //!   median bucket), rounds interleaved;
 //! - memory: `run` and its keeper (one holds the 100), summed PSS (/proc/PID/smaps_rollup),
-//!   beside `run` alone without a keeper and horust's peak RSS on the same 100 sleeps (the
-//!   median of `HORUST_RUNS` runs); the keeper's CPU while idle; the same sum for 10
-//!   containers, and what each of the 90 added containers costs;
+//!   once the containers have been idle for `SETTLED`, beside `run` alone without a keeper and
+//!   horust's peak RSS on the same 100 sleeps (the median of `HORUST_RUNS` runs); the keeper's
+//!   CPU while idle; the same sum for 10 containers, and what each of the 90 added containers
+//!   costs;
 //! - adoption: `run` killed with SIGKILL, then the time from starting `run` again to the 100th
 //!   `Adopted` event (events file polled every millisecond), beside one `podvisor status` of the
 //!   same pod (spawn to exit, median of 5); restarts after adoption must be zero.
@@ -18,6 +19,10 @@ const FEW: usize = 10;
 /// Runs of horust whose peak RSS gives its median: it moves by a fifth from one run of the
 /// same binary to the next (its threads' stacks and arenas), podvisor's by a few percent.
 const HORUST_RUNS: usize = 5;
+/// How long the containers are left idle before their supervisors' memory is measured: the
+/// run and its keeper give back what their start took once they have had a second without
+/// work (`HEAP_SETTLE`), and the memory of idle containers is what is measured.
+const SETTLED: Duration = Duration::from_millis(1500);
 
 fn pod_yaml(dir: &Path, containers: usize) -> PathBuf {
     let mut yaml = String::from(
@@ -118,7 +123,7 @@ fn few_pss(podvisor: &Path, dir: &Path) -> f64 {
     wait_for("10 started", Duration::from_secs(60), || {
         count_events(&few.join("events.json"), "Started") >= FEW
     });
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(SETTLED);
     let state = few.join("state");
     let pss = pss_kb(run.id()) + keepers(&state).iter().map(|k| pss_kb(*k)).sum::<f64>();
     assert!(client(podvisor, &few, "stop").success());
@@ -141,9 +146,9 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
     wait_for("100 started", Duration::from_secs(60), || {
         count_events(&plain.join("events.json"), "Started") >= CONTAINERS
     });
-    std::thread::sleep(Duration::from_millis(500));
-    let start_without = start_figures(port);
+    std::thread::sleep(SETTLED);
     let pss_run_alone = pss_kb(run.id());
+    let start_without = start_figures(port);
     let _ = Command::new("kill")
         .args(["-TERM", &run.id().to_string()])
         .status();
@@ -159,13 +164,13 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
     wait_for("100 started", Duration::from_secs(60), || {
         count_events(&events, "Started") >= CONTAINERS
     });
-    std::thread::sleep(Duration::from_millis(500));
-    let start_with = start_figures(port);
+    std::thread::sleep(SETTLED);
     let state = live.join("state");
     let ks = keepers(&state);
     // One keeper holds the pod's containers.
     assert_eq!(ks.len(), 1, "keepers");
     let pss_with_keepers = pss_kb(run.id()) + ks.iter().map(|k| pss_kb(*k)).sum::<f64>();
+    let start_with = start_figures(port);
     let before: u64 = ks.iter().map(|k| cpu_ns(*k)).sum();
     std::thread::sleep(idle);
     let keepers_cpu = (ks.iter().map(|k| cpu_ns(*k)).sum::<u64>() - before) as f64 / 1e9;

@@ -889,3 +889,30 @@ pub fn which(name: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+/// The resident size of the code of process `pid`'s program (its file's executable
+/// mappings), KiB.
+pub fn code_kib(pid: i32) -> u64 {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut code = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields
+            .first()
+            .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
+        {
+            let perms = fields.get(1).copied().unwrap_or("");
+            code = perms.contains('x') && fields.get(5).is_some_and(|f| Path::new(f) == exe);
+        } else if let Some(v) = line.strip_prefix("Rss:").filter(|_| code) {
+            kib += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0);
+        }
+    }
+    kib
+}

@@ -577,27 +577,6 @@ fn a_memory_volume_is_refused_with_live_restore() {
     assert!(r.find("app", "Started").is_empty());
 }
 
-/// A run and its keeper, which may hold a pod for months, keep no page of their relocation
-/// tables once started: only the loader reads them (`process::sys::forget_relocations`).
-#[test]
-fn a_run_and_its_keeper_give_back_their_relocation_tables() {
-    let r = sleeper();
-    let state = r.dir.file("state");
-    let mut p = r.cmd(&LIVE).start();
-    r.wait_event("app", "Started", 1);
-    let keeper = keepers(&state)[0].0;
-    for pid in [p.init_pid(), keeper] {
-        let (resident, pages) = relocation_pages(pid);
-        assert!(pages >= 16, "pid {pid}: {pages} pages of relocations");
-        assert_eq!(
-            resident, 0,
-            "pid {pid}: {resident} of {pages} pages still resident"
-        );
-    }
-    stop_and_find_nothing_left(&r, &mut p);
-    p.assert_no_leftovers();
-}
-
 /// A hundred containers started under a keeper: what the keeper allocated to start them and
 /// freed once they ran goes back to the kernel when it has nothing left to do (a second
 /// without events), so its heap's resident size falls below what it was while they started.
@@ -622,6 +601,45 @@ fn a_keeper_gives_back_the_heap_its_starts_freed() {
     wait_until("the keeper's heap given back", || heap_kib(keeper) < peak);
     stop_and_find_nothing_left(&r, &mut p);
     p.assert_no_leftovers();
+}
+
+/// A run and its keeper, which may hold a pod for months, keep no page of their relocation
+/// tables once started: only the loader reads them (`process::sys::forget_relocations`). And
+/// once they have nothing left to do, they take their own code out of their page tables (what
+/// they ran to read, prepare and start the pod): each is held where it first settles, and its
+/// resident code then falls by a quarter at least (a fault maps a whole folio of the file back
+/// in: 64 KiB and more). The pod goes on as before.
+#[test]
+fn a_run_and_its_keeper_give_back_their_relocation_tables_and_idle_code() {
+    for point in ["run.settle@1", "keeper.settle@1"] {
+        let r = sleeper();
+        let state = r.dir.file("state");
+        let gate = r.dir.file("gate");
+        let mut p = (r.cmd(&LIVE))
+            .env("PODVISOR_STALL", point)
+            .env("PODVISOR_STALL_GATE", &gate)
+            .start();
+        wait_until("held as it settles", || gate.exists());
+        let pid = match point.starts_with("run") {
+            true => p.init_pid(),
+            false => keepers(&state)[0].0,
+        };
+        let (resident, pages) = relocation_pages(pid);
+        assert!(pages >= 16, "{point}: {pages} pages of relocations");
+        assert_eq!(
+            resident, 0,
+            "{point}: {resident} of {pages} pages still resident"
+        );
+        let held = code_kib(pid);
+        assert!(held >= 256, "{point}: {held} KiB of code resident");
+        std::fs::remove_file(&gate).unwrap();
+        wait_until("its code given back", || code_kib(pid) * 4 <= held * 3);
+        r.wait_event("app", "Started", 1);
+        let out = client(&r, &["status"]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        stop_and_find_nothing_left(&r, &mut p);
+        p.assert_no_leftovers();
+    }
 }
 
 /// Of the pages of `.rela.dyn` of process `pid`'s program that lie in 64 KiB windows of its

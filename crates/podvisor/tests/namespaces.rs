@@ -163,6 +163,40 @@ fn share_process_namespace_puts_the_pod_under_one_pid_1_that_goes_with_the_run()
     );
 }
 
+/// A pod's pause lives as long as the pod and, once started, runs only its loop: it takes the
+/// code it ran to start out of its page tables. Held just before, its resident code falls by a
+/// quarter at least once it goes on.
+#[test]
+fn a_pods_pause_gives_back_the_code_it_ran_to_start() {
+    if !is_root() {
+        skip("namespaces need root");
+        return;
+    }
+    let before = pauses();
+    let r = PodRun::new(&private(
+        "Never",
+        "  shareProcessNamespace: true\n  containers:\n  - {name: side, command: [sleep, '600']}\n",
+    ));
+    let gate = r.dir.file("gate");
+    let mut p = (r.cmd(&[]))
+        .env("PODVISOR_STALL", "pause.settle@1")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    wait_until("the pause held", || gate.exists());
+    let pause = *pauses()
+        .iter()
+        .find(|p| !before.contains(p))
+        .expect("the pod's pause");
+    let held = code_kib(pause);
+    assert!(held >= 256, "{held} KiB of code resident");
+    std::fs::remove_file(&gate).unwrap();
+    wait_until("its code given back", || code_kib(pause) * 4 <= held * 3);
+    r.wait_event("side", "Started", 1);
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(p.wait().code(), Some(0), "{:?}", p.stderr);
+    p.assert_no_leftovers();
+}
+
 #[test]
 fn sysctls_are_set_in_the_pods_ipc_namespace_or_refused_as_the_kubelet_refuses() {
     if !is_root() {

@@ -152,19 +152,21 @@ impl Keeper {
         listener.set_nonblocking(true)?;
         epoll.add(listener.as_raw_fd(), TOKEN_LISTEN, EV_READ)?;
         let mut ready = Vec::with_capacity(64);
-        let mut heap_settled = false;
+        let mut memory_settled = false;
         loop {
             ready.clear();
             // Once the work of a burst is over (a second without events), what it freed in
-            // the heap goes back to the kernel, as `run` does: a keeper holds its containers
-            // for as long as they run.
-            epoll.wait(&mut ready, (!heap_settled).then_some(sys::HEAP_SETTLE))?;
+            // the heap goes back to the kernel and its own code leaves its page tables, as
+            // `run` does: a keeper holds its containers for as long as they run.
+            epoll.wait(&mut ready, (!memory_settled).then_some(sys::HEAP_SETTLE))?;
             if ready.is_empty() {
                 sys::give_back_free_heap();
-                heap_settled = true;
+                failpoint::stall("keeper.settle");
+                let _ = sys::forget_read_only_pages();
+                memory_settled = true;
                 continue;
             }
-            heap_settled = false;
+            memory_settled = false;
             // Output first, so that a container's last lines are in before its exit.
             for &token in ready.iter().filter(|&&t| t & TOKEN_STREAM != 0) {
                 self.drain(token, &epoll)?;

@@ -62,10 +62,24 @@ pub const STALL_GATE_ENV: &str = "PODVISOR_STALL_GATE";
 
 /// Passes the point `name`: when `PODVISOR_STALL` names it (debug builds), the thread creates
 /// the file `PODVISOR_STALL_GATE` names and waits there until that file is removed, so that a
-/// test can check what goes on while the step is held.
+/// test can check what goes on while the step is held. `NAME@N` holds only the Nth pass of
+/// the process through the point; `NAME` every pass.
 #[cfg(debug_assertions)]
 pub fn stall(name: &str) {
-    if std::env::var_os(STALL_ENV).is_none_or(|point| point != name) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PASSED: AtomicU32 = AtomicU32::new(0);
+    let Some(spec) = std::env::var(STALL_ENV).ok() else {
+        return;
+    };
+    let (point, nth) = match spec.split_once('@') {
+        Some((point, n)) => (point, n.parse::<u32>().ok()),
+        None => (spec.as_str(), None),
+    };
+    if point != name {
+        return;
+    }
+    let pass = PASSED.fetch_add(1, Ordering::Relaxed) + 1;
+    if nth.is_some_and(|n| n != pass) {
         return;
     }
     let Some(gate) = std::env::var_os(STALL_GATE_ENV).map(std::path::PathBuf::from) else {
@@ -83,3 +97,23 @@ pub fn stall(name: &str) {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn stall(_name: &str) {}
+
+/// The stall variables of this process, `NAME=value`, for a process podvisor starts with an
+/// environment of its own (a pod's pause), so that a test can hold it too (debug builds).
+#[cfg(debug_assertions)]
+pub fn stall_environment() -> Vec<std::ffi::OsString> {
+    [STALL_ENV, STALL_GATE_ENV]
+        .into_iter()
+        .filter_map(|name| {
+            let mut pair = std::ffi::OsString::from(format!("{name}="));
+            pair.push(std::env::var_os(name)?);
+            Some(pair)
+        })
+        .collect()
+}
+
+/// The stall variables passed on (release builds: none).
+#[cfg(not(debug_assertions))]
+pub fn stall_environment() -> Vec<std::ffi::OsString> {
+    Vec::new()
+}

@@ -254,7 +254,7 @@ pub fn run(
         keepers: keep::Keepers::default(),
         keeper_exe,
         pending: Vec::new(),
-        heap_settled: false,
+        memory_settled: false,
         stopped: false,
         deleted: false,
         finished: None,
@@ -380,8 +380,9 @@ struct Supervisor {
     keeper_exe: Option<std::fs::File>,
     /// Events of this turn, sent out once its record is saved (see `announce`).
     pending: Vec<(SystemTime, podvisor_core::lifecycle::Event)>,
-    /// The heap's freed pages were given back since the last events (`settle_heap`).
-    heap_settled: bool,
+    /// The heap's freed pages and the program's own were given back since the last events
+    /// (`settle_memory`).
+    memory_settled: bool,
     stopped: bool,
     /// `podvisor stop` asked for the stop: the pod is deleted (its record goes at the end).
     deleted: bool,
@@ -448,7 +449,7 @@ impl Supervisor {
             // millisecond share one wake-up, and probes falling due within the same few
             // milliseconds (hundreds a second) share one.
             let timeout = deadline.map(|d| coalesce(d, WAKE_GRID_MS) - self.clock.now());
-            self.settle_heap(timeout);
+            self.settle_memory(timeout);
             self.api.flush_watchers(&self.epoll);
             ready.clear();
             self.epoll.wait(&mut ready, timeout)?;
@@ -652,17 +653,20 @@ impl Supervisor {
             let line = self.events.emit(at, &event);
             self.api.event(line);
         }
-        self.heap_settled = false;
+        self.memory_settled = false;
         self.after_changes();
     }
 
     /// Once the work that events tell of is over (nothing due for a while), what it freed in
-    /// the heap goes back to the kernel: the memory a run took to start its containers is not
-    /// kept for as long as it holds them. Once per such stretch of work.
-    fn settle_heap(&mut self, timeout: Option<std::time::Duration>) {
-        if !self.heap_settled && timeout.is_none_or(|t| t >= sys::HEAP_SETTLE) {
+    /// the heap goes back to the kernel, and the pages of its own code and constants leave its
+    /// page tables (what runs next faults its own back in): the memory a run took to read and
+    /// start its pod is not kept for as long as it holds it. Once per such stretch of work.
+    fn settle_memory(&mut self, timeout: Option<std::time::Duration>) {
+        if !self.memory_settled && timeout.is_none_or(|t| t >= sys::HEAP_SETTLE) {
             sys::give_back_free_heap();
-            self.heap_settled = true;
+            crate::process::failpoint::stall("run.settle");
+            let _ = sys::forget_read_only_pages();
+            self.memory_settled = true;
         }
     }
 }

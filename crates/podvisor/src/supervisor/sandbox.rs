@@ -148,7 +148,7 @@ impl Sandbox {
             stderr: null.as_raw_fd(),
             working_dir: Some("/".into()),
             working_dir_optional: false,
-            env: Vec::new(),
+            env: crate::process::failpoint::stall_environment(),
             mounts: Vec::new(),
             join_mounts: None,
             join_user: None,
@@ -250,8 +250,11 @@ fn refuse_what_cannot_be(
 /// `podvisor pause`: the PID 1 of a pod's shared PID namespace. It reaps whatever is
 /// orphaned into it and ends on SIGTERM, SIGINT or SIGHUP (podvisor ends it with SIGKILL).
 pub fn pause_main() -> i32 {
-    // One per pod, for the pod's life: what only the loader read goes.
+    // One per pod, for the pod's life: what only the loader read goes, and so does the code it
+    // ran to start (from here on it runs only its loop, which faults its own pages back in).
     let _ = sys::forget_relocations();
+    crate::process::failpoint::stall("pause.settle");
+    let _ = sys::forget_read_only_pages();
     let mut set = SigSet::empty();
     for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         set.add(s);

@@ -26,7 +26,7 @@ mod heap;
 mod namespaces;
 mod newroot;
 mod passing;
-mod relocations;
+mod program;
 mod rootfs;
 mod spawn;
 
@@ -43,7 +43,7 @@ pub use namespaces::{
     open_namespace_path, pidfd_open, setns_joins_processes, IdMapLine, PodNamespaceFds,
 };
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
-pub use relocations::forget_relocations;
+pub use program::{forget_read_only_pages, forget_relocations};
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 

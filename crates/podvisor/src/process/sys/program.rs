@@ -1,4 +1,4 @@
-//! The relocation tables of this program, given back once the loader has applied them.
+//! This program's own file in memory, and the pages of it a long-running process gives back.
 //!
 //! A position-independent executable carries a table of relocations (`.rela.dyn`: 24 bytes for
 //! each pointer the loader fills in at start; 20,000 and more in podvisor's shipped build, about
@@ -6,7 +6,14 @@
 //! stay mapped, and resident, for as long as the process lives: a fifth of what a long-running
 //! `podvisor run` holds of its own file. They are read-only pages of the file, never written,
 //! so `madvise(MADV_DONTNEED)` only takes them out of this process's page tables: were anything
-//! to read them again, it would fault them back in from the file, unchanged.
+//! to read them again, it would fault them back in from the file, unchanged
+//! (`forget_relocations`).
+//!
+//! The same holds for all of the program's read-only segments (its code and its constants):
+//! what a run ran once to read its pod and start it (the YAML reader, the planner, the images,
+//! the namespaces) stays resident while the run holds the pod for months, though only its loop
+//! runs. Once a stretch of work is over, `forget_read_only_pages` takes them all out of the page
+//! tables, and what runs next faults back in the pages it runs, from the page cache.
 
 use std::io;
 
@@ -33,8 +40,7 @@ struct Dyn {
 pub fn forget_relocations() -> io::Result<usize> {
     let tables = relocation_tables();
     let mut given = 0;
-    // SAFETY: getauxval only reads the auxiliary vector.
-    let page = unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize;
+    let page = page_size();
     if page == 0 {
         return Ok(0);
     }
@@ -57,9 +63,9 @@ pub fn forget_relocations() -> io::Result<usize> {
     Ok(given)
 }
 
-/// Where this program's relocation tables are in memory (address, length): only those that
-/// lie wholly inside one of its loaded segments that is not writable.
-fn relocation_tables() -> Vec<(usize, usize)> {
+/// This program's program headers and where it was loaded (the bias its addresses are moved
+/// by); `None` for a program without a `PT_PHDR` header (a static, non-PIE one).
+fn program_headers() -> Option<(usize, &'static [libc::Elf64_Phdr])> {
     // SAFETY: getauxval only reads the auxiliary vector.
     let (phdr, phnum) = unsafe {
         (
@@ -68,16 +74,99 @@ fn relocation_tables() -> Vec<(usize, usize)> {
         )
     };
     if phdr == 0 || phnum == 0 {
-        return Vec::new();
+        return None;
     }
     // SAFETY: AT_PHDR and AT_PHNUM are where the kernel mapped this program's program headers
     // and how many there are; they stay mapped (in its first segment) for its whole life.
-    let headers: &[libc::Elf64_Phdr] =
+    let headers: &'static [libc::Elf64_Phdr] =
         unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum) };
     // Where the program was loaded: the headers' address less the address they name.
-    let Some(bias) = (headers.iter().find(|h| h.p_type == libc::PT_PHDR))
-        .map(|h| phdr.wrapping_sub(h.p_vaddr as usize))
-    else {
+    let bias = (headers.iter().find(|h| h.p_type == libc::PT_PHDR))
+        .map(|h| phdr.wrapping_sub(h.p_vaddr as usize))?;
+    Some((bias, headers))
+}
+
+/// The size of a page.
+fn page_size() -> usize {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    unsafe { libc::getauxval(libc::AT_PAGESZ) as usize }
+}
+
+/// Takes the pages of this program's read-only segments (its code, its constants, the loader's
+/// tables) out of its page tables; returns how many bytes of them it covered. Pages of those
+/// segments that this process holds private copies of are left alone: a debugger's breakpoints
+/// and the kernel's uprobes are written into such copies, and giving them back would take the
+/// breakpoints out. Nothing is given back where `/proc/self/pagemap`, which tells them apart,
+/// cannot be read.
+pub fn forget_read_only_pages() -> io::Result<usize> {
+    let page = page_size();
+    let Some((bias, headers)) = program_headers() else {
+        return Ok(0);
+    };
+    if page == 0 {
+        return Ok(0);
+    }
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap")?;
+    let mut given = 0;
+    let segments =
+        (headers.iter()).filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_W == 0);
+    for h in segments {
+        let at = bias.wrapping_add(h.p_vaddr as usize);
+        let (first, end) = (at.div_ceil(page), (at + h.p_memsz as usize) / page);
+        if end <= first {
+            continue;
+        }
+        for (from, to) in unwritten_runs(&mut pagemap, first, end)? {
+            // SAFETY: whole pages of a read-only, file-backed segment of this program that this
+            // process has no private copy of (`unwritten_runs`): MADV_DONTNEED only takes them
+            // out of its page tables, and a later read faults in the same bytes from the file.
+            let ret = unsafe {
+                libc::madvise(
+                    (from * page) as *mut libc::c_void,
+                    (to - from) * page,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            if ret == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            given += (to - from) * page;
+        }
+    }
+    Ok(given)
+}
+
+/// The runs of pages (page numbers, `[from, to)`) between `first` and `end` that are not
+/// private copies: a page's entry in `/proc/self/pagemap` says it is present (bit 63) and not a
+/// page of a file (bit 61), or swapped out (bit 62), only for those.
+fn unwritten_runs(
+    pagemap: &mut std::fs::File,
+    first: usize,
+    end: usize,
+) -> io::Result<Vec<(usize, usize)>> {
+    use std::os::unix::fs::FileExt;
+    let mut entries = vec![0u8; (end - first) * 8];
+    pagemap.read_exact_at(&mut entries, first as u64 * 8)?;
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, entry) in entries.chunks_exact(8).enumerate() {
+        let entry = u64::from_le_bytes(entry.try_into().expect("8 bytes"));
+        let (present, swapped, file) =
+            (entry >> 63 == 1, entry >> 62 & 1 == 1, entry >> 61 & 1 == 1);
+        if (present && !file) || swapped {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(run) if run.1 == first + i => run.1 += 1,
+            _ => runs.push((first + i, first + i + 1)),
+        }
+    }
+    Ok(runs)
+}
+
+/// Where this program's relocation tables are in memory (address, length): only those that
+/// lie wholly inside one of its loaded segments that is not writable.
+fn relocation_tables() -> Vec<(usize, usize)> {
+    let Some((bias, headers)) = program_headers() else {
         return Vec::new();
     };
     let Some(dynamic) = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC) else {
@@ -142,8 +231,12 @@ mod tests {
         u64::from_le_bytes(b) >> 63 == 1
     }
 
+    /// The two tests give back pages of the same program: one at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn the_tables_of_this_test_program_are_found_and_given_back() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         // The test harness is a position-independent executable, with relocations.
         let tables = relocation_tables();
         let total: usize = tables.iter().map(|t| t.1).sum();
@@ -173,5 +266,48 @@ mod tests {
             // SAFETY: (test) the table's first byte, in a mapped, readable segment.
             let _ = unsafe { std::ptr::read_volatile(start as *const u8) };
         }
+    }
+
+    /// A table of constants, in a read-only segment of the test program.
+    static TABLE: [u8; 512 * 1024] = [7; 512 * 1024];
+
+    #[test]
+    fn read_only_pages_are_given_back_but_not_private_copies_of_them() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let table = std::hint::black_box(&TABLE);
+        let (start, len) = (table.as_ptr() as usize, table.len());
+        // The pages of the 64 KiB windows wholly inside the table (see above).
+        let window = 64 * 1024;
+        let pages: Vec<usize> = (start.div_ceil(window) * window..(start + len) / window * window)
+            .step_by(4096)
+            .collect();
+        assert!(pages.len() >= 64, "table at {start:#x}");
+        let sum: usize = pages.iter().map(|&p| unsafe_read(p) as usize).sum();
+        assert_eq!(sum, 7 * pages.len());
+        assert!(pages.iter().all(|&p| resident(p)));
+        // A private copy of one page, as a debugger's breakpoint makes: written through
+        // /proc/self/mem, which writes into read-only mappings as ptrace does.
+        let copied = pages[pages.len() / 2];
+        {
+            use std::os::unix::fs::FileExt;
+            let mem = std::fs::OpenOptions::new()
+                .write(true)
+                .open("/proc/self/mem")
+                .unwrap();
+            mem.write_all_at(&[9], copied as u64).unwrap();
+        }
+        let given = forget_read_only_pages().unwrap();
+        assert!(given >= len - 2 * window, "given {given}");
+        let left: Vec<usize> = pages.iter().copied().filter(|&p| resident(p)).collect();
+        assert_eq!(left, vec![copied], "pages still resident");
+        // What they hold reads the same: the file's bytes, and the private copy's.
+        assert_eq!(unsafe_read(copied), 9);
+        assert_eq!(unsafe_read(pages[0]), 7);
+    }
+
+    /// The byte at `addr`, read as it is in memory.
+    fn unsafe_read(addr: usize) -> u8 {
+        // SAFETY: (test) an address inside `TABLE`, mapped and readable.
+        unsafe { std::ptr::read_volatile(addr as *const u8) }
     }
 }
