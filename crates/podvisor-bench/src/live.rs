@@ -21,7 +21,7 @@ const FEW: usize = 10;
 const HORUST_RUNS: usize = 5;
 /// How long the containers are left idle before their supervisors' memory is measured: the
 /// run and its keeper give back what their start took once they have had a second without
-/// work (`HEAP_SETTLE`), and the memory of idle containers is what is measured.
+/// work (`process::settle::SETTLE`), and the memory of idle containers is what is measured.
 const SETTLED: Duration = Duration::from_millis(1500);
 
 fn pod_yaml(dir: &Path, containers: usize) -> PathBuf {

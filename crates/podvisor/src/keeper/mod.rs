@@ -32,6 +32,7 @@ use podvisor_core::lifecycle::InstanceId;
 use slab::Slab;
 
 use crate::process::failpoint;
+use crate::process::settle::{self, Settling};
 use crate::process::sys::{
     self, ChildSetup, ContainerIo, Epoll, Inherited, Namespaces, PidSetup, Reaped, SigSet,
     SignalFd, EV_READ,
@@ -152,21 +153,18 @@ impl Keeper {
         listener.set_nonblocking(true)?;
         epoll.add(listener.as_raw_fd(), TOKEN_LISTEN, EV_READ)?;
         let mut ready = Vec::with_capacity(64);
-        let mut memory_settled = false;
+        let mut settling = Settling::default();
         loop {
             ready.clear();
-            // Once the work of a burst is over (a second without events), what it freed in
-            // the heap goes back to the kernel and its own code leaves its page tables, as
-            // `run` does: a keeper holds its containers for as long as they run.
-            epoll.wait(&mut ready, (!memory_settled).then_some(sys::HEAP_SETTLE))?;
+            // Once the work of a burst is over (a second without events), the memory it took
+            // goes back, as `run`'s does (`process::settle`): a keeper holds its containers
+            // for as long as they run.
+            epoll.wait(&mut ready, settling.pending().then_some(settle::SETTLE))?;
             if ready.is_empty() {
-                sys::give_back_free_heap();
-                failpoint::stall("keeper.settle");
-                let _ = sys::forget_read_only_pages();
-                memory_settled = true;
+                settling.idle(std::time::Instant::now(), "keeper.settle");
                 continue;
             }
-            memory_settled = false;
+            settling.work();
             // Output first, so that a container's last lines are in before its exit.
             for &token in ready.iter().filter(|&&t| t & TOKEN_STREAM != 0) {
                 self.drain(token, &epoll)?;

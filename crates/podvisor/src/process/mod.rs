@@ -4,6 +4,7 @@
 pub mod descendants;
 pub mod errno;
 pub mod failpoint;
+pub mod settle;
 pub mod signal;
 pub mod stat;
 pub mod sys;

@@ -47,6 +47,7 @@ use crate::api::metrics::Counters;
 use crate::api::Server;
 use crate::cgroup::{PodCgroups, Unenforceable};
 use crate::probe::{Done, Tasks};
+use crate::process::settle::{self, Settling};
 use crate::process::sys::{self, Epoll, Exit, Inherited, SignalFd, EV_READ};
 use crate::state::logs::{LogLimits, LogStream};
 use crate::state::processes::boot_id;
@@ -254,7 +255,7 @@ pub fn run(
         keepers: keep::Keepers::default(),
         keeper_exe,
         pending: Vec::new(),
-        memory_settled: false,
+        settling: Settling::default(),
         stopped: false,
         deleted: false,
         finished: None,
@@ -380,9 +381,8 @@ struct Supervisor {
     keeper_exe: Option<std::fs::File>,
     /// Events of this turn, sent out once its record is saved (see `announce`).
     pending: Vec<(SystemTime, podvisor_core::lifecycle::Event)>,
-    /// The heap's freed pages and the program's own were given back since the last events
-    /// (`settle_memory`).
-    memory_settled: bool,
+    /// Whether the memory the last events' work took was given back (`settle_memory`).
+    settling: Settling,
     stopped: bool,
     /// `podvisor stop` asked for the stop: the pod is deleted (its record goes at the end).
     deleted: bool,
@@ -653,20 +653,16 @@ impl Supervisor {
             let line = self.events.emit(at, &event);
             self.api.event(line);
         }
-        self.memory_settled = false;
+        self.settling.work();
         self.after_changes();
     }
 
-    /// Once the work that events tell of is over (nothing due for a while), what it freed in
-    /// the heap goes back to the kernel, and the pages of its own code and constants leave its
-    /// page tables (what runs next faults its own back in): the memory a run took to read and
-    /// start its pod is not kept for as long as it holds it. Once per such stretch of work.
+    /// Once the work that events tell of is over (nothing due for a while), the memory it took
+    /// goes back (`process::settle`): what a run took to read and start its pod is not kept
+    /// for as long as it holds it.
     fn settle_memory(&mut self, timeout: Option<std::time::Duration>) {
-        if !self.memory_settled && timeout.is_none_or(|t| t >= sys::HEAP_SETTLE) {
-            sys::give_back_free_heap();
-            crate::process::failpoint::stall("run.settle");
-            let _ = sys::forget_read_only_pages();
-            self.memory_settled = true;
+        if self.settling.pending() && timeout.is_none_or(|t| t >= settle::SETTLE) {
+            self.settling.idle(std::time::Instant::now(), "run.settle");
         }
     }
 }

@@ -5,10 +5,6 @@
 //! and freed once they ran stays in its resident size for as long as it holds the pod, unless
 //! it asks glibc to give those pages back (`malloc_trim`).
 
-/// How long a process that holds containers (`run`, a keeper) goes without work before it
-/// gives back what its heap freed: once per stretch of work, not at every turn.
-pub const HEAP_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Gives back to the kernel the whole pages of freed memory in the allocator's heaps; returns
 /// whether some were given back. Other C libraries than glibc: nothing, `false`.
 #[cfg(target_env = "gnu")]

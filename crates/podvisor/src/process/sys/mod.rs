@@ -37,12 +37,14 @@ pub use fd::*;
 #[cfg(feature = "full")]
 pub use files::{get_xattr, lchown, make_node, set_mtime, set_xattr};
 pub use fork::*;
-pub use heap::{give_back_free_heap, HEAP_SETTLE};
+pub use heap::give_back_free_heap;
 pub use namespaces::{
     command_in_user_namespace, make_pod_namespaces, mapped_user_namespace, open_namespace,
     open_namespace_path, pidfd_open, setns_joins_processes, IdMapLine, PodNamespaceFds,
 };
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
+#[cfg(test)]
+pub(crate) use program::ONE_AT_A_TIME;
 pub use program::{forget_read_only_pages, forget_relocations};
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
