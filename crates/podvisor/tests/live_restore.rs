@@ -554,6 +554,8 @@ fn a_fresh_pods_keeper_starts_while_the_pod_is_prepared_and_a_refused_run_ends_i
     assert!(keepers(&state).is_empty(), "{:?}", keepers(&state));
     let left: Vec<_> = std::fs::read_dir(state.join("keepers")).unwrap().collect();
     assert!(left.is_empty(), "keeper files left: {left:?}");
+    // Nor its API socket.
+    assert!(!state.join("podvisor.sock").exists());
     assert!(r.find("app", "Started").is_empty());
 }
 

@@ -654,7 +654,17 @@ impl Server {
         for slot in 0..self.conns.len() {
             self.flush(slot, epoll);
         }
-        if let Some(path) = &self.path {
+        if let Some(path) = self.path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl Drop for Server {
+    /// A server dropped without its shut down (a run refused as it prepares the pod) takes its
+    /// socket file with it.
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
             let _ = std::fs::remove_file(path);
         }
     }
