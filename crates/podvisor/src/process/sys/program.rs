@@ -106,61 +106,74 @@ pub fn forget_read_only_pages() -> io::Result<usize> {
     if page == 0 {
         return Ok(0);
     }
-    let mut pagemap = std::fs::File::open("/proc/self/pagemap")?;
+    let pagemap = std::fs::File::open("/proc/self/pagemap")?;
     let mut given = 0;
     let segments =
         (headers.iter()).filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_W == 0);
     for h in segments {
         let at = bias.wrapping_add(h.p_vaddr as usize);
         let (first, end) = (at.div_ceil(page), (at + h.p_memsz as usize) / page);
-        if end <= first {
-            continue;
-        }
-        for (from, to) in unwritten_runs(&mut pagemap, first, end)? {
-            // SAFETY: whole pages of a read-only, file-backed segment of this program that this
-            // process has no private copy of (`unwritten_runs`): MADV_DONTNEED only takes them
-            // out of its page tables, and a later read faults in the same bytes from the file.
-            let ret = unsafe {
-                libc::madvise(
-                    (from * page) as *mut libc::c_void,
-                    (to - from) * page,
-                    libc::MADV_DONTNEED,
-                )
-            };
-            if ret == -1 {
-                return Err(io::Error::last_os_error());
+        let mut run: Option<(usize, usize)> = None;
+        // The segment's entries, a page of them at a time: nothing is allocated (this runs
+        // right after the heap was given back).
+        let mut entries = [0u8; 4096];
+        let mut next = first;
+        while next < end {
+            let n = (end - next).min(entries.len() / 8);
+            read_entries(&pagemap, next, &mut entries[..n * 8])?;
+            for (i, entry) in entries[..n * 8].chunks_exact(8).enumerate() {
+                let page_number = next + i;
+                let mut raw = [0u8; 8];
+                raw.copy_from_slice(entry);
+                match (copied(u64::from_le_bytes(raw)), &mut run) {
+                    (false, Some(r)) => r.1 = page_number + 1,
+                    (false, None) => run = Some((page_number, page_number + 1)),
+                    (true, Some(r)) => {
+                        given += forget(*r, page)?;
+                        run = None;
+                    }
+                    (true, None) => {}
+                }
             }
-            given += (to - from) * page;
+            next += n;
+        }
+        if let Some(r) = run {
+            given += forget(r, page)?;
         }
     }
     Ok(given)
 }
 
-/// The runs of pages (page numbers, `[from, to)`) between `first` and `end` that are not
-/// private copies: a page's entry in `/proc/self/pagemap` says it is present (bit 63) and not a
-/// page of a file (bit 61), or swapped out (bit 62), only for those.
-fn unwritten_runs(
-    pagemap: &mut std::fs::File,
-    first: usize,
-    end: usize,
-) -> io::Result<Vec<(usize, usize)>> {
+/// Reads the pagemap entries of the pages from page number `first` on into `into`.
+fn read_entries(pagemap: &std::fs::File, first: usize, into: &mut [u8]) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let mut entries = vec![0u8; (end - first) * 8];
-    pagemap.read_exact_at(&mut entries, first as u64 * 8)?;
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    for (i, entry) in entries.chunks_exact(8).enumerate() {
-        let entry = u64::from_le_bytes(entry.try_into().expect("8 bytes"));
-        let (present, swapped, file) =
-            (entry >> 63 == 1, entry >> 62 & 1 == 1, entry >> 61 & 1 == 1);
-        if (present && !file) || swapped {
-            continue;
-        }
-        match runs.last_mut() {
-            Some(run) if run.1 == first + i => run.1 += 1,
-            _ => runs.push((first + i, first + i + 1)),
-        }
+    pagemap.read_exact_at(into, first as u64 * 8)
+}
+
+/// Whether a page's entry in `/proc/self/pagemap` is that of a private copy: present (bit 63)
+/// and not a page of a file (bit 61), or swapped out (bit 62).
+fn copied(entry: u64) -> bool {
+    let (present, swapped, file) = (entry >> 63 == 1, entry >> 62 & 1 == 1, entry >> 61 & 1 == 1);
+    (present && !file) || swapped
+}
+
+/// Takes the pages `[from, to)` (page numbers) out of this process's page tables: whole pages
+/// of a read-only, file-backed segment of this program that it has no private copy of.
+fn forget((from, to): (usize, usize), page: usize) -> io::Result<usize> {
+    // SAFETY: the caller names whole pages of a read-only, file-backed segment of this program
+    // that this process has no private copy of: MADV_DONTNEED only takes them out of its page
+    // tables, and a later read faults in the same bytes from the file.
+    let ret = unsafe {
+        libc::madvise(
+            (from * page) as *mut libc::c_void,
+            (to - from) * page,
+            libc::MADV_DONTNEED,
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
     }
-    Ok(runs)
+    Ok((to - from) * page)
 }
 
 /// Where this program's relocation tables are in memory (address, length): only those that
