@@ -45,20 +45,10 @@ pub fn forget_relocations() -> io::Result<usize> {
         return Ok(0);
     }
     for (start, len) in tables {
-        let first = start.div_ceil(page) * page;
-        let end = (start + len) / page * page;
-        if end <= first {
-            continue;
+        let (first, end) = (start.div_ceil(page), (start + len) / page);
+        if end > first {
+            given += forget((first, end), page)?;
         }
-        // SAFETY: the range is whole pages of a read-only, file-backed segment of this program
-        // (`relocation_tables` checks it), which nothing writes; MADV_DONTNEED on them only
-        // unmaps them, and a later read faults in the same bytes from the file.
-        let ret =
-            unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED) };
-        if ret == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        given += end - first;
     }
     Ok(given)
 }
@@ -106,6 +96,7 @@ pub fn forget_read_only_pages() -> io::Result<usize> {
     if page == 0 {
         return Ok(0);
     }
+    use std::os::unix::fs::FileExt;
     let pagemap = std::fs::File::open("/proc/self/pagemap")?;
     let mut given = 0;
     let segments =
@@ -120,7 +111,7 @@ pub fn forget_read_only_pages() -> io::Result<usize> {
         let mut next = first;
         while next < end {
             let n = (end - next).min(entries.len() / 8);
-            read_entries(&pagemap, next, &mut entries[..n * 8])?;
+            pagemap.read_exact_at(&mut entries[..n * 8], next as u64 * 8)?;
             for (i, entry) in entries[..n * 8].chunks_exact(8).enumerate() {
                 let page_number = next + i;
                 let mut raw = [0u8; 8];
@@ -144,12 +135,6 @@ pub fn forget_read_only_pages() -> io::Result<usize> {
     Ok(given)
 }
 
-/// Reads the pagemap entries of the pages from page number `first` on into `into`.
-fn read_entries(pagemap: &std::fs::File, first: usize, into: &mut [u8]) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    pagemap.read_exact_at(into, first as u64 * 8)
-}
-
 /// Whether a page's entry in `/proc/self/pagemap` is that of a private copy: present (bit 63)
 /// and not a page of a file (bit 61), or swapped out (bit 62).
 fn copied(entry: u64) -> bool {
@@ -158,7 +143,8 @@ fn copied(entry: u64) -> bool {
 }
 
 /// Takes the pages `[from, to)` (page numbers) out of this process's page tables: whole pages
-/// of a read-only, file-backed segment of this program that it has no private copy of.
+/// of a read-only, file-backed segment of this program that it has no private copy of (the
+/// relocation tables, which nothing writes, or pages `/proc/self/pagemap` says are the file's).
 fn forget((from, to): (usize, usize), page: usize) -> io::Result<usize> {
     // SAFETY: the caller names whole pages of a read-only, file-backed segment of this program
     // that this process has no private copy of: MADV_DONTNEED only takes them out of its page
