@@ -781,7 +781,21 @@ impl PodRun {
             .join("logs")
             .join(container)
             .join(format!("{instance}.log"));
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            // What there is instead, and what happened to the container, say why.
+            let dir = path.parent().unwrap();
+            let files: Vec<_> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
+                .map(|e| e.file_name())
+                .collect();
+            let events: Vec<_> = (self.events().into_iter())
+                .filter(|e| e["object"] == container)
+                .collect();
+            panic!(
+                "{}: {e}\nin {}: {files:?}\nevents of {container}: {events:#?}",
+                path.display(),
+                dir.display()
+            )
+        })
     }
 
     /// The lines a container instance wrote, without the CRI log's time, stream and tag.
