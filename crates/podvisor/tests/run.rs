@@ -635,18 +635,21 @@ fn a_run_gives_back_the_heap_its_starts_freed() {
     // A hundred containers started at once: what the run allocated to start them and freed
     // once they ran goes back to the kernel when it has nothing left to do (glibc keeps the
     // pages of freed memory resident unless asked), so the heap's resident size falls below
-    // what it was while they started.
+    // what it was before. The run is held where it first settles, before it gives anything
+    // back, so that what it held then is known however slow this machine is.
     let r = PodRun::new(&pod("Never", &sleepers(100)));
-    let mut p = r.cmd(&[]).start();
+    let gate = r.dir.file("gate");
+    let mut p = (r.cmd(&[]))
+        .env("PODVISOR_STALL", "run.settle@1")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
     let run = p.init_pid();
-    let mut peak = 0;
-    wait_until("a hundred started", || {
-        peak = peak.max(heap_kib(run));
-        started(&r) == 100
-    });
-    peak = peak.max(heap_kib(run));
-    assert!(peak > 0, "no heap");
-    wait_until("the heap given back", || heap_kib(run) < peak);
+    wait_until("held as it settles", || gate.exists());
+    let held = heap_kib(run);
+    assert!(held > 0, "no heap");
+    std::fs::remove_file(&gate).unwrap();
+    wait_until("the heap given back", || heap_kib(run) < held);
+    wait_until("a hundred started", || started(&r) == 100);
     p.signal("TERM");
     assert_eq!(p.wait().code(), Some(0));
     p.assert_no_leftovers();

@@ -36,12 +36,13 @@ impl Settling {
 
     /// Nothing to do for `SETTLE` at `now`: gives back what the last stretch of work freed in
     /// the heap and, unless they went less than `CODE_SETTLE` ago, the program's own pages
-    /// (after the debug builds' stall point `point`). Whether the program's pages went.
+    /// (both after the debug builds' stall point `point`). Whether the program's pages went.
     pub fn idle(&mut self, now: Instant, point: &str) -> bool {
         if self.settled {
             return false;
         }
         self.settled = true;
+        failpoint::stall(point);
         sys::give_back_free_heap();
         if self
             .code_given
@@ -49,7 +50,6 @@ impl Settling {
         {
             return false;
         }
-        failpoint::stall(point);
         let _ = sys::forget_read_only_pages();
         self.code_given = Some(now);
         true
