@@ -654,6 +654,11 @@ impl Server {
         for slot in 0..self.conns.len() {
             self.flush(slot, epoll);
         }
+        self.remove_socket();
+    }
+
+    /// Removes the socket file, once.
+    fn remove_socket(&mut self) {
         if let Some(path) = self.path.take() {
             let _ = std::fs::remove_file(path);
         }
@@ -664,9 +669,7 @@ impl Drop for Server {
     /// A server dropped without its shut down (a run refused as it prepares the pod) takes its
     /// socket file with it.
     fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            let _ = std::fs::remove_file(path);
-        }
+        self.remove_socket();
     }
 }
 

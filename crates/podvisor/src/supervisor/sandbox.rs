@@ -250,11 +250,13 @@ fn refuse_what_cannot_be(
 /// `podvisor pause`: the PID 1 of a pod's shared PID namespace. It reaps whatever is
 /// orphaned into it and ends on SIGTERM, SIGINT or SIGHUP (podvisor ends it with SIGKILL).
 pub fn pause_main() -> i32 {
-    // One per pod, for the pod's life: what only the loader read goes, and so does the code it
-    // ran to start (from here on it runs only its loop, which faults its own pages back in).
-    let _ = sys::forget_relocations();
+    // One per pod, for the pod's life: the code it ran to start goes, with what only the loader
+    // read (from here on it runs only its loop, which faults its own pages back in). Where
+    // `/proc` cannot tell its pages apart, at least the loader's tables go.
     crate::process::failpoint::stall("pause.settle");
-    let _ = sys::forget_read_only_pages();
+    if sys::forget_read_only_pages().is_err() {
+        let _ = sys::forget_relocations();
+    }
     let mut set = SigSet::empty();
     for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         set.add(s);
