@@ -104,9 +104,18 @@ fn free_port() -> u16 {
 
 /// The program `flag` names, else `name` beside this benchmark's binary (target/release).
 fn program(args: &[String], flag: &str, name: &str) -> PathBuf {
-    arg_value(args, flag)
+    let path = arg_value(args, flag)
         .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name(name))
+        .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name(name));
+    // Refused before a bench makes its directories, which a panic later would leave behind.
+    if !path.is_file() {
+        eprintln!(
+            "podvisor-bench: {}: no such program (give it with {flag} PATH)",
+            path.display()
+        );
+        std::process::exit(2);
+    }
+    path
 }
 
 /// A program copied into a directory of its own, as a user installs it, removed when dropped.
