@@ -96,7 +96,6 @@ pub fn forget_read_only_pages() -> io::Result<usize> {
     if page == 0 {
         return Ok(0);
     }
-    use std::os::unix::fs::FileExt;
     let pagemap = std::fs::File::open("/proc/self/pagemap")?;
     let mut given = 0;
     let segments =
@@ -104,33 +103,43 @@ pub fn forget_read_only_pages() -> io::Result<usize> {
     for h in segments {
         let at = bias.wrapping_add(h.p_vaddr as usize);
         let (first, end) = (at.div_ceil(page), (at + h.p_memsz as usize) / page);
-        let mut run: Option<(usize, usize)> = None;
-        // The segment's entries, a page of them at a time: nothing is allocated (this runs
-        // right after the heap was given back).
-        let mut entries = [0u8; 4096];
-        let mut next = first;
-        while next < end {
-            let n = (end - next).min(entries.len() / 8);
-            pagemap.read_exact_at(&mut entries[..n * 8], next as u64 * 8)?;
-            for (i, entry) in entries[..n * 8].chunks_exact(8).enumerate() {
-                let page_number = next + i;
-                let mut raw = [0u8; 8];
-                raw.copy_from_slice(entry);
-                match (copied(u64::from_le_bytes(raw)), &mut run) {
-                    (false, Some(r)) => r.1 = page_number + 1,
-                    (false, None) => run = Some((page_number, page_number + 1)),
-                    (true, Some(r)) => {
-                        given += forget(*r, page)?;
-                        run = None;
-                    }
-                    (true, None) => {}
+        given += forget_uncopied(&pagemap, (first, end), page)?;
+    }
+    Ok(given)
+}
+
+/// Takes the pages `[first, end)` (page numbers) of a read-only segment out of the page tables,
+/// but for those `pagemap` says are private copies; returns how many bytes it covered. It reads
+/// the entries a page of them (512) at a time and allocates nothing: it runs right after the
+/// heap was given back.
+fn forget_uncopied(
+    pagemap: &std::fs::File,
+    (first, end): (usize, usize),
+    page: usize,
+) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut given = 0;
+    // The run of pages not copied so far, `[from, to)`.
+    let mut run: Option<(usize, usize)> = None;
+    let mut entries = [0u8; 4096];
+    let mut next = first;
+    while next < end {
+        let n = (end - next).min(entries.len() / 8);
+        pagemap.read_exact_at(&mut entries[..n * 8], next as u64 * 8)?;
+        for (i, entry) in entries[..n * 8].chunks_exact(8).enumerate() {
+            let p = next + i;
+            if copied(u64::from_le_bytes(entry.try_into().expect("8 bytes"))) {
+                if let Some(r) = run.take() {
+                    given += forget(r, page)?;
                 }
+            } else {
+                run = Some((run.map_or(p, |r| r.0), p + 1));
             }
-            next += n;
         }
-        if let Some(r) = run {
-            given += forget(r, page)?;
-        }
+        next += n;
+    }
+    if let Some(r) = run {
+        given += forget(r, page)?;
     }
     Ok(given)
 }
