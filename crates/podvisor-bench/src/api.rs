@@ -2,9 +2,9 @@
 
 use super::*;
 
-pub fn api_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn api_bench(args: Common) {
+    let podvisor = program(&args);
+    let quick = args.quick;
     let dir = std::env::temp_dir().join(format!("podvisor-bench-api-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mb = if quick { 20 } else { 100 };

@@ -5,10 +5,10 @@
 
 use super::*;
 
-pub fn docker_bench(args: &[String]) {
-    let image = arg_value(args, "--image").expect("--image podvisor-app:TAG");
-    let podvisor = arg_value(args, "--podvisor").expect("--podvisor STATIC-BUILD");
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn docker_bench(args: DockerArgs) {
+    let image = args.image;
+    let podvisor = must_exist(args.podvisor, "--podvisor");
+    let quick = args.quick;
     let runs = if quick { 5 } else { 20 };
     let variants: [(&str, Vec<&str>); 3] = [
         ("podvisor (ENTRYPOINT)", vec!["run", "--rm", &image, "true"]),

@@ -66,17 +66,10 @@ fn one_run(podvisor: &Path, dir: &Path, image: Option<&str>) -> (f64, f64) {
     (mean, pss)
 }
 
-pub fn image_memory_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
-    let Some(image) = arg_value(args, "--image") else {
-        eprintln!("podvisor-bench image-memory: --image REF is needed");
-        std::process::exit(2);
-    };
-    let rounds = if args.iter().any(|a| a == "--quick") {
-        1
-    } else {
-        3
-    };
+pub fn image_memory_bench(args: ImageArgs) {
+    let podvisor = program(&args.common);
+    let image = args.image;
+    let rounds = if args.common.quick { 1 } else { 3 };
     let dir = std::env::temp_dir().join(format!("podvisor-bench-images-{}", std::process::id()));
     let mut host = Vec::new();
     let mut from_image = Vec::new();

@@ -2,28 +2,14 @@
 
 use super::*;
 
-pub fn init_bench(args: &[String]) {
+pub fn init_bench(args: InitArgs) {
     let here = std::env::current_exe().unwrap();
     let target = here.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let podvisor = arg_value(args, "--podvisor")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target.join("init/podvisor"));
-    let testbin = arg_value(args, "--testbin")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| here.with_file_name("podvisor-testbin"));
-    let quick = args.iter().any(|a| a == "--quick");
-    for (what, path) in [
-        ("podvisor init build", &podvisor),
-        ("podvisor-testbin", &testbin),
-    ] {
-        if !path.exists() {
-            eprintln!(
-                "error: {what} not found at {} (see docs/benchmarks.md)",
-                path.display()
-            );
-            std::process::exit(2);
-        }
-    }
+    let podvisor = (args.podvisor).unwrap_or_else(|| target.join("init/podvisor"));
+    let podvisor = must_exist(podvisor, "--podvisor");
+    let testbin = (args.testbin).unwrap_or_else(|| here.with_file_name("podvisor-testbin"));
+    let testbin = must_exist(testbin, "--testbin");
+    let quick = args.quick;
     let install = installed(&podvisor, &[]);
     let inits = inits(&install.program);
 

@@ -218,14 +218,11 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
     }
 }
 
-pub fn live_bench(args: &[String]) {
-    let install = installed(
-        &program(args, "--podvisor", "podvisor"),
-        &["podvisor-keeper"],
-    );
+pub fn live_bench(args: WithHorust) {
+    let install = installed(&program(&args.common), &["podvisor-keeper"]);
     let podvisor = install.program.clone();
-    let horust = arg_value(args, "--horust").map(PathBuf::from);
-    let quick = args.iter().any(|a| a == "--quick");
+    let horust = args.horust;
+    let quick = args.common.quick;
     let rounds = if quick { 1 } else { 3 };
     let idle = Duration::from_secs(if quick { 3 } else { 10 });
     let dir = std::env::temp_dir().join(format!("podvisor-bench-live-{}", std::process::id()));

@@ -63,6 +63,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use clap::{Parser, Subcommand};
+
 struct Init {
     name: &'static str,
     /// The command line up to and including `--` (or what stands for it).
@@ -70,26 +72,127 @@ struct Init {
     binary: PathBuf,
 }
 
+/// podvisor's benchmarks, each run beside the programs it is compared with
+/// (docs/benchmarks.md; the scripts/bench-* scripts build what they measure and run them).
+#[derive(Parser)]
+#[command(name = "podvisor-bench")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// PID 1: `init -- true`, peak RSS and zombies reaped, beside tini and dumb-init
+    Init(InitArgs),
+    /// `podvisor run` with 100 containers: idle CPU, peak RSS, stop and restart lateness
+    Run(WithHorust),
+    /// 1,000 containers with TCP and HTTP probes, 200 with exec probes: CPU and drift
+    Probes(Common),
+    /// `status -o json`, `logs` of a 100 MB log, and idle watchers' CPU
+    Api(Common),
+    /// What the saved state costs: writes under a crash loop, idle CPU, taking over
+    State(Common),
+    /// `docker run --rm` with podvisor as ENTRYPOINT; the static PID 1 build beside tini-static
+    Docker(DockerArgs),
+    /// What cgroups, the mount namespace and the private root add to a start
+    Runtime(WithHorust),
+    /// `podvisor top` and `status -w` watchers on 10 pods of 100 containers
+    Top(TopArgs),
+    /// Keepers: start cost, memory, idle CPU and taking over 100 containers
+    LiveRestore(WithHorust),
+    /// What the securityContext and namespaces add to a start and to memory
+    Security(WithHorust),
+    /// 100 containers of one image beside the same 100 on the host's root
+    ImageMemory(ImageArgs),
+}
+
+/// What every benchmark takes.
+#[derive(clap::Args)]
+struct Common {
+    /// The podvisor binary to measure [default: `podvisor` beside this benchmark's binary]
+    #[arg(long, value_name = "PATH")]
+    podvisor: Option<PathBuf>,
+    /// Fewer and shorter runs
+    #[arg(long)]
+    quick: bool,
+}
+
+/// A benchmark that measures horust beside podvisor when given it.
+#[derive(clap::Args)]
+struct WithHorust {
+    #[command(flatten)]
+    common: Common,
+    /// horust's binary, measured beside podvisor (left out without it)
+    #[arg(long, value_name = "PATH")]
+    horust: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct InitArgs {
+    /// The PID 1 build [default: target/init/podvisor]
+    #[arg(long, value_name = "PATH")]
+    podvisor: Option<PathBuf>,
+    /// podvisor-testbin [default: beside this benchmark's binary]
+    #[arg(long, value_name = "PATH")]
+    testbin: Option<PathBuf>,
+    /// Fewer runs
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(clap::Args)]
+struct DockerArgs {
+    /// The static PID 1 build, measured beside tini-static
+    #[arg(long, value_name = "PATH")]
+    podvisor: PathBuf,
+    /// The image with podvisor as its ENTRYPOINT (scripts/build-images)
+    #[arg(long, value_name = "IMAGE")]
+    image: String,
+    /// Fewer runs
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(clap::Args)]
+struct TopArgs {
+    #[command(flatten)]
+    common: Common,
+    /// No crash loop: nothing changes (what top costs a quiet machine)
+    #[arg(long)]
+    idle: bool,
+    /// `status -w` watchers on each pod
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    watchers: usize,
+    /// Rounds of a window without and one with the watchers [default: 8, 2 with --quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: Option<u32>,
+}
+
+#[derive(clap::Args)]
+struct ImageArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The image the containers run (pulled by podvisor)
+    #[arg(long, value_name = "REF")]
+    image: String,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("init") => init::init_bench(&args[1..]),
-        Some("run") => run::run_bench(&args[1..]),
-        Some("probes") => probes::probes_bench(&args[1..]),
-        Some("api") => api::api_bench(&args[1..]),
-        Some("state") => state::state_bench(&args[1..]),
-        Some("docker") => docker::docker_bench(&args[1..]),
-        Some("runtime") => runtime::runtime_bench(&args[1..]),
-        Some("top") => top::top_bench(&args[1..]),
-        Some("live-restore") => live::live_bench(&args[1..]),
-        Some("security") => security::security_bench(&args[1..]),
-        Some("image-memory") => images::image_memory_bench(&args[1..]),
-        _ => {
-            eprintln!(
-                "usage: podvisor-bench init|run|probes|api|state|docker|runtime|top|live-restore|security|image-memory [--podvisor PATH] [--testbin PATH] [--horust PATH] [--quick]"
-            );
-            std::process::exit(2);
-        }
+    // A flag that is not a benchmark's, or a value that does not parse, is refused by name
+    // (exit 2) before anything is measured; `--help` prints each benchmark's flags.
+    match Cli::parse().bench {
+        Bench::Init(a) => init::init_bench(a),
+        Bench::Run(a) => run::run_bench(a),
+        Bench::Probes(a) => probes::probes_bench(a),
+        Bench::Api(a) => api::api_bench(a),
+        Bench::State(a) => state::state_bench(a),
+        Bench::Docker(a) => docker::docker_bench(a),
+        Bench::Runtime(a) => runtime::runtime_bench(a),
+        Bench::Top(a) => top::top_bench(a),
+        Bench::LiveRestore(a) => live::live_bench(a),
+        Bench::Security(a) => security::security_bench(a),
+        Bench::ImageMemory(a) => images::image_memory_bench(a),
     }
 }
 
@@ -102,12 +205,17 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The program `flag` names, else `name` beside this benchmark's binary (target/release).
-fn program(args: &[String], flag: &str, name: &str) -> PathBuf {
-    let path = arg_value(args, flag)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name(name));
-    // Refused before a bench makes its directories, which a panic later would leave behind.
+/// The program given with `--podvisor`, else `podvisor` beside this benchmark's binary
+/// (target/release).
+fn program(given: &Common) -> PathBuf {
+    let path = (given.podvisor.clone())
+        .unwrap_or_else(|| std::env::current_exe().unwrap().with_file_name("podvisor"));
+    must_exist(path, "--podvisor")
+}
+
+/// `path`, refused by name (exit 2) when it is not there, before a bench makes its
+/// directories, which a panic later would leave behind.
+fn must_exist(path: PathBuf, flag: &str) -> PathBuf {
     if !path.is_file() {
         eprintln!(
             "podvisor-bench: {}: no such program (give it with {flag} PATH)",
@@ -157,13 +265,6 @@ impl Drop for Installed {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn arg_value(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
 }
 
 /// The CPU time (ns) of all of `pid`'s threads alive now.

@@ -3,10 +3,10 @@
 
 use super::*;
 
-pub fn run_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
-    let horust = arg_value(args, "--horust").map(std::path::PathBuf::from);
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn run_bench(args: WithHorust) {
+    let podvisor = program(&args.common);
+    let horust = args.horust;
+    let quick = args.common.quick;
     let idle = if quick {
         Duration::from_secs(3)
     } else {

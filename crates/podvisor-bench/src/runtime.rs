@@ -49,10 +49,10 @@ struct Figures {
     rss: f64,
 }
 
-pub fn runtime_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
-    let horust = arg_value(args, "--horust").map(PathBuf::from);
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn runtime_bench(args: WithHorust) {
+    let podvisor = program(&args.common);
+    let horust = args.horust;
+    let quick = args.common.quick;
     let rounds = if quick { 1 } else { 3 };
     let idle = Duration::from_secs(if quick { 3 } else { 10 });
     let dir = std::env::temp_dir().join(format!("podvisor-bench-runtime-{}", std::process::id()));

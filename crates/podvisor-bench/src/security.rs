@@ -102,10 +102,10 @@ fn one_run(podvisor: &Path, dir: &Path, way: Way, live: bool) -> (f64, f64, f64)
     (mean, median, pss)
 }
 
-pub fn security_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
-    let horust = arg_value(args, "--horust").map(PathBuf::from);
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn security_bench(args: WithHorust) {
+    let podvisor = program(&args.common);
+    let horust = args.horust;
+    let quick = args.common.quick;
     let rounds = if quick { 1 } else { 5 };
     let dir = std::env::temp_dir().join(format!("podvisor-bench-security-{}", std::process::id()));
     let mut plain = Vec::new();

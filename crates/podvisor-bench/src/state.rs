@@ -13,9 +13,9 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use super::*;
 
-pub fn state_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn state_bench(args: Common) {
+    let podvisor = program(&args);
+    let quick = args.quick;
     let dir = std::env::temp_dir().join(format!("podvisor-bench-state-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 

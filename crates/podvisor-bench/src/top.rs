@@ -33,23 +33,21 @@ impl std::ops::AddAssign for Window {
     }
 }
 
-pub fn top_bench(args: &[String]) {
-    let podvisor = program(args, "--podvisor", "podvisor");
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn top_bench(args: TopArgs) {
+    let podvisor = program(&args.common);
+    let quick = args.common.quick;
     // --idle: no crash loop, nothing changes (what top costs a quiet machine).
-    let idle = args.iter().any(|a| a == "--idle");
+    let idle = args.idle;
     let crash = if idle {
         "sleep 100000"
     } else {
         "sleep 1; exit 1"
     };
     let window = Duration::from_secs(if quick { 5 } else { 10 });
-    let watchers: usize =
-        arg_value(args, "--watchers").map_or(5, |n| n.parse().expect("--watchers N"));
-    let rounds: usize = arg_value(args, "--rounds").map_or(if quick { 2 } else { 8 }, |n| {
-        n.parse().expect("--rounds N")
-    });
-    assert!(rounds > 0, "--rounds N: at least 1");
+    let watchers = args.watchers;
+    let rounds = args
+        .rounds
+        .map_or(if quick { 2 } else { 8 }, |n| n as usize);
     let dir = std::env::temp_dir().join(format!("podvisor-bench-top-{}", std::process::id()));
     let root = dir.join("root");
     let mut runs = start_pods(&podvisor, &dir, &root, crash);
