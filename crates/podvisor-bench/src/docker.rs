@@ -42,37 +42,55 @@ pub fn docker_bench(args: DockerArgs) {
         println!("  {name:<28} {:8.1} ms", median(s.clone()));
     }
 
+    // A copy, as an install writes it: the linker's own file is in the page cache in small
+    // folios and keeps less resident (see `Installed`); tini-static is its package's file.
+    let install = installed(&podvisor, &[]);
     let tini = Path::new("/usr/bin/tini-static");
-    let mut peers: Vec<(&str, PathBuf)> = vec![("podvisor static", PathBuf::from(&podvisor))];
+    let mut peers: Vec<(&str, PathBuf)> = vec![("podvisor static", install.program.clone())];
     if tini.exists() {
         peers.push(("tini-static", tini.to_path_buf()));
     } else {
         println!("tini-static is not installed (apt-get install tini): no peer for size and RSS");
     }
+    let inits: Vec<Init> = (peers.iter())
+        .map(|&(name, ref bin)| Init {
+            name,
+            // Both as a subreaper, as `podvisor-bench init` measures `init -s -- sleep`.
+            argv: if name == "podvisor static" {
+                vec![
+                    bin.display().to_string(),
+                    "init".into(),
+                    "-s".into(),
+                    "--".into(),
+                ]
+            } else {
+                vec![bin.display().to_string(), "-s".into(), "--".into()]
+            },
+            binary: bin.clone(),
+        })
+        .collect();
+    let rss = measure_interleaved(&inits, 5, |init| {
+        let mut child = Command::new(&init.argv[0])
+            .args(&init.argv[1..])
+            .args(["sleep", "1"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let kb = vm_hwm_kb(child.id()).unwrap_or(f64::NAN);
+        child.wait().unwrap();
+        kb
+    });
     println!();
-    println!("static PID 1 builds: size, peak RSS supervising sleep (median of 5)");
-    for (name, bin) in &peers {
-        let size = std::fs::metadata(bin).unwrap().len();
-        let rss: Vec<f64> = (0..5)
-            .map(|_| {
-                let mut cmd = Command::new(bin);
-                if *name == "podvisor static" {
-                    cmd.args(["init", "-q", "--", "sleep", "1"]);
-                } else {
-                    cmd.args(["-s", "--", "sleep", "1"]);
-                }
-                let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
-                std::thread::sleep(Duration::from_millis(300));
-                let kb = vm_hwm_kb(child.id()).unwrap_or(f64::NAN);
-                child.wait().unwrap();
-                kb
-            })
-            .collect();
+    println!("static PID 1 builds: size, peak RSS supervising sleep (median of 5, interleaved)");
+    for (init, kb) in inits.iter().zip(rss) {
+        let size = std::fs::metadata(&init.binary).unwrap().len();
         println!(
-            "  {name:<16} {:9} bytes ({:.1} KiB)   {:7.0} KiB RSS",
+            "  {:<16} {:9} bytes ({:.1} KiB)   {:7.0} KiB RSS",
+            init.name,
             size,
             size as f64 / 1024.0,
-            median(rss)
+            kb
         );
     }
 }
