@@ -45,30 +45,25 @@ pub fn docker_bench(args: DockerArgs) {
     // A copy, as an install writes it: the linker's own file is in the page cache in small
     // folios and keeps less resident (see `Installed`); tini-static is its package's file.
     let install = installed(&podvisor, &[]);
+    // Both as a subreaper, as `podvisor-bench init` measures `init -s -- sleep`.
+    let init = |name, binary: &Path, argv: &[&str]| Init {
+        name,
+        argv: std::iter::once(binary.display().to_string())
+            .chain(argv.iter().map(|a| a.to_string()))
+            .collect(),
+        binary: binary.to_path_buf(),
+    };
+    let mut inits = vec![init(
+        "podvisor static",
+        &install.program,
+        &["init", "-s", "--"],
+    )];
     let tini = Path::new("/usr/bin/tini-static");
-    let mut peers: Vec<(&str, PathBuf)> = vec![("podvisor static", install.program.clone())];
     if tini.exists() {
-        peers.push(("tini-static", tini.to_path_buf()));
+        inits.push(init("tini-static", tini, &["-s", "--"]));
     } else {
         println!("tini-static is not installed (apt-get install tini): no peer for size and RSS");
     }
-    let inits: Vec<Init> = (peers.iter())
-        .map(|&(name, ref bin)| Init {
-            name,
-            // Both as a subreaper, as `podvisor-bench init` measures `init -s -- sleep`.
-            argv: if name == "podvisor static" {
-                vec![
-                    bin.display().to_string(),
-                    "init".into(),
-                    "-s".into(),
-                    "--".into(),
-                ]
-            } else {
-                vec![bin.display().to_string(), "-s".into(), "--".into()]
-            },
-            binary: bin.clone(),
-        })
-        .collect();
     let rss = measure_interleaved(&inits, 5, |init| {
         let mut child = Command::new(&init.argv[0])
             .args(&init.argv[1..])
