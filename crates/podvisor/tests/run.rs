@@ -364,6 +364,14 @@ fn a_command_that_cannot_run_is_a_start_error() {
         ) && !message.contains("executable"),
         "{message}"
     );
+    // A variable execve cannot pass (a NUL byte in its value) is named.
+    let message = start_error(
+        "  containers:\n  - name: app\n    command: ['true']\n    env: [{name: OK, value: a}, {name: BAD, value: \"a\\0b\"}]\n",
+    );
+    assert!(
+        message.contains("cannot set its environment: the variable \"BAD\" holds a NUL byte"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -329,7 +329,7 @@ impl Keeper {
             stderr: err_write.as_raw_fd(),
             working_dir: r.working_dir,
             working_dir_optional: r.working_dir_optional,
-            env: r.env.into_iter().map(OsString::from).collect(),
+            env: sys::Environment::new(&r.env)?,
             mounts: r.mounts,
             join_mounts: None,
             join_user: None,

@@ -48,7 +48,7 @@ impl Owner {
 /// What a container's probe and hook commands run with.
 #[derive(Debug)]
 pub struct ExecContext<'a> {
-    pub env: &'a [OsString],
+    pub env: &'a sys::Environment,
     pub working_dir: Option<PathBuf>,
     /// See `ContainerIo::working_dir_optional`.
     pub working_dir_optional: bool,
@@ -77,7 +77,7 @@ impl ExecContext<'_> {
             stderr,
             working_dir: self.working_dir.clone(),
             working_dir_optional: self.working_dir_optional,
-            env: self.env.to_vec(),
+            env: self.env.clone(),
             mounts: Vec::new(),
             join_mounts: self.mounts,
             join_user: self.user_ns,

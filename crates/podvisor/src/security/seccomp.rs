@@ -28,6 +28,9 @@ use seccompiler::{
 
 use crate::process::sys::BpfInstruction;
 
+/// One instruction as this compiler writes it: code, jump if true, jump if false, value.
+type Insn = (u16, u8, u8, u32);
+
 /// Why a profile could not be compiled.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -35,14 +38,15 @@ pub struct CompileError(String);
 
 /// The filters of `profile`, in the order they are to be loaded.
 pub fn compile(profile: &Resolved) -> Result<Vec<Vec<BpfInstruction>>, CompileError> {
-    compile_with(profile, true)
+    let filters = compile_with(profile, true)?;
+    Ok(filters
+        .into_iter()
+        .map(|f| f.into_iter().map(BpfInstruction::from).collect())
+        .collect())
 }
 
 /// `compile`, with the entries without conditions searched first (`ranges_first`) or not.
-fn compile_with(
-    profile: &Resolved,
-    search: bool,
-) -> Result<Vec<Vec<BpfInstruction>>, CompileError> {
+fn compile_with(profile: &Resolved, search: bool) -> Result<Vec<Vec<Insn>>, CompileError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| CompileError(format!("seccomp on this architecture: {e}")))?;
     let mut filters = Vec::new();
@@ -91,7 +95,7 @@ fn filter(
     on_match: SeccompAction,
     arch: TargetArch,
     search: bool,
-) -> Result<Vec<BpfInstruction>, CompileError> {
+) -> Result<Vec<Insn>, CompileError> {
     // Per system call: its conditional rules, or none for "always" (an entry without
     // conditions matches whatever the others say).
     let mut by_number: BTreeMap<i64, Option<Vec<SeccompRule>>> = BTreeMap::new();
@@ -137,7 +141,7 @@ fn seccompiler_program(
     mismatch: SeccompAction,
     on_match: SeccompAction,
     arch: TargetArch,
-) -> Result<Vec<BpfInstruction>, CompileError> {
+) -> Result<Vec<Insn>, CompileError> {
     let filter = SeccompFilter::new(map, mismatch, on_match, arch)
         .map_err(|e| CompileError(format!("seccomp filter: {e}")))?;
     let program: BpfProgram = filter
@@ -161,11 +165,7 @@ const DATA_ARCH: u32 = 4;
 /// `numbers` that returns `on_match` for each of them; every other system call goes on to
 /// the rest of `program`. `None` when `program` does not begin with the check as seccompiler
 /// writes it.
-fn ranges_first(
-    program: &[BpfInstruction],
-    numbers: &[u32],
-    on_match: u32,
-) -> Option<Vec<BpfInstruction>> {
+fn ranges_first(program: &[Insn], numbers: &[u32], on_match: u32) -> Option<Vec<Insn>> {
     let checks_arch = program.len() > 3
         && program[0] == (LD_W_ABS, 0, 0, DATA_ARCH)
         && (program[1].0, program[1].1, program[1].2) == (JMP_JEQ_K, 1, 0)
@@ -208,7 +208,7 @@ fn ranges_first(
 fn search_ranges(
     ranges: &[(u32, u32)],
     on_match: u32,
-    out: &mut Vec<BpfInstruction>,
+    out: &mut Vec<Insn>,
     misses: &mut Vec<usize>,
 ) {
     if let [(lo, hi)] = ranges {
@@ -292,13 +292,13 @@ mod tests {
 
     /// Runs a classic BPF program (the instructions seccompiler and `ranges_first` write) on
     /// `data`, a `struct seccomp_data`, as the kernel does; the action it returns.
-    fn run(program: &[BpfInstruction], data: &[u8; 64]) -> u32 {
+    fn run<I: Copy + Into<Insn>>(program: &[I], data: &[u8; 64]) -> u32 {
         let (mut a, mut pc) = (0u32, 0usize);
         let mut steps = 0;
         loop {
             steps += 1;
             assert!(steps < 10_000, "the program does not end");
-            let (code, jt, jf, k) = program[pc];
+            let (code, jt, jf, k) = program[pc].into();
             pc += 1;
             let jump = |taken: bool| usize::from(if taken { jt } else { jf });
             match code {

@@ -61,9 +61,14 @@ impl Supervisor {
         );
         if terminal.is_some() {
             // As CRI exec with a terminal: TERM=xterm.
-            io.env
-                .retain(|e| !e.as_encoded_bytes().starts_with(b"TERM="));
-            io.env.push("TERM=xterm".into());
+            io.env = match io.env.with("TERM", "xterm") {
+                Ok(env) => env,
+                Err(e) => {
+                    return self
+                        .api
+                        .reply(slot, 500, &format!("cannot {e}\n"), &self.epoll)
+                }
+            };
             io.terminal = terminal;
         }
         let argv: Vec<OsString> = command.iter().map(OsString::from).collect();

@@ -385,7 +385,9 @@ impl Supervisor {
         let strings = (|| -> io::Result<_> {
             Ok((
                 argv.iter().cloned().map(text).collect::<io::Result<_>>()?,
-                io.env.into_iter().map(text).collect::<io::Result<_>>()?,
+                (io.env.vars())
+                    .map(|v| text(v.to_os_string()))
+                    .collect::<io::Result<_>>()?,
             ))
         })();
         let (argv, env) = strings.map_err(|e| (None, e))?;
@@ -651,8 +653,12 @@ impl Supervisor {
                 instance: a.instance,
             };
             let stage = self.pod.containers()[a.container].stage;
-            self.envs[a.container] = self.instance_env(a.container, stage);
             let name = &self.plan.pod.containers[a.container].name;
+            // It was started with this environment, so it can be made again.
+            match self.instance_env(a.container, stage) {
+                Ok(env) => self.envs[a.container] = env,
+                Err(e) => eprintln!("podvisor: container {name}: cannot {e}"),
+            }
             let cgroup = match self
                 .cgroups
                 .pod

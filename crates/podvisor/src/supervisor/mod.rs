@@ -31,7 +31,6 @@ mod spawn;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -202,7 +201,9 @@ pub fn run(
             return Err(e);
         }
     };
-    let (base_envs, envs) = spawn::container_envs(&plan);
+    let base_envs = spawn::container_envs(&plan);
+    // Each is made at its instance's start (or adoption), before any probe or hook runs.
+    let envs = vec![sys::Environment::default(); base_envs.len()];
     let counters = Counters::new(&info.namespace, &info.name);
     let applied = plan.exec.iter().map(|x| x.resources).collect();
     let containers = plan.exec.len();
@@ -365,7 +366,7 @@ struct Supervisor {
     base_envs: Vec<Vec<(String, String)>>,
     /// Each container's environment as its current instance has it, `NAME=value` (its probes
     /// and hooks get it too).
-    envs: Vec<Vec<OsString>>,
+    envs: Vec<sys::Environment>,
     epoll: Epoll,
     dir: StateDir,
     events: EventSink,

@@ -148,7 +148,7 @@ impl Sandbox {
             stderr: null.as_raw_fd(),
             working_dir: Some("/".into()),
             working_dir_optional: false,
-            env: crate::process::failpoint::stall_environment(),
+            env: sys::Environment::new(crate::process::failpoint::stall_environment())?,
             mounts: Vec::new(),
             join_mounts: None,
             join_user: None,

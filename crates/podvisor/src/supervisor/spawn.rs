@@ -18,7 +18,7 @@ use super::{PidOwner, Supervisor, TOKEN_EXIT, TOKEN_LOG, TOKEN_TASK};
 use crate::cgroup::InstanceCgroup;
 use crate::probe::{Done, ExecContext, Owner};
 use crate::process::sys::{
-    self, BindMount, ChildSetup, ContainerIo, PrivateRoot, EV_ONESHOT, EV_READ,
+    self, BindMount, ChildSetup, ContainerIo, Environment, PrivateRoot, EV_ONESHOT, EV_READ,
 };
 use crate::state::logs::{tail_text, LogFile, LogNews, LogStream};
 
@@ -209,7 +209,10 @@ impl Supervisor {
         began: std::time::Instant,
     ) -> io::Result<Launch> {
         // Probes and hooks of this instance see what it sees.
-        self.envs[id.container] = self.instance_env(id.container, stage);
+        match self.instance_env(id.container, stage) {
+            Ok(env) => self.envs[id.container] = env,
+            Err(e) => return Ok(Launch::Done(Input::StartFailed(id, format!("cannot {e}")))),
+        }
         let (root, mounts) = match self.root_and_mounts(id.container) {
             Ok(both) => both,
             Err(why) => return Ok(Launch::Done(Input::StartFailed(id, why))),
@@ -418,14 +421,14 @@ impl Supervisor {
     }
 
     /// Container `i`'s environment for an instance in `stage`, `NAME=value`.
-    pub(super) fn instance_env(&self, i: usize, stage: Option<Stage>) -> Vec<OsString> {
+    pub(super) fn instance_env(&self, i: usize, stage: Option<Stage>) -> io::Result<Environment> {
         let mut vars = self.base_envs[i].clone();
         if let (Some(stage), Some(staging)) = (stage, self.plan.pod.staging) {
             self.plan
                 .staged_env
                 .apply(stage, staging.policy.logging, &mut vars);
         }
-        os_env(&vars)
+        Environment::new(vars.iter().map(|(k, v)| format!("{k}={v}")))
     }
 
     /// Container `i`'s working directory: its `workingDir`, else the one podvisor was started
@@ -542,15 +545,13 @@ pub(super) fn hook_result(outcome: ProbeOutcome) -> Result<(), String> {
 /// A container's environment variables, by name and value.
 pub(super) type Env = Vec<(String, String)>;
 
-/// Each container's environment (`container_env`), and the same as execve takes it.
-pub(super) fn container_envs(plan: &RunPlan) -> (Vec<Env>, Vec<Vec<OsString>>) {
+/// Each container's environment (`container_env`).
+pub(super) fn container_envs(plan: &RunPlan) -> Vec<Env> {
     // HOSTNAME is the container's hostname (the host's on the host's network).
     let hostname = (plan.namespaces.hostname.clone()).unwrap_or_else(sys::hostname);
-    let base: Vec<_> = (plan.exec.iter())
+    (plan.exec.iter())
         .map(|e| container_env(&hostname, &e.env))
-        .collect();
-    let envs = base.iter().map(|v| os_env(v)).collect();
-    (base, envs)
+        .collect()
 }
 
 /// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = its
@@ -571,13 +572,6 @@ pub(super) fn container_env(hostname: &str, env: &[(String, String)]) -> Vec<(St
         }
     }
     out
-}
-
-/// `NAME=value` strings, as execve takes them.
-pub(super) fn os_env(vars: &[(String, String)]) -> Vec<OsString> {
-    vars.iter()
-        .map(|(k, v)| OsString::from(format!("{k}={v}")))
-        .collect()
 }
 
 impl Supervisor {

@@ -1,11 +1,11 @@
 //! Spawning: everything the child needs, prepared before the clone (its side is `child.rs`,
 //! a container's root and mounts `rootfs.rs`), the kept low descriptors, and the clone.
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::child::{ChildPlan, Mode};
 use super::clone::{
@@ -48,7 +48,7 @@ pub struct ContainerIo {
     /// does not exist (inside a private root) the process starts in `/`.
     pub working_dir_optional: bool,
     /// The whole environment, `NAME=value`.
-    pub env: Vec<OsString>,
+    pub env: Environment,
     /// Volumes: bind mounts in a private mount namespace of the process (root only).
     pub mounts: Vec<BindMount>,
     /// Join this mount namespace instead (an exec probe or hook in its container).
@@ -65,6 +65,48 @@ pub struct ContainerIo {
     pub credentials: Option<Credentials>,
     /// Its UTS, IPC and PID namespaces.
     pub namespaces: Namespaces,
+}
+
+/// A process's whole environment as execve(2) takes it: `NAME=value` C strings, made once and
+/// shared by every process started with it (a container's instance, its exec probes and
+/// hooks), not copied and converted again at each start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment(Arc<[CString]>);
+
+impl Environment {
+    /// The variables `NAME=value`; an error names the first that holds a NUL byte, which
+    /// execve cannot pass.
+    pub fn new<S: AsRef<OsStr>>(vars: impl IntoIterator<Item = S>) -> io::Result<Environment> {
+        let strings = vars.into_iter().map(|v| {
+            let bytes = v.as_ref().as_bytes();
+            CString::new(bytes).map_err(|_| {
+                let name = bytes.split(|&b| b == b'=').next().unwrap_or_default();
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "set its environment: the variable {:?} holds a NUL byte",
+                        String::from_utf8_lossy(name)
+                    ),
+                )
+            })
+        });
+        Ok(Environment(strings.collect::<io::Result<_>>()?))
+    }
+
+    /// The variables, `NAME=value`.
+    pub fn vars(&self) -> impl Iterator<Item = &OsStr> {
+        self.0.iter().map(|v| OsStr::from_bytes(v.as_bytes()))
+    }
+
+    /// This environment with `name` set to `value`, last, in place of any value it had.
+    pub fn with(&self, name: &str, value: &str) -> io::Result<Environment> {
+        let set = format!("{name}={value}");
+        let others = self.vars().filter(|v| {
+            let v = v.as_bytes();
+            !(v.starts_with(name.as_bytes()) && v.get(name.len()) == Some(&b'='))
+        });
+        Environment::new(others.chain([OsStr::new(&set)]))
+    }
 }
 
 /// The namespaces a container's process enters, or gets of its own, besides its mount and
@@ -197,7 +239,7 @@ fn reset_low_fds(used: &[RawFd]) {
 #[derive(Default)]
 struct Prepared {
     /// Owns what `env_ptrs` points at.
-    _env_strings: Vec<CString>,
+    _env: Environment,
     env_ptrs: Vec<*const libc::c_char>,
     cwd: Option<CString>,
     cwd_optional: bool,
@@ -222,16 +264,11 @@ impl Prepared {
             ChildSetup::Session => return Ok((Mode::TerminalSession, Prepared::default())),
             ChildSetup::Container(io) => io,
         };
-        let env_strings: Vec<CString> = io
-            .env
-            .iter()
-            .map(|e| c_string(e.as_bytes()))
-            .collect::<io::Result<_>>()?;
-        let mut env_ptrs: Vec<*const libc::c_char> =
-            env_strings.iter().map(|e| e.as_ptr()).collect();
+        let mut env_ptrs = Vec::with_capacity(io.env.0.len() + 1);
+        env_ptrs.extend(io.env.0.iter().map(|e| e.as_ptr()));
         env_ptrs.push(std::ptr::null());
         let prepared = Prepared {
-            _env_strings: env_strings,
+            _env: io.env.clone(),
             env_ptrs,
             cwd: io
                 .working_dir
@@ -684,4 +721,26 @@ pub fn spawn_with_terminal(
     drop((creds_spec, root_spec, dev_spec, ptrs, prep));
     let terminal = (plan.tty_errno != 0).then(|| io::Error::from_raw_os_error(plan.tty_errno));
     Ok((pid, terminal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_environment_sets_a_variable_in_place_of_its_value() {
+        let env = Environment::new(["TERM=dumb", "TERMINFO=/x", "A=1"]).unwrap();
+        let with = env.with("TERM", "xterm").unwrap();
+        let vars: Vec<&OsStr> = with.vars().collect();
+        assert_eq!(vars, ["TERMINFO=/x", "A=1", "TERM=xterm"]);
+        // The one it was made from is shared, not changed.
+        assert_eq!(env.vars().count(), 3);
+        let e = Environment::new(["A=1", "B=x\0y"]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string()
+                .contains("the variable \"B\" holds a NUL byte"),
+            "{e}"
+        );
+    }
 }
