@@ -209,12 +209,12 @@ fn exec_run(
     let exec_ready = count_events(&exec_events, "Ready");
     let secs = window.as_secs_f64();
     let what = match restricted {
-        true => "restricted, 40 env vars, ",
-        false => "",
+        true => "restricted containers (40 vars) x exec",
+        false => "containers x exec readiness",
     };
     println!(
         "{:<58} {:>9.2}%  <= 3 %",
-        format!("CPU, {n_exec} containers x exec readiness @1s ({what}{name})"),
+        format!("CPU, {n_exec} {what} @1s"),
         exec_cpu / secs * 100.0
     );
     let per_probe = exec_cpu / secs / n_exec as f64;
