@@ -43,6 +43,8 @@ pub struct BpfInstruction {
 const _: () = assert!(
     std::mem::size_of::<BpfInstruction>() == std::mem::size_of::<libc::sock_filter>()
         && std::mem::align_of::<BpfInstruction>() == std::mem::align_of::<libc::sock_filter>()
+        && std::mem::offset_of!(BpfInstruction, jt) == std::mem::offset_of!(libc::sock_filter, jt)
+        && std::mem::offset_of!(BpfInstruction, jf) == std::mem::offset_of!(libc::sock_filter, jf)
         && std::mem::offset_of!(BpfInstruction, k) == std::mem::offset_of!(libc::sock_filter, k)
 );
 
