@@ -5,6 +5,7 @@
 use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::Pod as K8sPod;
+use serde_json::value::RawValue;
 
 use super::{ContainerInputs, SpecJson, WallClock};
 
@@ -23,25 +24,23 @@ pub struct ContainerParts {
 /// its inputs changed (`LineCache::container`).
 pub fn pod_parts(mut pod: K8sPod, containers: ContainerParts, spec: &SpecJson) -> LineParts {
     let status = pod.status.take().map(|mut st| {
-        // What is left is small: its members, in the typed order; each list of container
-        // statuses goes where it belongs in that order (an empty array holds its place).
+        // What is left is small: its members, in the typed order, each written as JSON text
+        // once (no JSON tree); each list of container statuses goes where it belongs in that
+        // order (an empty array holds its place).
         st.init_container_statuses = containers.init.as_ref().map(|_| Vec::new());
         st.container_statuses = Some(Vec::new());
-        let members = match serde_json::to_value(&st) {
-            Ok(serde_json::Value::Object(m)) => m,
-            _ => serde_json::Map::new(),
-        };
+        let text = serde_json::to_string(&st).unwrap_or_default();
         let mut lists = [
             ("initContainerStatuses", containers.init),
             ("containerStatuses", Some(containers.main)),
         ];
-        members
+        members(&text)
             .into_iter()
             .map(|(key, value)| {
                 let list = lists.iter_mut().find(|(k, _)| *k == key);
                 match list.and_then(|(_, l)| l.take()) {
                     Some(parts) => (key, Part::List(parts)),
-                    None => (key, Part::Value(value)),
+                    None => (key, Part::Json(value.into())),
                 }
             })
             .collect()
@@ -51,6 +50,31 @@ pub fn pod_parts(mut pod: K8sPod, containers: ContainerParts, spec: &SpecJson) -
         spec: spec.clone(),
         status,
     }
+}
+
+/// The members of the JSON object `object`, in order, each value as its JSON text.
+fn members(object: &str) -> Vec<(String, &str)> {
+    struct Members;
+    impl<'de> serde::de::Visitor<'de> for Members {
+        type Value = Vec<(String, &'de str)>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut members = Vec::new();
+            while let Some((key, value)) = map.next_entry::<String, &'de RawValue>()? {
+                members.push((key, value.get()));
+            }
+            Ok(members)
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(object);
+    serde::Deserializer::deserialize_map(&mut reader, Members).unwrap_or_default()
 }
 
 /// How a status line begins, before its metadata.
@@ -77,7 +101,8 @@ pub struct LineParts {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Part {
-    Value(serde_json::Value),
+    /// A member's value as JSON text.
+    Json(Box<str>),
     /// A list of container statuses, each as JSON.
     List(Vec<Rc<str>>),
 }
@@ -178,8 +203,10 @@ fn write_status(out: &mut String, members: &[(String, Part)]) {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&serde_json::to_string(key).unwrap_or_default());
-        out.push(':');
+        // The members are PodStatus's camelCase names: nothing to escape.
+        out.push('"');
+        out.push_str(key);
+        out.push_str("\":");
         write_part(out, part);
     }
     out.push('}');
@@ -187,7 +214,7 @@ fn write_status(out: &mut String, members: &[(String, Part)]) {
 
 fn write_part(out: &mut String, part: &Part) {
     match part {
-        Part::Value(v) => out.push_str(&serde_json::to_string(v).unwrap_or_default()),
+        Part::Json(text) => out.push_str(text),
         Part::List(parts) => {
             out.push('[');
             for (i, p) in parts.iter().enumerate() {
@@ -219,7 +246,7 @@ impl LineCache {
         wall: WallClock<'_>,
     ) -> Rc<str> {
         if let Some(Some((kept, json))) = self.containers.get(at) {
-            if kept == inputs {
+            if inputs.same_as(kept) {
                 return json.clone();
             }
         }
@@ -369,11 +396,37 @@ mod tests {
         }
         // A status whose inputs did not change is the one made before, not made again.
         let case = a_pod(3, 3, 1);
-        let kept = cache.container(1, &case.main[1], &wall);
-        assert!(Rc::ptr_eq(&kept, &cache.container(1, &case.main[1], &wall)));
-        let mut moved = case.main[1].clone();
-        moved.restart_count += 1;
-        assert!(!Rc::ptr_eq(&kept, &cache.container(1, &moved, &wall)));
+        // (Container `main[1]` is third in the core's order, after the init container.)
+        let kept = cache.container(2, &case.main[1], &wall);
+        assert!(Rc::ptr_eq(&kept, &cache.container(2, &case.main[1], &wall)));
+        // Any input that can change makes it again.
+        let changes: [fn(&mut ContainerInputs); 9] = [
+            |c| c.restart_count += 1,
+            |c| c.ready = !c.ready,
+            |c| c.started = !c.started,
+            |c| c.pids[0] = Some(7),
+            |c| c.state = Cow::Owned(ContainerState::Running { started_at: Instant::from_millis(5) }),
+            |c| {
+                c.last_state = Some(Cow::Owned(ContainerState::Waiting {
+                    reason: WaitingReason::CrashLoopBackOff,
+                    message: None,
+                }))
+            },
+            |c| c.image_id = Cow::Borrowed("busybox@sha256:cd"),
+            |c| c.stop_signal = Some(Cow::Borrowed("SIGUSR1")),
+            |c| c.resources[1].cpu_limit = Some(500),
+        ];
+        for (n, change) in changes.iter().enumerate() {
+            let mut moved = case.main[1].clone();
+            change(&mut moved);
+            assert_ne!(moved, case.main[1], "change {n}");
+            let made = cache.container(2, &moved, &wall);
+            assert!(!Rc::ptr_eq(&kept, &made), "change {n}");
+            assert_eq!(*made, *serde_json::to_string(&moved.status(&wall)).unwrap());
+            // And back: the status as it was, made again.
+            let back = cache.container(2, &case.main[1], &wall);
+            assert_eq!(back, kept, "change {n}");
+        }
         // A spec resized in place is written as it now is; so is a container resized.
         let resized = SpecJson::new(&json!({"containers": [{"name": "c0", "resources": {}}]}));
         let mut case = a_pod(3, 0, 5);
@@ -417,7 +470,12 @@ mod tests {
 
     #[test]
     fn each_patch_makes_the_line_before_into_the_next_and_says_only_what_changed() {
-        let mut cache = LineCache::default();
+        // A cache is one pod's: a pod of other containers has its own.
+        let mut caches = std::collections::BTreeMap::<usize, LineCache>::new();
+        let mut parts = |case: Case, spec: &SpecJson| {
+            let cache = caches.entry(case.main.len()).or_default();
+            parts(case, spec, cache)
+        };
         let spec = SpecJson::new(&json!({"containers": [{"name": "c0"}]}));
         let with_reason = {
             let mut p = a_pod(3, 1, 4);
@@ -442,11 +500,11 @@ mod tests {
             (no_status, &resized),
             (a_pod(3, 2, 1), &spec),
         ];
-        let mut before = parts(a_pod(3, 0, 0), &spec, &mut cache);
+        let mut before = parts(a_pod(3, 0, 0), &spec);
         let mut doc: serde_json::Value = serde_json::from_str(&before.line()).unwrap();
         let mut sizes = Vec::new();
         for (case, spec) in steps {
-            let parts = parts(case, spec, &mut cache);
+            let parts = parts(case, spec);
             match parts.patch_from(&before) {
                 Some(patch) => {
                     sizes.push(patch.len());
@@ -462,8 +520,8 @@ mod tests {
         assert_eq!(sizes[0], 0);
         assert_eq!(sizes[2], 0);
         let one = r#"[{"op":"replace","path":"/status/containerStatuses/1","value":"#;
-        let patch = parts(a_pod(3, 1, 9), &spec, &mut cache)
-            .patch_from(&parts(a_pod(3, 1, 8), &spec, &mut cache))
+        let patch = parts(a_pod(3, 1, 9), &spec)
+            .patch_from(&parts(a_pod(3, 1, 8), &spec))
             .unwrap();
         assert!(patch.starts_with(one), "{patch}");
         assert_eq!(patch.matches(r#""op""#).count(), 1, "{patch}");

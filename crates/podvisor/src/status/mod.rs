@@ -191,6 +191,37 @@ impl<'a> ContainerInputs<'a> {
         }
     }
 
+    /// Whether these inputs make the same status as `kept`, made for the same container of
+    /// the same pod. Its name and image come from the manifest and stay what they were for
+    /// the pod's life, so they are not compared again: with 100 containers a line would read
+    /// 200 more strings, each elsewhere in memory, to learn that nothing changed. The rest is
+    /// compared whole (a field added to the inputs must be named here).
+    pub fn same_as(&self, kept: &ContainerInputs) -> bool {
+        let ContainerInputs {
+            name,
+            state,
+            last_state,
+            ready,
+            restart_count,
+            started,
+            pids,
+            image,
+            image_id,
+            stop_signal,
+            resources,
+        } = self;
+        debug_assert!(*name == kept.name && *image == kept.image);
+        *ready == kept.ready
+            && *restart_count == kept.restart_count
+            && *started == kept.started
+            && *pids == kept.pids
+            && *resources == kept.resources
+            && *state == kept.state
+            && *last_state == kept.last_state
+            && *image_id == kept.image_id
+            && *stop_signal == kept.stop_signal
+    }
+
     /// An owned copy.
     pub fn kept(&self) -> ContainerInputs<'static> {
         let own = |s: &Cow<'_, str>| Cow::Owned(s.to_string());
