@@ -867,11 +867,11 @@ pub fn client(r: &PodRun, args: &[&str]) -> Output {
 }
 
 /// A saved state file of podvisor (`podvisor.state`, `podvisor-init.state`): its JSON,
-/// between its header line (`podvisor-state 2 KIND`) and its checksum line.
+/// between its header line (`podvisor-state 3 KIND`) and its checksum line.
 pub fn saved_record(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("podvisor-state 2 "), "{text}");
+    assert!(lines[0].starts_with("podvisor-state 3 "), "{text}");
     assert!(lines.last().unwrap().starts_with("checksum "), "{text}");
     serde_json::from_str(&lines[1..lines.len() - 1].join("\n")).unwrap()
 }

@@ -198,7 +198,7 @@ fn a_stopped_run_resumes_and_an_ended_pod_starts_anew() {
     assert_eq!(counts, [0, 0]);
 }
 
-/// FNV-1a, 64 bits: the first release's record checksum.
+/// FNV-1a, 64 bits: the record checksum of formats 1 and 2.
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -244,6 +244,35 @@ fn a_state_dir_of_the_first_release_is_taken_up() {
 }
 
 #[test]
+fn a_state_dir_of_record_format_2_is_taken_up() {
+    // What the releases before format 3 wrote: the same JSON under a header of format 2 and
+    // a checksum of single bytes.
+    let spec = "  containers:\n  - {name: app, command: [sh, -c, 'exit 1']}\n";
+    let r = PodRun::new(&pod_with("Always", 1, spec));
+    let mut p = r.cmd(&FAST).start();
+    r.wait_event("app", "Started", 3);
+    stop(&mut p);
+    let state = r.dir.file("state").join("podvisor.state");
+    let text = std::fs::read_to_string(&state).unwrap();
+    let end = text.rfind("checksum ").unwrap();
+    let body = text[..end].replacen("podvisor-state 3 pod", "podvisor-state 2 pod", 1);
+    assert_ne!(body, text[..end]);
+    let restarts = saved_record(&state)["containers"][0]["restartCount"]
+        .as_u64()
+        .unwrap();
+    let two = format!("{body}checksum {:016x}\n", fnv(body.as_bytes()));
+    std::fs::write(&state, two).unwrap();
+    let mut p = r.cmd(&FAST).start();
+    r.wait_event("pod", "Resumed", 1);
+    // The count goes on from the record.
+    let started = r.wait_event("app", "Started", 4);
+    assert_eq!(started[3]["restartCount"], restarts + 1, "{started:?}");
+    stop(&mut p);
+    // What this podvisor wrote in its place is of its own format.
+    assert!(saved_record(&state)["containers"][0]["restartCount"].as_u64() > Some(restarts));
+}
+
+#[test]
 fn a_state_file_that_cannot_be_read_is_refused_and_reset_sets_it_aside() {
     let spec = "  containers:\n  - {name: app, command: [sh, -c, 'exit 1']}\n";
     let r = PodRun::new(&pod_with("Always", 1, spec));
@@ -271,14 +300,14 @@ fn a_state_file_that_cannot_be_read_is_refused_and_reset_sets_it_aside() {
     // A newer format.
     std::fs::write(
         &state,
-        text.replacen("podvisor-state 2", "podvisor-state 9", 1),
+        text.replacen("podvisor-state 3", "podvisor-state 9", 1),
     )
     .unwrap();
     let out = r.cmd(&[]).output();
     assert_eq!(out.code(), 2);
     assert!(
         out.stderr.contains(
-            "it was written by a newer podvisor (format 9; this one reads formats 1 to 2)"
+            "it was written by a newer podvisor (format 9; this one reads formats 1 to 3)"
         ),
         "{out:?}"
     );

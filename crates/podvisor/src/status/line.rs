@@ -405,7 +405,11 @@ mod tests {
             |c| c.ready = !c.ready,
             |c| c.started = !c.started,
             |c| c.pids[0] = Some(7),
-            |c| c.state = Cow::Owned(ContainerState::Running { started_at: Instant::from_millis(5) }),
+            |c| {
+                c.state = Cow::Owned(ContainerState::Running {
+                    started_at: Instant::from_millis(5),
+                })
+            },
             |c| {
                 c.last_state = Some(Cow::Owned(ContainerState::Waiting {
                     reason: WaitingReason::CrashLoopBackOff,

@@ -2,7 +2,7 @@
 //! --supervision`'s `InitRecord` (the core's types), written and read strictly.
 //!
 //! ```text
-//! podvisor-state 2 pod
+//! podvisor-state 3 pod
 //! { ... the record as JSON ... }
 //! checksum 0123456789abcdef
 //! ```
@@ -12,7 +12,8 @@
 //! everything before it. A truncated file (no checksum line), a corrupt one (checksum
 //! mismatch), an unknown field, a bad value or a newer format is refused with the line and
 //! field; nothing is ever guessed or defaulted. Files of format 1, the first release's lines
-//! of text, are still read (`v1`); what is written is format 2.
+//! of text, are still read (`v1`), and so are those of format 2, format 3's JSON under a
+//! checksum of single bytes (`fnv`); what is written is format 3.
 
 mod v1;
 
@@ -23,7 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The format this podvisor writes.
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 
 const MAGIC: &str = "podvisor-state";
 
@@ -102,14 +103,18 @@ pub fn millis(t: SystemTime) -> u64 {
 
 fn encode<T: Serialize>(kind: &str, record: &T) -> String {
     let json = serde_json::to_string_pretty(record).unwrap_or_default();
-    seal(format!("{MAGIC} {FORMAT} {kind}\n{json}\n"))
+    let mut text = String::with_capacity(json.len() + 64);
+    text.push_str(&format!("{MAGIC} {FORMAT} {kind}\n"));
+    text.push_str(&json);
+    text.push('\n');
+    seal(text)
 }
 
 /// What is between a record's header and its checksum.
 enum Body<'a> {
     /// Format 1: (line number, key, value) of each field line.
     V1(Vec<(usize, &'a str, &'a str)>),
-    /// Format 2: the JSON, and the line number it starts on.
+    /// Formats 2 and 3: the JSON, and the line number it starts on.
     Json(usize, &'a str),
 }
 
@@ -135,16 +140,20 @@ fn open<'a>(text: &'a str, kind: &'static str) -> Result<Body<'a>, RecordError> 
             expected: kind,
         });
     }
-    let body = &text[header.len()..checked_end(text)?];
+    let sum = match version {
+        1 | 2 => fnv,
+        3 => checksum,
+        _ => return Err(RecordError::NotState),
+    };
+    let body = &text[header.len()..checked_end(text, sum)?];
     match version {
         1 => Ok(Body::V1(v1::fields(body))),
-        2 => Ok(Body::Json(2, body)),
-        _ => Err(RecordError::NotState),
+        _ => Ok(Body::Json(2, body)),
     }
 }
 
 /// Where the checksum line starts, once it is found last and matches what is before it.
-fn checked_end(text: &str) -> Result<usize, RecordError> {
+fn checked_end(text: &str, checksum: fn(&[u8]) -> u64) -> Result<usize, RecordError> {
     let Some(body) = text.strip_suffix('\n') else {
         return Err(RecordError::Truncated);
     };
@@ -188,8 +197,29 @@ fn seal(mut body: String) -> String {
     body
 }
 
-/// FNV-1a, 64 bits: enough to tell a torn or edited file from the one podvisor wrote.
+/// Format 3's checksum, 64 bits: enough to tell a torn or edited file from the one podvisor
+/// wrote. Eight bytes at a time (little-endian words, the last one filled up with zeros, the
+/// length mixed in first), each step a bijection of the sum so far (xor, rotate, multiply by
+/// an odd constant), so that one word changed always changes the sum. A pod of 100 containers
+/// saves about 40 KB twice per restart: FNV-1a (`fnv`), a multiplication per byte, took
+/// 50 µs of each save, this takes a few.
 fn checksum(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let step = |h: u64, w: u64| (h ^ w).rotate_left(23).wrapping_mul(K);
+    let mut words = bytes.chunks_exact(8);
+    let mut h = step(0xcbf2_9ce4_8422_2325, bytes.len() as u64);
+    for w in &mut words {
+        h = step(h, u64::from_le_bytes(w.try_into().unwrap_or_default()));
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    h = step(h, u64::from_le_bytes(last));
+    // The high bits of the last words reach the low ones.
+    h ^ (h >> 32)
+}
+
+/// Formats 1 and 2's checksum: FNV-1a, 64 bits, a byte at a time.
+fn fnv(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         h ^= u64::from(b);

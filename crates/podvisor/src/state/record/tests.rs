@@ -75,7 +75,7 @@ fn sample() -> PodRecord {
 fn a_record_reads_back_as_written() {
     let r = sample();
     let text = encode_pod(&r);
-    assert!(text.starts_with("podvisor-state 2 pod\n{\n"), "{text}");
+    assert!(text.starts_with("podvisor-state 3 pod\n{\n"), "{text}");
     assert_eq!(decode_pod(&text), Ok(r));
     let mut ended = sample();
     ended.ended = Some("Failed".into());
@@ -105,24 +105,24 @@ fn truncated_corrupt_and_newer_files_are_refused() {
         decode_pod(&format!("{text}extra\n")),
         Err(RecordError::Checksum)
     );
-    let newer = text.replacen("podvisor-state 2", "podvisor-state 3", 1);
-    assert_eq!(decode_pod(&newer), Err(RecordError::Newer { found: 3 }));
+    let newer = text.replacen("podvisor-state 3", "podvisor-state 4", 1);
+    assert_eq!(decode_pod(&newer), Err(RecordError::Newer { found: 4 }));
     assert_eq!(
-        RecordError::Newer { found: 3 }.to_string(),
-        "it was written by a newer podvisor (format 3; this one reads formats 1 to 2)"
+        RecordError::Newer { found: 4 }.to_string(),
+        "it was written by a newer podvisor (format 4; this one reads formats 1 to 3)"
     );
     assert!(matches!(decode_init(&text), Err(RecordError::Kind { .. })));
 }
 
 #[test]
 fn bad_fields_name_their_line_and_field() {
-    let body = "podvisor-state 2 init\n{\n  \"starts\": \"x\"\n}\n";
+    let body = "podvisor-state 3 init\n{\n  \"starts\": \"x\"\n}\n";
     let e = decode_init(&seal(body.into())).unwrap_err();
     assert_eq!(
         e.to_string(),
         "line 3: field starts: invalid type: string \"x\", expected u32"
     );
-    let body = "podvisor-state 2 init\n{\n  \"starts\": 1,\n  \"colour\": \"blue\"\n}\n";
+    let body = "podvisor-state 3 init\n{\n  \"starts\": 1,\n  \"colour\": \"blue\"\n}\n";
     let e = decode_init(&seal(body.into())).unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -131,16 +131,56 @@ fn bad_fields_name_their_line_and_field() {
     let mut r = serde_json::to_value(sample()).unwrap();
     r.as_object_mut().unwrap().remove("uid");
     let body = format!(
-        "podvisor-state 2 pod\n{}\n",
+        "podvisor-state 3 pod\n{}\n",
         serde_json::to_string_pretty(&r).unwrap()
     );
     let e = decode_pod(&seal(body)).unwrap_err();
     assert!(e.to_string().ends_with("missing field `uid`"), "{e}");
 }
 
+/// `body` with the checksum line of formats 1 and 2.
+fn seal_fnv(body: String) -> String {
+    let sum = fnv(body.as_bytes());
+    format!("{body}checksum {sum:016x}\n")
+}
+
 /// A record of format 1 (the first release's), as that release wrote it.
 fn format_1(body: &str) -> String {
-    seal(format!("podvisor-state 1 {body}"))
+    seal_fnv(format!("podvisor-state 1 {body}"))
+}
+
+#[test]
+fn format_2_records_are_still_read() {
+    // Format 2 is format 3's JSON under the checksum of single bytes.
+    let text = encode_pod(&sample());
+    let end = text.rfind("checksum ").unwrap();
+    let body = text[..end].replacen("podvisor-state 3", "podvisor-state 2", 1);
+    let two = seal_fnv(body);
+    assert_eq!(decode_pod(&two), Ok(sample()));
+    let edited = two.replacen("\"restartCount\": 7", "\"restartCount\": 1", 1);
+    assert_eq!(decode_pod(&edited), Err(RecordError::Checksum));
+    // Each format is checked with its own checksum.
+    let swapped = text.replacen("podvisor-state 3", "podvisor-state 2", 1);
+    assert_eq!(decode_pod(&swapped), Err(RecordError::Checksum));
+}
+
+#[test]
+fn any_one_bit_changed_changes_the_checksum() {
+    let text = encode_pod(&sample());
+    let bytes = &text.as_bytes()[..200];
+    let sum = checksum(bytes);
+    for at in 0..bytes.len() {
+        for bit in 0..8 {
+            let mut changed = bytes.to_vec();
+            changed[at] ^= 1 << bit;
+            assert_ne!(checksum(&changed), sum, "byte {at}, bit {bit}");
+        }
+    }
+    // So do a byte more or less, even a zero one.
+    let mut longer = bytes.to_vec();
+    longer.push(0);
+    assert_ne!(checksum(&longer), sum);
+    assert_ne!(checksum(&bytes[..199]), sum);
 }
 
 #[test]
