@@ -243,10 +243,9 @@ fn a_state_dir_of_the_first_release_is_taken_up() {
     );
 }
 
-#[test]
-fn a_state_dir_of_record_format_2_is_taken_up() {
-    // What the releases before format 3 wrote: the same JSON under a header of format 2 and
-    // a checksum of single bytes.
+/// A pod whose one container exits 1, stopped after three starts: the run, its saved state
+/// file and what is in it.
+fn stopped_after_three_starts() -> (PodRun, std::path::PathBuf, String) {
     let spec = "  containers:\n  - {name: app, command: [sh, -c, 'exit 1']}\n";
     let r = PodRun::new(&pod_with("Always", 1, spec));
     let mut p = r.cmd(&FAST).start();
@@ -254,6 +253,14 @@ fn a_state_dir_of_record_format_2_is_taken_up() {
     stop(&mut p);
     let state = r.dir.file("state").join("podvisor.state");
     let text = std::fs::read_to_string(&state).unwrap();
+    (r, state, text)
+}
+
+#[test]
+fn a_state_dir_of_record_format_2_is_taken_up() {
+    // What the releases before format 3 wrote: the same JSON under a header of format 2 and
+    // a checksum of single bytes.
+    let (r, state, text) = stopped_after_three_starts();
     let end = text.rfind("checksum ").unwrap();
     let body = text[..end].replacen("podvisor-state 3 pod", "podvisor-state 2 pod", 1);
     assert_ne!(body, text[..end]);
@@ -274,13 +281,7 @@ fn a_state_dir_of_record_format_2_is_taken_up() {
 
 #[test]
 fn a_state_file_that_cannot_be_read_is_refused_and_reset_sets_it_aside() {
-    let spec = "  containers:\n  - {name: app, command: [sh, -c, 'exit 1']}\n";
-    let r = PodRun::new(&pod_with("Always", 1, spec));
-    let mut p = r.cmd(&FAST).start();
-    r.wait_event("app", "Started", 3);
-    stop(&mut p);
-    let state = r.dir.file("state").join("podvisor.state");
-    let text = std::fs::read_to_string(&state).unwrap();
+    let (r, state, text) = stopped_after_three_starts();
     // Truncated (as a torn write would leave it, had it not been atomic).
     std::fs::write(&state, &text[..text.len() / 2]).unwrap();
     let out = r.cmd(&[]).output();
