@@ -229,8 +229,9 @@ fn write_part(out: &mut String, part: &Part) {
 }
 
 /// What status lines serialized last, to use again where nothing changed: each container's
-/// status by its place in the core's order, with the inputs it was made from. (The spec is
-/// kept as JSON text already: `SpecJson`.)
+/// status by its place in the core's order, with the inputs it was made from. A cache is one
+/// pod's, whose containers keep their places (`ContainerInputs::same_as`). (The spec is kept
+/// as JSON text already: `SpecJson`.)
 #[derive(Debug, Default)]
 pub struct LineCache {
     containers: Vec<Option<(ContainerInputs<'static>, Rc<str>)>>,
