@@ -703,3 +703,29 @@ fn elf_section(elf: &[u8], name: &str) -> Option<(u64, u64)> {
         Some((u64_at(header(i) + 0x18)?, u64_at(header(i) + 0x20)?))
     })
 }
+
+#[test]
+fn under_a_keeper_a_started_container_has_its_log_and_a_failed_start_has_none() {
+    // The run makes the log file of a start it asks the keeper for (docs/benchmarks.md, "Benchmark
+    // of container start"); the keeper writes it. A start that fails leaves none, as without a
+    // keeper.
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - {name: ok, command: [sh, -c, 'echo hi']}\n  - {name: bad, command: [/no/such/program]}\n",
+    ));
+    let out = r.cmd(&LIVE).output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    let logs = |name: &str| -> Vec<String> {
+        let dir = r.dir.file("state").join("logs").join(name);
+        let mut files: Vec<String> = (std::fs::read_dir(&dir).into_iter().flatten().flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        files
+    };
+    let ok = logs("ok");
+    assert_eq!(ok.len(), 1, "{ok:?}");
+    let instance: u32 = ok[0].trim_end_matches(".log").parse().unwrap();
+    assert_eq!(r.log_lines("ok", instance), ["hi"]);
+    assert_eq!(logs("bad"), Vec::<String>::new());
+}
