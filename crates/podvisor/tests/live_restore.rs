@@ -729,3 +729,43 @@ fn under_a_keeper_a_started_container_has_its_log_and_a_failed_start_has_none() 
     assert_eq!(r.log_lines("ok", instance), ["hi"]);
     assert_eq!(logs("bad"), Vec::<String>::new());
 }
+
+#[test]
+fn a_keeper_makes_the_next_container_while_one_start_is_held() {
+    // The keeper makes a batch's containers two at once (its starters): the first start held
+    // on its thread (`PODVISOR_STALL`, debug builds), the second container runs all the same;
+    // the answers keep the order asked, and both are held and logged once it is let go.
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: one, command: [sh, -c, 'echo one; exec sleep 611']}\n  - {name: two, command: [sh, -c, 'echo two; exec sleep 612']}\n",
+    ));
+    let gate = r.dir.file("gate");
+    let mut p = (r.cmd(&LIVE))
+        .env("PODVISOR_STALL", "keeper.start@1")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    wait_until("the first start held on its starter", || gate.exists());
+    wait_until("the second container running", || {
+        count_cmdline(&["sleep", "612"]) == 1
+    });
+    assert_eq!(count_cmdline(&["sleep", "611"]), 0);
+    // Neither is answered yet: the first is asked first.
+    assert!(r.events().iter().all(|e| e["reason"] != "Started"));
+    std::fs::remove_file(&gate).unwrap();
+    r.wait_event("one", "Started", 1);
+    r.wait_event("two", "Started", 1);
+    wait_until("the first container running", || {
+        count_cmdline(&["sleep", "611"]) == 1
+    });
+    let running: Vec<_> = containers(&r).into_iter().map(|c| (c.0, c.1 > 0)).collect();
+    assert_eq!(
+        running,
+        [("one".to_string(), true), ("two".to_string(), true)]
+    );
+    wait_until("both logs", || {
+        r.log_lines("one", 1) == ["one"] && r.log_lines("two", 1) == ["two"]
+    });
+    stop_and_find_nothing_left(&r, &mut p);
+    p.assert_no_leftovers();
+}

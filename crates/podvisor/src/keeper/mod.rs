@@ -4,23 +4,27 @@
 //! A run with live restore forks and execs one keeper (as it starts a pod afresh, or at its first
 //! container start when it takes a pod over), and from then on asks it to start each container
 //! (everything about it prepared by the run: cgroup, mounts, root, environment;
-//! `state::keeper::StartRequest`). The keeper is the containers' parent and a child subreaper. It
-//! holds their stdout and stderr pipes and writes the log files itself (rotation included), reaps
-//! the containers and whatever they orphan, and tells each exit to whoever is connected
-//! (`state::keeper`): the run that started it counts the exit in its saved record, and the keeper
-//! writes an exit note atomically only where no run may have counted it. It never decides anything:
-//! no manifest, no restart, no probe. When a container has exited it kills what is left in its
-//! process group, takes the rest of the output, and tells the exit. Once the run that started it is
-//! gone it starts nothing more, and ends when the last container it holds has exited; a run that
-//! takes the pod over starts a keeper of its own for the containers it starts. SIGTERM, SIGINT,
-//! SIGHUP do not end it (it has no terminal; a container is stopped by signalling the container);
-//! if it is killed, its containers go with it (PR_SET_PDEATHSIG), and a supervisor that finds no
-//! record reports them lost.
+//! `state::keeper::StartRequest`), which it makes on two starter threads, side by side
+//! (`starters`), and answers in the order asked. The keeper is the containers' parent and a child
+//! subreaper. It holds their stdout and stderr pipes and writes the log files itself (rotation
+//! included), reaps the containers and whatever they orphan, and tells each exit to whoever is
+//! connected (`state::keeper`): the run that started it counts the exit in its saved record, and
+//! the keeper writes an exit note atomically only where no run may have counted it. It never
+//! decides anything: no manifest, no restart, no probe. When a container has exited it kills what
+//! is left in its process group, takes the rest of the output, and tells the exit. Once the run
+//! that started it is gone it starts nothing more, and ends when the last container it holds has
+//! exited; a run that takes the pod over starts a keeper of its own for the containers it starts.
+//! SIGTERM, SIGINT, SIGHUP do not end it (it has no terminal; a container is stopped by signalling
+//! the container); if it is killed, its containers go with it (PR_SET_PDEATHSIG), and a supervisor
+//! that finds no record reports them lost.
 //!
 //! It runs as `podvisor-keeper` (a binary of its own beside `podvisor`, which links little),
 //! or as `podvisor keeper` where that binary is missing. The command line is internal (the
 //! supervisor writes it, `state::keeper::KeeperArgs`).
 
+mod starters;
+
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -44,6 +48,7 @@ use crate::state::keeper::{
 use crate::state::logs::{LogFile, LogNews, LogStream};
 use crate::state::StateDir;
 use crate::stdio::write_err;
+use starters::{Job, Starters};
 
 /// `podvisor keeper ...`: returns the exit code (0 once every container's exit is recorded).
 pub fn main(args: &[OsString]) -> i32 {
@@ -65,6 +70,10 @@ pub fn main(args: &[OsString]) -> i32 {
         scratch: Vec::new(),
         // Looked up once: what the keeper inherited does not change while it lives.
         ignored: sys::defaults_for_ignored(),
+        starters: None,
+        pending: VecDeque::new(),
+        asked: 0,
+        early: Vec::new(),
     };
     match keeper.keep() {
         Ok(()) => 0,
@@ -83,6 +92,8 @@ const TOKEN_SIGNALS: u64 = 0;
 const TOKEN_LISTEN: u64 = 1;
 const TOKEN_CONTROL: u64 = 2;
 const TOKEN_CLIENT: u64 = 3;
+/// A starter has made a start (`starters`).
+const TOKEN_MADE: u64 = 4;
 /// A container's stdout (`TOKEN_STREAM | slot << 1`) or stderr (`... | 1`).
 const TOKEN_STREAM: u64 = 1 << 32;
 
@@ -113,6 +124,40 @@ struct Keeper {
     /// The default disposition of each signal the keeper was started ignoring: its
     /// containers start with none ignored.
     ignored: Vec<sys::SigAction>,
+    starters: Option<Starters>,
+    /// The starts asked, in the order asked: each is answered in turn, once it is made.
+    pending: VecDeque<Pending>,
+    /// Starts asked so far (their numbers).
+    asked: u64,
+    /// Exits reaped of no container held while starts are being made: a child may exit before
+    /// its start is answered (and it is held).
+    early: Vec<(i32, sys::Exit)>,
+}
+
+/// A start asked, not yet answered.
+struct Pending {
+    seq: u64,
+    answer: Answer,
+}
+
+enum Answer {
+    /// Known before a starter had it: refused, or failed as it was prepared.
+    Ready(Message),
+    /// With a starter.
+    Making(Box<Making>),
+}
+
+/// A start with a starter: what the keeper keeps for it meanwhile, and how it went.
+struct Making {
+    container: String,
+    instance: u32,
+    oom_file: Option<PathBuf>,
+    out_read: std::fs::File,
+    err_read: std::fs::File,
+    /// Held open until the child has exec'd: the pipes' write ends, its cgroup files, the
+    /// pod's namespaces it joins. The child uses them by number.
+    _open: Vec<OwnedFd>,
+    made: Option<io::Result<i32>>,
 }
 
 impl Keeper {
@@ -130,8 +175,8 @@ impl Keeper {
         set.add(libc::SIGCHLD);
         let signals = SignalFd::new(&set)?;
         // Containers start through kept low descriptors, as the run's do (and so, on cgroup
-        // v2, born in their cgroups): before any pipe or log is open.
-        sys::reserve_low_fds()?;
+        // v2, born in their cgroups): before any pipe or log is open. A set for each starter.
+        sys::reserve_low_fd_sets(starters::STARTERS)?;
         let epoll = Epoll::new()?;
         epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
         let handed = |fd| -> io::Result<UnixStream> {
@@ -152,6 +197,12 @@ impl Keeper {
         let listener = sys::with_umask(0o177, || UnixListener::bind(&socket))?;
         listener.set_nonblocking(true)?;
         epoll.add(listener.as_raw_fd(), TOKEN_LISTEN, EV_READ)?;
+        // Containers are made by starter threads, two at once (`starters`), which allocate
+        // from the one heap, given back as it settles.
+        sys::one_heap();
+        let made = Starters::new()?;
+        epoll.add(made.wake.as_raw_fd(), TOKEN_MADE, EV_READ)?;
+        self.starters = Some(made);
         let mut ready = Vec::with_capacity(64);
         let mut settling = Settling::default();
         loop {
@@ -179,7 +230,7 @@ impl Keeper {
             }
             if ready.contains(&TOKEN_CONTROL) {
                 if let Some(c) = control.as_mut() {
-                    if !self.control_readable(c, &epoll) {
+                    if !self.control_readable(c) {
                         let _ = epoll.delete(c.stream.as_raw_fd());
                         control = None;
                         self.starter_here = false;
@@ -187,16 +238,27 @@ impl Keeper {
                     }
                 }
             }
+            if ready.contains(&TOKEN_MADE) {
+                self.made();
+            }
+            // What is made is answered, in the order asked, and held.
+            self.answer(control.as_mut(), &epoll)?;
             if ready.contains(&TOKEN_SIGNALS) {
                 signals.read_all()?;
                 while let Reaped::Exited { pid, exit } = sys::reap_one()? {
                     if let Some(slot) = self.slot_of(pid) {
                         self.exited(slot, exit, &epoll)?;
+                    } else if !self.pending.is_empty() {
+                        self.early.push((pid, exit));
                     }
                 }
             }
+            if self.pending.is_empty() {
+                // Orphans, and children of starts that failed.
+                self.early.clear();
+            }
             // Nobody can start anything here any more, and nothing is held: done.
-            if control.is_none() && self.held.is_empty() {
+            if control.is_none() && self.held.is_empty() && self.pending.is_empty() {
                 break;
             }
         }
@@ -260,9 +322,10 @@ impl Keeper {
         });
     }
 
-    /// The run's control channel is readable: each start it asks for is made and answered,
-    /// while the run is there to hear it. `false` once the run's end has closed.
-    fn control_readable(&mut self, c: &mut Channel, epoll: &Epoll) -> bool {
+    /// The run's control channel is readable: each start it asks for is prepared and handed
+    /// to a starter, to be answered in turn (`answer`), while the run is there to hear it.
+    /// `false` once the run's end has closed.
+    fn control_readable(&mut self, c: &mut Channel) -> bool {
         let open = c.fill_ready();
         while let Some(message) = c.take() {
             // What the run counted before it went is counted all the same.
@@ -277,21 +340,78 @@ impl Keeper {
             if !open || sys::hung_up(c.stream.as_raw_fd()).unwrap_or(true) {
                 continue;
             }
+            let seq = self.asked;
+            self.asked += 1;
             let answer = match message {
-                Ok(Message::Start(request)) => match self.spawn(*request, epoll) {
-                    Ok(pid) => Message::Started { pid },
-                    Err(e) => Message::Failed(StartFailure::from(&e)),
+                Ok(Message::Start(request)) => match self.hand(seq, *request) {
+                    Ok(making) => Answer::Making(making),
+                    Err(e) => Answer::Ready(Message::Failed(StartFailure::from(&e))),
                 },
-                Ok(other) => Message::Failed(StartFailure::Error(format!(
+                Ok(other) => Answer::Ready(Message::Failed(StartFailure::Error(format!(
                     "{other:?} is not a start request"
-                ))),
-                Err(e) => Message::Failed(StartFailure::Error(e)),
+                )))),
+                Err(e) => Answer::Ready(Message::Failed(StartFailure::Error(e))),
             };
-            // A run that is gone hears nothing: the container is held anyway.
-            let _ = c.send(&answer);
-            failpoint::hit("keeper.answered");
+            self.pending.push_back(Pending { seq, answer });
         }
         open
+    }
+
+    /// Takes in the starts the starters have made.
+    fn made(&mut self) {
+        let Some(starters) = self.starters.as_mut() else {
+            return;
+        };
+        for (seq, result) in starters.take_done() {
+            let making = self.pending.iter_mut().find(|p| p.seq == seq);
+            if let Some(Pending {
+                answer: Answer::Making(m),
+                ..
+            }) = making
+            {
+                m.made = Some(result);
+            }
+        }
+    }
+
+    /// Answers the starts asked that are made, in the order asked, and holds what started.
+    /// A run that is gone (`control` is none) hears nothing: the containers are held anyway.
+    fn answer(&mut self, mut control: Option<&mut Channel>, epoll: &Epoll) -> io::Result<()> {
+        loop {
+            let made = match self.pending.front().map(|p| &p.answer) {
+                Some(Answer::Ready(_)) => true,
+                Some(Answer::Making(m)) => m.made.is_some(),
+                None => false,
+            };
+            if !made {
+                return Ok(());
+            }
+            let Some(pending) = self.pending.pop_front() else {
+                return Ok(());
+            };
+            let mut held = None;
+            let answer = match pending.answer {
+                Answer::Ready(message) => message,
+                Answer::Making(m) => match self.hold(*m, epoll) {
+                    Ok((slot, pid)) => {
+                        held = Some((slot, pid));
+                        Message::Started { pid }
+                    }
+                    Err(e) => Message::Failed(StartFailure::from(&e)),
+                },
+            };
+            if let Some(c) = control.as_deref_mut() {
+                let _ = c.send(&answer);
+            }
+            failpoint::hit("keeper.answered");
+            // One that has exited already is told now, after its answer.
+            if let Some((slot, pid)) = held {
+                if let Some(i) = self.early.iter().position(|(p, _)| *p == pid) {
+                    let (_, exit) = self.early.swap_remove(i);
+                    self.exited(slot, exit, epoll)?;
+                }
+            }
+        }
     }
 
     fn slot_of(&self, pid: i32) -> Option<usize> {
@@ -301,24 +421,28 @@ impl Keeper {
             .map(|(slot, _)| slot)
     }
 
-    fn spawn(&mut self, r: StartRequest, epoll: &Epoll) -> io::Result<i32> {
+    /// Prepares start `seq` as the run asked it and hands it to a starter.
+    fn hand(&mut self, seq: u64, r: StartRequest) -> io::Result<Box<Making>> {
         let (out_read, out_write) = sys::pipe()?;
         let (err_read, err_write) = sys::pipe()?;
+        let mut open: Vec<OwnedFd> = Vec::new();
         let mut cgroups = Vec::new();
         for path in &r.cgroups {
             let f = std::fs::OpenOptions::new().write(true).open(path);
-            cgroups.push(f.map_err(|e| {
+            let f = f.map_err(|e| {
                 io::Error::other(format!("join its cgroup ({}): {e}", path.display()))
-            })?);
+            })?;
+            cgroups.push(f.as_raw_fd());
+            open.push(f.into());
         }
-        let open_ns = |path: &Option<PathBuf>| {
-            path.as_ref()
-                .map(|p| {
-                    sys::open_namespace_path(&p.to_string_lossy()).map_err(|e| {
-                        io::Error::other(format!("join the pod's namespace ({}): {e}", p.display()))
-                    })
-                })
-                .transpose()
+        let mut open_ns = |path: &Option<PathBuf>| -> io::Result<Option<i32>> {
+            let Some(p) = path else { return Ok(None) };
+            let fd = sys::open_namespace_path(&p.to_string_lossy()).map_err(|e| {
+                io::Error::other(format!("join the pod's namespace ({}): {e}", p.display()))
+            })?;
+            let raw = fd.as_raw_fd();
+            open.push(fd);
+            Ok(Some(raw))
         };
         let uts = open_ns(&r.namespaces.join_uts)?;
         let ipc = open_ns(&r.namespaces.join_ipc)?;
@@ -333,12 +457,12 @@ impl Keeper {
             mounts: r.mounts,
             join_mounts: None,
             join_user: None,
-            cgroups: cgroups.iter().map(|f| f.as_raw_fd()).collect(),
+            cgroups,
             root: r.root,
             credentials: r.credentials,
             namespaces: Namespaces {
-                join_uts: uts.as_ref().map(AsRawFd::as_raw_fd),
-                join_ipc: ipc.as_ref().map(AsRawFd::as_raw_fd),
+                join_uts: uts,
+                join_ipc: ipc,
                 new_uts: r.namespaces.new_uts,
                 new_ipc: r.namespaces.new_ipc,
                 pid: match r.namespaces.new_pid {
@@ -347,6 +471,8 @@ impl Keeper {
                 },
             },
         };
+        open.push(out_write);
+        open.push(err_write);
         let mut mask = SigSet::empty();
         for &s in &r.blocked {
             mask.add(s);
@@ -356,35 +482,70 @@ impl Keeper {
             mask,
             actions: self.ignored.clone(),
         };
-        let argv: Vec<OsString> = r.argv.into_iter().map(OsString::from).collect();
-        let pid = sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &inherited)?;
+        let job = Job {
+            seq,
+            argv: r.argv.into_iter().map(OsString::from).collect(),
+            setup: ChildSetup::Container(Box::new(io)),
+            inherited,
+        };
+        let starters = self
+            .starters
+            .as_mut()
+            .ok_or_else(|| io::Error::other("no starters"))?;
+        starters.start(job)?;
+        Ok(Box::new(Making {
+            container: r.container,
+            instance: r.instance,
+            oom_file: r.oom_file,
+            out_read,
+            err_read,
+            _open: open,
+            made: None,
+        }))
+    }
+
+    /// Holds a start that was made: its output is read and logged from here on. Its slot and
+    /// pid; an error for a start that failed, or whose output cannot be held (then it is
+    /// killed: not held, not started).
+    fn hold(&mut self, m: Making, epoll: &Epoll) -> io::Result<(usize, i32)> {
+        let Making {
+            container,
+            instance,
+            oom_file,
+            out_read,
+            err_read,
+            _open,
+            made,
+        } = m;
+        // Our copies of the write ends must go, or the pipes never reach end-of-file.
+        drop(_open);
+        let pid = made.unwrap_or_else(|| Err(io::Error::other("not made")))?;
         failpoint::hit("keeper.spawned");
-        drop((out_write, err_write, cgroups));
         let entry = self.held.vacant_entry();
         let slot = entry.key();
         let held = (|| -> io::Result<Held> {
-            let path = self.dir.instance_log(&r.container, r.instance);
+            let path = self.dir.instance_log(&container, instance);
             let file = LogFile::create(path, self.args.limits);
             let id = InstanceId {
                 container: slot,
-                instance: r.instance,
+                instance,
             };
             let out = LogStream::new(id, out_read, "stdout", file.clone());
             let err = LogStream::new(id, err_read, "stderr", file);
             epoll.add(out.fd(), TOKEN_STREAM | (slot as u64) << 1, EV_READ)?;
             epoll.add(err.fd(), TOKEN_STREAM | (slot as u64) << 1 | 1, EV_READ)?;
             Ok(Held {
-                name: r.container,
-                instance: r.instance,
+                name: container,
+                instance,
                 pid,
                 streams: [Some(out), Some(err)],
-                oom_file: r.oom_file,
+                oom_file,
             })
         })();
         match held {
             Ok(h) => {
                 entry.insert(h);
-                Ok(pid)
+                Ok((slot, pid))
             }
             Err(e) => {
                 // Not held, not started: the container does not run.

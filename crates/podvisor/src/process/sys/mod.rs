@@ -37,7 +37,7 @@ pub use fd::*;
 #[cfg(feature = "full")]
 pub use files::{get_xattr, lchown, make_node, set_mtime, set_xattr};
 pub use fork::*;
-pub use heap::give_back_free_heap;
+pub use heap::{give_back_free_heap, one_heap};
 pub use namespaces::{
     command_in_user_namespace, make_pod_namespaces, mapped_user_namespace, open_namespace,
     open_namespace_path, pidfd_open, setns_joins_processes, IdMapLine, PodNamespaceFds,

@@ -175,14 +175,24 @@ struct LowFds {
     report: RawFd,
 }
 
-static LOW_FDS: Mutex<Option<LowFds>> = Mutex::new(None);
+/// The reserved sets, each for one spawn at a time: taken for a spawn and put back after it.
+/// The keeper, which makes several children at once (`keeper::starters`), has a set for each.
+static LOW_FDS: Mutex<Vec<LowFds>> = Mutex::new(Vec::new());
+/// How many sets are reserved, in use or not.
+static LOW_FD_SETS: Mutex<usize> = Mutex::new(0);
 
 /// Reserves the low descriptors container processes are started through (see `LowFds`); call
 /// it early, while few descriptors are open. Without `close_range` (Linux < 5.9) nothing is
 /// reserved and every spawn copies the whole table, as before.
 pub fn reserve_low_fds() -> io::Result<()> {
-    let mut slot = LOW_FDS.lock().unwrap_or_else(|e| e.into_inner());
-    if slot.is_some() {
+    reserve_low_fd_sets(1)
+}
+
+/// As `reserve_low_fds`, for `sets` spawns at once (from as many threads); a spawn that finds
+/// every set in use copies the whole table, as without them.
+pub fn reserve_low_fd_sets(sets: usize) -> io::Result<()> {
+    let mut reserved = LOW_FD_SETS.lock().unwrap_or_else(|e| e.into_inner());
+    if *reserved >= sets {
         return Ok(());
     }
     // SAFETY: an empty range closes nothing; it only tells whether the call exists.
@@ -194,17 +204,32 @@ pub fn reserve_low_fds() -> io::Result<()> {
         let file = std::fs::File::open("/dev/null")?;
         Ok(std::os::fd::IntoRawFd::into_raw_fd(file))
     };
-    *slot = Some(LowFds {
-        stdin: open()?,
-        stdout: open()?,
-        stderr: open()?,
-        mounts: open()?,
-        user: open()?,
-        uts: open()?,
-        ipc: open()?,
-        report: open()?,
-    });
+    while *reserved < sets {
+        let set = LowFds {
+            stdin: open()?,
+            stdout: open()?,
+            stderr: open()?,
+            mounts: open()?,
+            user: open()?,
+            uts: open()?,
+            ipc: open()?,
+            report: open()?,
+        };
+        LOW_FDS.lock().unwrap_or_else(|e| e.into_inner()).push(set);
+        *reserved += 1;
+    }
     Ok(())
+}
+
+/// A set of `LOW_FDS` taken for a spawn, put back when it is dropped.
+struct LowSet(Option<LowFds>);
+
+impl Drop for LowSet {
+    fn drop(&mut self) {
+        if let Some(set) = self.0.take() {
+            LOW_FDS.lock().unwrap_or_else(|e| e.into_inner()).push(set);
+        }
+    }
 }
 
 /// `dup3(from, to, O_CLOEXEC)`.
@@ -681,13 +706,12 @@ pub fn spawn_with_terminal(
         tty_errno: 0,
         report: -1,
     };
-    // Container processes go through the reserved low descriptors, when there are some.
-    let low_guard = LOW_FDS.lock().unwrap_or_else(|e| e.into_inner());
-    let low = if mode == Mode::Container {
-        *low_guard
-    } else {
-        None
-    };
+    // Container processes go through reserved low descriptors, when a set is free.
+    let low_set = LowSet(match mode {
+        Mode::Container => LOW_FDS.lock().unwrap_or_else(|e| e.into_inner()).pop(),
+        _ => None,
+    });
+    let low = low_set.0;
     // Which kept descriptors hold something else than /dev/null until the child has exec'd.
     let mut used: Vec<RawFd> = Vec::new();
     if let Some(low) = &low {
@@ -710,7 +734,7 @@ pub fn spawn_with_terminal(
     let pid = clone_in_namespaces(&mut plan, &prep, into.as_ref().map(|(d, _)| d.as_raw_fd()));
     // The child has exec'd or exited: the kept descriptors let go of its pipes again.
     reset_low_fds(&used);
-    drop(low_guard);
+    drop(low_set);
     let pid = pid?;
     if let Some((_, read)) = into {
         read_report(&read, &mut plan);

@@ -1,0 +1,111 @@
+//! The keeper's starters: threads that make containers' processes, two at once, so that the
+//! starts a run asks for together overlap. A start spends most of its time in its child, before
+//! the exec (mounts, pivot_root, seccomp; the kernel waits there too, for an RCU grace period as
+//! the host's root is unmounted), and the thread that clones the child waits for its exec
+//! (`sys::spawn`, `CLONE_VFORK`): one thread made the children of a batch one after the other,
+//! with a core idle beside them.
+//!
+//! The keeper's main thread prepares each start (pipes, cgroup files, namespaces) and hands it
+//! here; a starter spawns it and puts the outcome in `done`, and wakes the main thread through
+//! `wake`, which answers the run in the order it asked. Starters live as long as the keeper: a
+//! container's parent-death signal follows the thread that cloned it.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::process::sys::{self, ChildSetup, Inherited};
+
+/// How many children are made at once.
+pub const STARTERS: usize = 2;
+
+/// A start to make: what `sys::spawn` takes, and the number it is answered by.
+pub struct Job {
+    pub seq: u64,
+    pub argv: Vec<OsString>,
+    pub setup: ChildSetup,
+    pub inherited: Inherited,
+}
+
+#[derive(Default)]
+struct Shared {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    done: Mutex<Vec<(u64, io::Result<i32>)>>,
+}
+
+pub struct Starters {
+    shared: Arc<Shared>,
+    /// Read by the keeper's epoll: a byte for each start made.
+    pub wake: UnixStream,
+    started: bool,
+    wake_write: Option<UnixStream>,
+}
+
+impl Starters {
+    pub fn new() -> io::Result<Starters> {
+        let (wake, wake_write) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        // A full socket already has a wakeup waiting: a starter never blocks on it.
+        wake_write.set_nonblocking(true)?;
+        Ok(Starters {
+            shared: Arc::new(Shared::default()),
+            wake,
+            started: false,
+            wake_write: Some(wake_write),
+        })
+    }
+
+    /// Hands a start to the starters (started at the first).
+    pub fn start(&mut self, job: Job) -> io::Result<()> {
+        if !self.started {
+            let wake = self.wake_write.take().expect("the starters' wake end");
+            for n in 0..STARTERS {
+                let shared = Arc::clone(&self.shared);
+                let wake = wake.try_clone()?;
+                std::thread::Builder::new()
+                    .name(format!("starter-{n}"))
+                    .spawn(move || starter(&shared, wake))?;
+            }
+            self.started = true;
+        }
+        let mut jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        jobs.push_back(job);
+        self.shared.ready.notify_one();
+        Ok(())
+    }
+
+    /// The starts made since the last call, by number.
+    pub fn take_done(&mut self) -> Vec<(u64, io::Result<i32>)> {
+        let mut sink = [0u8; 64];
+        while matches!(self.wake.read(&mut sink), Ok(n) if n > 0) {}
+        let mut done = self.shared.done.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *done)
+    }
+}
+
+/// A starter's life: the next job, spawned, its outcome told.
+fn starter(shared: &Shared, mut wake: UnixStream) {
+    loop {
+        let job = {
+            let mut jobs = shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                match jobs.pop_front() {
+                    Some(job) => break job,
+                    None => jobs = shared.ready.wait(jobs).unwrap_or_else(|e| e.into_inner()),
+                }
+            }
+        };
+        // A test holds a start here to see the next one made beside it (debug builds).
+        crate::process::failpoint::stall("keeper.start");
+        let result = sys::spawn(&job.argv, job.setup, &job.inherited);
+        shared
+            .done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((job.seq, result));
+        let _ = wake.write(&[1]);
+    }
+}
