@@ -769,3 +769,47 @@ fn a_keeper_makes_the_next_container_while_one_start_is_held() {
     stop_and_find_nothing_left(&r, &mut p);
     p.assert_no_leftovers();
 }
+
+#[test]
+fn a_start_held_as_its_run_dies_is_not_made_and_the_next_run_makes_it() {
+    // A starter looks again, as it takes a start, whether the run that asked for it is there:
+    // the first start held (`PODVISOR_STALL`, debug builds) and the run killed meanwhile, the
+    // keeper does not make it, and ends once the one container it made has exited. The next
+    // run starts the pod as its own.
+    let r = PodRun::new(&pod_with(
+        "Always",
+        1,
+        "  containers:\n  - {name: one, command: [sleep, '621']}\n  - {name: two, command: [sleep, '622']}\n",
+    ));
+    let state = r.dir.file("state");
+    let gate = r.dir.file("gate");
+    let mut first = (r.cmd(&LIVE))
+        .env("PODVISOR_STALL", "keeper.start@1")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    wait_until("the first start held on its starter", || gate.exists());
+    wait_until("the second container running", || {
+        count_cmdline(&["sleep", "622"]) == 1
+    });
+    first.signal("KILL");
+    first.wait();
+    std::fs::remove_file(&gate).unwrap();
+    let killed = std::process::Command::new("pkill")
+        .args(["-KILL", "-x", "-f", "sleep 622"])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_until("the keeper ends", || keepers(&state).is_empty());
+    assert_eq!(
+        count_cmdline(&["sleep", "621"]),
+        0,
+        "the held start was made"
+    );
+
+    let mut second = r.cmd(&LIVE).start();
+    wait_until("both running under the next run", || {
+        count_cmdline(&["sleep", "621"]) == 1 && count_cmdline(&["sleep", "622"]) == 1
+    });
+    stop_and_find_nothing_left(&r, &mut second);
+    second.assert_no_leftovers();
+}

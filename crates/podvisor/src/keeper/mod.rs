@@ -30,6 +30,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use podvisor_core::lifecycle::InstanceId;
@@ -71,6 +72,7 @@ pub fn main(args: &[OsString]) -> i32 {
         // Looked up once: what the keeper inherited does not change while it lives.
         ignored: sys::defaults_for_ignored(),
         starters: None,
+        asker: None,
         pending: VecDeque::new(),
         asked: 0,
         early: Vec::new(),
@@ -125,6 +127,8 @@ struct Keeper {
     /// containers start with none ignored.
     ignored: Vec<sys::SigAction>,
     starters: Option<Starters>,
+    /// The run's control stream, as the starters see it (`asker`).
+    asker: Option<Arc<UnixStream>>,
     /// The starts asked, in the order asked: each is answered in turn, once it is made.
     pending: VecDeque<Pending>,
     /// Starts asked so far (their numbers).
@@ -233,6 +237,7 @@ impl Keeper {
                     if !self.control_readable(c) {
                         let _ = epoll.delete(c.stream.as_raw_fd());
                         control = None;
+                        self.asker = None;
                         self.starter_here = false;
                         self.note_uncounted();
                     }
@@ -336,14 +341,15 @@ impl Keeper {
             // A run killed with starts asked ahead (it asks up to 16 before reading the
             // first answer) is gone: what it asked is not made. It would be a container no
             // saved state knows, or one that fails to join the namespaces the run held; the
-            // run that takes the pod over starts each again as its own.
+            // run that takes the pod over starts each again as its own. (A starter looks
+            // again before it makes one.)
             if !open || sys::hung_up(c.stream.as_raw_fd()).unwrap_or(true) {
                 continue;
             }
             let seq = self.asked;
             self.asked += 1;
             let answer = match message {
-                Ok(Message::Start(request)) => match self.hand(seq, *request) {
+                Ok(Message::Start(request)) => match self.hand(seq, *request, &c.stream) {
                     Ok(making) => Answer::Making(making),
                     Err(e) => Answer::Ready(Message::Failed(StartFailure::from(&e))),
                 },
@@ -414,6 +420,16 @@ impl Keeper {
         }
     }
 
+    /// A handle on the control stream `c` for the starters (one copy, made at the first start).
+    fn asker(&mut self, c: &UnixStream) -> io::Result<Arc<UnixStream>> {
+        if let Some(a) = &self.asker {
+            return Ok(Arc::clone(a));
+        }
+        let a = Arc::new(c.try_clone()?);
+        self.asker = Some(Arc::clone(&a));
+        Ok(a)
+    }
+
     fn slot_of(&self, pid: i32) -> Option<usize> {
         self.held
             .iter()
@@ -422,7 +438,7 @@ impl Keeper {
     }
 
     /// Prepares start `seq` as the run asked it and hands it to a starter.
-    fn hand(&mut self, seq: u64, r: StartRequest) -> io::Result<Box<Making>> {
+    fn hand(&mut self, seq: u64, r: StartRequest, asker: &UnixStream) -> io::Result<Box<Making>> {
         let (out_read, out_write) = sys::pipe()?;
         let (err_read, err_write) = sys::pipe()?;
         let mut open: Vec<OwnedFd> = Vec::new();
@@ -487,6 +503,7 @@ impl Keeper {
             argv: r.argv.into_iter().map(OsString::from).collect(),
             setup: ChildSetup::Container(Box::new(io)),
             inherited,
+            asker: self.asker(asker)?,
         };
         let starters = self
             .starters

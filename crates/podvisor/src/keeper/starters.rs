@@ -13,6 +13,7 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -27,6 +28,9 @@ pub struct Job {
     pub argv: Vec<OsString>,
     pub setup: ChildSetup,
     pub inherited: Inherited,
+    /// The keeper's end of the control channel of the run that asked: a start is not made
+    /// once that run is gone (`keeper::Keeper::control_readable`).
+    pub asker: Arc<UnixStream>,
 }
 
 #[derive(Default)]
@@ -100,7 +104,10 @@ fn starter(shared: &Shared, mut wake: UnixStream) {
         };
         // A test holds a start here to see the next one made beside it (debug builds).
         crate::process::failpoint::stall("keeper.start");
-        let result = sys::spawn(&job.argv, job.setup, &job.inherited);
+        let result = match sys::hung_up(job.asker.as_raw_fd()) {
+            Ok(false) => sys::spawn(&job.argv, job.setup, &job.inherited),
+            _ => Err(io::Error::other("the run that asked for it is gone")),
+        };
         shared
             .done
             .lock()
