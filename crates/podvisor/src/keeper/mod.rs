@@ -509,7 +509,7 @@ impl Keeper {
             .starters
             .as_mut()
             .ok_or_else(|| io::Error::other("no starters"))?;
-        starters.start(job)?;
+        starters.start(job);
         Ok(Box::new(Making {
             container: r.container,
             instance: r.instance,

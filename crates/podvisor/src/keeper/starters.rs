@@ -44,41 +44,32 @@ pub struct Starters {
     shared: Arc<Shared>,
     /// Read by the keeper's epoll: a byte for each start made.
     pub wake: UnixStream,
-    started: bool,
-    wake_write: Option<UnixStream>,
 }
 
 impl Starters {
+    /// Starts the starters: as the keeper starts, while the run prepares the pod, so that
+    /// their own start is not on the first container's. Idle, they wait without waking.
     pub fn new() -> io::Result<Starters> {
         let (wake, wake_write) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         // A full socket already has a wakeup waiting: a starter never blocks on it.
         wake_write.set_nonblocking(true)?;
-        Ok(Starters {
-            shared: Arc::new(Shared::default()),
-            wake,
-            started: false,
-            wake_write: Some(wake_write),
-        })
+        let shared = Arc::new(Shared::default());
+        for n in 0..STARTERS {
+            let shared = Arc::clone(&shared);
+            let wake = wake_write.try_clone()?;
+            std::thread::Builder::new()
+                .name(format!("starter-{n}"))
+                .spawn(move || starter(&shared, wake))?;
+        }
+        Ok(Starters { shared, wake })
     }
 
-    /// Hands a start to the starters (started at the first).
-    pub fn start(&mut self, job: Job) -> io::Result<()> {
-        if !self.started {
-            let wake = self.wake_write.take().expect("the starters' wake end");
-            for n in 0..STARTERS {
-                let shared = Arc::clone(&self.shared);
-                let wake = wake.try_clone()?;
-                std::thread::Builder::new()
-                    .name(format!("starter-{n}"))
-                    .spawn(move || starter(&shared, wake))?;
-            }
-            self.started = true;
-        }
+    /// Hands a start to the starters.
+    pub fn start(&mut self, job: Job) {
         let mut jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
         jobs.push_back(job);
         self.shared.ready.notify_one();
-        Ok(())
     }
 
     /// The starts made since the last call, by number.
