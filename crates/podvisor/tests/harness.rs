@@ -708,12 +708,28 @@ pub fn recorded_signals(path: &Path) -> Vec<i32> {
 
 /// The children of `pid` with their command names, from /proc.
 pub fn children_of(pid: i32) -> Vec<(i32, String)> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|c| c.parse().ok())
+    child_pids(pid)
+        .into_iter()
         .map(|c| (c, stat(c).map(|(name, _, _)| name).unwrap_or_default()))
         .collect()
+}
+
+/// The children of process `pid`, whichever of its threads made them (a run's and a keeper's
+/// starters make containers: `/proc/PID/task/TID/children` lists a thread's own).
+pub fn child_pids(pid: i32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        pids.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok()),
+        );
+    }
+    pids
 }
 
 /// Polls `cond` until it holds, failing the test after `PATIENCE`.

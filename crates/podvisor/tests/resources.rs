@@ -462,17 +462,10 @@ fn on_cgroup_v1_each_instance_joins_its_cgroups_whole_and_the_run_stays_where_it
         let own = std::fs::read_to_string(format!("/proc/{run}/cgroup")).unwrap();
         let mut before = None;
         for instance in 1..=2u32 {
-            let children = |pid: i32| -> Vec<i32> {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .filter_map(|k| k.parse().ok())
-                    .collect()
-            };
             let (mut pid, mut kids) = (0, Vec::new());
             wait_until("the instance and its two sleeps run", || {
                 pid = container_pid(&r, 0).unwrap_or(0);
-                kids = children(pid);
+                kids = child_pids(pid);
                 pid > 0 && Some(pid) != before && kids.len() == 2
             });
             before = Some(pid);

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
+use crate::live_restore::count_cmdline;
 
 #[test]
 fn the_job_example_succeeds_with_logs_and_events() {
@@ -636,6 +637,45 @@ fn a_run_blocks_sigpipe_and_its_containers_get_the_mask_it_was_given() {
         assert_eq!(client(&r, &["stop"]).code(), 0);
         assert_eq!(p.wait().code(), Some(0), "{:?}", p.stderr);
     }
+}
+
+#[test]
+fn a_run_makes_the_next_container_while_one_start_is_held() {
+    // Without a keeper the run makes a batch's containers two at once too (its starters): the
+    // first start held on its thread (`PODVISOR_STALL`, debug builds), the second container
+    // runs all the same; neither is reported before the first, and both are logged and
+    // running once it is let go.
+    let r = PodRun::new(&pod(
+        "Always",
+        "  containers:\n  - {name: one, command: [sh, -c, 'echo one; exec sleep 631']}\n  - {name: two, command: [sh, -c, 'echo two; exec sleep 632']}\n",
+    ));
+    let gate = r.dir.file("gate");
+    let mut p = (r.cmd(&[]))
+        .env("PODVISOR_STALL", "run.start@1")
+        .env("PODVISOR_STALL_GATE", &gate)
+        .start();
+    wait_until("the first start held on its starter", || gate.exists());
+    wait_until("the second container running", || {
+        count_cmdline(&["sleep", "632"]) == 1
+    });
+    assert_eq!(count_cmdline(&["sleep", "631"]), 0);
+    // Neither is reported yet: the first was asked first.
+    assert!(r.events().iter().all(|e| e["reason"] != "Started"));
+    std::fs::remove_file(&gate).unwrap();
+    r.wait_event("one", "Started", 1);
+    r.wait_event("two", "Started", 1);
+    wait_until("both running and logged", || {
+        count_cmdline(&["sleep", "631"]) == 1
+            && r.log_lines("one", 1) == ["one"]
+            && r.log_lines("two", 1) == ["two"]
+    });
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(p.wait().code(), Some(0), "{:?}", p.stderr);
+    assert_eq!(
+        count_cmdline(&["sleep", "631"]) + count_cmdline(&["sleep", "632"]),
+        0
+    );
+    p.assert_no_leftovers();
 }
 
 #[test]

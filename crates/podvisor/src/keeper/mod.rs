@@ -22,8 +22,6 @@
 //! or as `podvisor keeper` where that binary is missing. The command line is internal (the
 //! supervisor writes it, `state::keeper::KeeperArgs`).
 
-mod starters;
-
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, Read};
@@ -38,6 +36,7 @@ use slab::Slab;
 
 use crate::process::failpoint;
 use crate::process::settle::{self, Settling};
+use crate::process::starters::{self, Job, Starters};
 use crate::process::sys::{
     self, ChildSetup, ContainerIo, Epoll, Inherited, Namespaces, PidSetup, Reaped, SigSet,
     SignalFd, EV_READ,
@@ -49,7 +48,6 @@ use crate::state::keeper::{
 use crate::state::logs::{LogFile, LogNews, LogStream};
 use crate::state::StateDir;
 use crate::stdio::write_err;
-use starters::{Job, Starters};
 
 /// `podvisor keeper ...`: returns the exit code (0 once every container's exit is recorded).
 pub fn main(args: &[OsString]) -> i32 {
@@ -204,7 +202,7 @@ impl Keeper {
         // Containers are made by starter threads, two at once (`starters`), which allocate
         // from the one heap, given back as it settles.
         sys::one_heap();
-        let made = Starters::new()?;
+        let made = Starters::new("keeper.start")?;
         epoll.add(made.wake.as_raw_fd(), TOKEN_MADE, EV_READ)?;
         self.starters = Some(made);
         let mut ready = Vec::with_capacity(64);
@@ -503,7 +501,7 @@ impl Keeper {
             argv: r.argv.into_iter().map(OsString::from).collect(),
             setup: ChildSetup::Container(Box::new(io)),
             inherited,
-            asker: self.asker(asker)?,
+            asker: Some(self.asker(asker)?),
         };
         let starters = self
             .starters

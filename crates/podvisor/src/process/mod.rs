@@ -6,5 +6,7 @@ pub mod errno;
 pub mod failpoint;
 pub mod settle;
 pub mod signal;
+#[cfg(feature = "full")]
+pub(crate) mod starters;
 pub mod stat;
 pub mod sys;

@@ -47,6 +47,7 @@ use crate::api::Server;
 use crate::cgroup::{PodCgroups, Unenforceable};
 use crate::probe::{Done, Tasks};
 use crate::process::settle::{self, Settling};
+use crate::process::starters::Starters;
 use crate::process::sys::{self, Epoll, Exit, Inherited, SignalFd, EV_READ};
 use crate::state::logs::{LogLimits, LogStream};
 use crate::state::processes::boot_id;
@@ -201,6 +202,9 @@ pub fn run(
             return Err(e);
         }
     };
+    // After the mount namespace of the pod's tmpfs volumes (`isolate`): a thread keeps the one
+    // it was started in.
+    let starters = setup::starters(settings.live_restore);
     let base_envs = spawn::container_envs(&plan);
     // Each is made at its instance's start (or adoption), before any probe or hook runs.
     let envs = vec![sys::Environment::default(); base_envs.len()];
@@ -254,6 +258,8 @@ pub fn run(
         live_restore: settings.live_restore,
         detached: false,
         keepers: keep::Keepers::default(),
+        starters,
+        starts_asked: 0,
         keeper_exe,
         pending: Vec::new(),
         settling: Settling::default(),
@@ -378,6 +384,11 @@ struct Supervisor {
     /// Keepers (`--live-restore`): the one this run started, those taken over, and which
     /// holds each live instance.
     keepers: keep::Keepers,
+    /// Without a keeper: the threads that make this run's containers, two at once (none
+    /// where they could not be started: the starts are made one after the other).
+    starters: Option<Starters>,
+    /// How many starts were handed to the starters (each start's number).
+    starts_asked: u64,
     /// The keeper binary, opened when the run began (see `keep::keeper_exe`).
     keeper_exe: Option<std::fs::File>,
     /// Events of this turn, sent out once its record is saved (see `announce`).

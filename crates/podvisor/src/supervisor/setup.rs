@@ -11,6 +11,7 @@ use super::rootfs::{root_layer, RootLayer};
 use super::sandbox::{Power, Sandbox};
 use super::{persist, RunError, Settings};
 use crate::cgroup::{PodCgroups, Unenforceable};
+use crate::process::starters::{self, Starters};
 use crate::process::sys::{self, SigSet, SignalFd};
 use crate::security;
 use crate::status::PodInfo;
@@ -43,8 +44,22 @@ pub(super) fn take_process(plan: &mut RunPlan) -> Result<(SigSet, SignalFd), Run
     // Nothing podvisor inherited reaches the containers.
     sys::cloexec_inherited()?;
     // Before the pod's pipes and logs are open, so that the kept descriptors are low.
-    sys::reserve_low_fds()?;
+    // A set for each starter (`process::starters`) and one for this thread's own spawns.
+    sys::reserve_low_fd_sets(starters::STARTERS + 1)?;
     Ok((mask, signals))
+}
+
+/// Without a keeper, the threads that make this run's containers (`process::starters`), before
+/// the first start. They inherit the signals `take_process` blocked and the mount namespace
+/// `isolate` gave this thread. None where they cannot be started (the starts are then made one
+/// after the other) or under a keeper, which makes the containers.
+pub(super) fn starters(live_restore: bool) -> Option<Starters> {
+    if live_restore {
+        return None;
+    }
+    // Their memory, freed, goes back with the rest (`settle_memory`).
+    sys::one_heap();
+    Starters::new("run.start").ok()
 }
 
 /// What keeps the containers apart: a private root layer (or a note why there is none), the

@@ -17,19 +17,25 @@ use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_EXIT, TOKEN_LOG, TOKEN_TASK};
 use crate::cgroup::InstanceCgroup;
 use crate::probe::{Done, ExecContext, Owner};
+use crate::process::starters::Job;
 use crate::process::sys::{
     self, BindMount, ChildSetup, ContainerIo, Environment, PrivateRoot, EV_ONESHOT, EV_READ,
 };
 use crate::state::logs::{tail_text, LogFile, LogNews, LogStream};
 
-/// How many starts a keeper is asked for before the first of them is answered: its answers
-/// wait in the control channel, whose buffer this keeps well below full.
+/// How many starts are asked for (of the keeper, or of this run's starters) before the first
+/// of them is answered: a keeper's answers wait in the control channel, whose buffer this keeps
+/// well below full.
 const ASKED_AHEAD: usize = 16;
 
-/// The read ends of a container's stdout and stderr, when this process reads them.
-type Pipes = Option<(std::fs::File, std::fs::File)>;
+/// A container's stdout and stderr pipes, when this process reads them: the read ends, and
+/// the write ends the child gets (ours close once it is made, or the pipes never end).
+struct Pipes {
+    read: (std::fs::File, std::fs::File),
+    write: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+}
 
-/// A start made, or asked of the keeper: what its answer is matched with.
+/// A start made, or asked of the keeper or of a starter: what its answer is matched with.
 struct Asked {
     id: InstanceId,
     cgroup: Option<InstanceCgroup>,
@@ -37,13 +43,22 @@ struct Asked {
     program: String,
     /// When its making began.
     began: std::time::Instant,
+    pipes: Option<Pipes>,
 }
 
-/// How a start went on: reported at once, asked of the keeper (its pid), or not asked
-/// because the keeper (if the error names one) could not be asked.
+/// Who makes a start that is not made at once: the keeper (its pid) or one of this run's
+/// starters (`process::starters`; the start's number).
+#[derive(Clone, Copy)]
+enum Maker {
+    Keeper(i32),
+    Starter(u64),
+}
+
+/// How a start went on: reported at once, asked of its maker, or not asked because the
+/// keeper (if the error names one) could not be asked.
 enum Launch {
     Done(Input),
-    Asked(Asked, i32),
+    Asked(Asked, Maker),
     Unasked(Asked, Option<i32>, io::Error),
 }
 
@@ -124,10 +139,10 @@ impl Supervisor {
     }
 
     /// Starts instances, each with its environment made for its stage; returns the inputs
-    /// that report how they went, in their order. Under a keeper the starts overlap: the
-    /// keeper is asked for the next ones (up to `ASKED_AHEAD`) while it makes the one before,
-    /// so that this process's share of a start (its layer, cgroup, log) runs beside the
-    /// keeper's and the child's.
+    /// that report how they went, in their order. The starts overlap: the keeper, or this
+    /// run's starters, are asked for the next ones (up to `ASKED_AHEAD`) while they make the
+    /// ones before, two at once, so that this process's share of a start (its layer, cgroup,
+    /// log) runs beside theirs and the children's.
     ///
     /// Each start's time (`podvisor_container_start_seconds`) runs from its turn, when its
     /// making began or the start before it was answered (whichever is later), to its answer:
@@ -137,12 +152,12 @@ impl Supervisor {
         starts: Vec<(InstanceId, Option<Stage>)>,
     ) -> io::Result<Vec<Input>> {
         let mut inputs: Vec<Option<Input>> = Vec::with_capacity(starts.len());
-        let mut asked: VecDeque<(usize, Asked, i32)> = VecDeque::new();
+        let mut asked: VecDeque<(usize, Asked, Maker)> = VecDeque::new();
         let mut turn = None;
         for (id, stage) in starts {
             if asked.len() >= ASKED_AHEAD {
-                if let Some((slot, a, keeper)) = asked.pop_front() {
-                    inputs[slot] = Some(self.answered(a, keeper, &mut turn)?);
+                if let Some((slot, a, maker)) = asked.pop_front() {
+                    inputs[slot] = Some(self.answered(a, maker, &mut turn)?);
                 }
             }
             let began = std::time::Instant::now();
@@ -151,14 +166,14 @@ impl Supervisor {
                     self.took_turn(began, &mut turn);
                     Some(input)
                 }
-                Launch::Asked(a, keeper) => {
-                    asked.push_back((inputs.len(), a, keeper));
+                Launch::Asked(a, maker) => {
+                    asked.push_back((inputs.len(), a, maker));
                     None
                 }
                 Launch::Unasked(a, keeper, e) => {
                     // What it answered before it failed comes first.
-                    for (slot, a, keeper) in asked.drain(..) {
-                        inputs[slot] = Some(self.answered(a, keeper, &mut turn)?);
+                    for (slot, a, maker) in asked.drain(..) {
+                        inputs[slot] = Some(self.answered(a, maker, &mut turn)?);
                     }
                     let e = match keeper {
                         Some(keeper) => self.keeper_failed(keeper, e),
@@ -171,23 +186,27 @@ impl Supervisor {
             };
             inputs.push(input);
         }
-        for (slot, a, keeper) in asked {
-            inputs[slot] = Some(self.answered(a, keeper, &mut turn)?);
+        for (slot, a, maker) in asked {
+            inputs[slot] = Some(self.answered(a, maker, &mut turn)?);
         }
         Ok(inputs.into_iter().flatten().collect())
     }
 
-    /// The answer of `keeper` to start `a`, and the input that reports it.
+    /// The answer of `maker` to start `a`, and the input that reports it.
     fn answered(
         &mut self,
         a: Asked,
-        keeper: i32,
+        maker: Maker,
         turn: &mut Option<std::time::Instant>,
     ) -> io::Result<Input> {
         let began = a.began;
-        let answer = self
-            .keeper_answer(keeper)
-            .map(|pid| (None, pid, Some(keeper)));
+        let answer = match maker {
+            Maker::Keeper(keeper) => self.keeper_answer(keeper).map(|pid| (pid, Some(keeper))),
+            Maker::Starter(seq) => match self.starters.as_mut() {
+                Some(starters) => starters.wait(seq).map(|pid| (pid, None)),
+                None => Err(io::Error::other("no starters")),
+            },
+        };
         let input = self.started(a, answer)?;
         self.took_turn(began, turn);
         Ok(input)
@@ -201,7 +220,8 @@ impl Supervisor {
         *turn = Some(now);
     }
 
-    /// Starts an instance, its environment made for its stage: done, or asked of the keeper.
+    /// Starts an instance, its environment made for its stage: done, or asked of the keeper
+    /// or of a starter.
     fn launch(
         &mut self,
         id: InstanceId,
@@ -236,11 +256,17 @@ impl Supervisor {
         }
         let pipes = match self.live_restore {
             true => None,
-            false => Some((sys::pipe()?, sys::pipe()?)),
+            false => {
+                let ((out_read, out_write), (err_read, err_write)) = (sys::pipe()?, sys::pipe()?);
+                Some(Pipes {
+                    read: (out_read, err_read),
+                    write: (out_write, err_write),
+                })
+            }
         };
-        let (stdout, stderr) = pipes.as_ref().map_or((-1, -1), |((_, out), (_, err))| {
-            (out.as_raw_fd(), err.as_raw_fd())
-        });
+        let (stdout, stderr) = pipes
+            .as_ref()
+            .map_or((-1, -1), |p| (p.write.0.as_raw_fd(), p.write.1.as_raw_fd()));
         let cgroup = match self.cgroups.pod.as_mut() {
             Some(pod) => match pod.instance(name, id.instance, &exec.resources) {
                 Ok(cg) => Some(cg),
@@ -279,51 +305,65 @@ impl Supervisor {
         };
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let program = exec.argv.first().cloned().unwrap_or_default();
+        let own = pipes.is_some();
         let start = Asked {
             id,
             cgroup,
             program,
             began,
+            pipes,
         };
-        let result = match pipes {
-            None => {
-                let oom = start.cgroup.as_ref().and_then(|cg| cg.oom_file());
-                let paths = (start.cgroup.as_ref())
-                    .map(|cg| cg.join_paths())
-                    .unwrap_or_default();
-                return Ok(match self.ask_keeper(id, &argv, io, paths, oom) {
-                    Ok(keeper) => Launch::Asked(start, keeper),
-                    Err((keeper, e)) => Launch::Unasked(start, keeper, e),
+        if !own {
+            let oom = start.cgroup.as_ref().and_then(|cg| cg.oom_file());
+            let paths = (start.cgroup.as_ref())
+                .map(|cg| cg.join_paths())
+                .unwrap_or_default();
+            return Ok(match self.ask_keeper(id, &argv, io, paths, oom) {
+                Ok(keeper) => Launch::Asked(start, Maker::Keeper(keeper)),
+                Err((keeper, e)) => Launch::Unasked(start, keeper, e),
+            });
+        }
+        // What the child is given (descriptors included) lives in `start` until it is made.
+        let setup = ChildSetup::Container(Box::new(io));
+        match self.starters.as_mut() {
+            Some(starters) => {
+                let seq = self.starts_asked;
+                self.starts_asked += 1;
+                starters.start(Job {
+                    seq,
+                    argv,
+                    setup,
+                    inherited: self.inherited.clone(),
+                    asker: None,
                 });
+                Ok(Launch::Asked(start, Maker::Starter(seq)))
             }
-            Some(((out_read, out_write), (err_read, err_write))) => {
-                let spawned =
-                    sys::spawn(&argv, ChildSetup::Container(Box::new(io)), &self.inherited);
-                // Our copies of the write ends must go, or the pipes never reach end-of-file.
-                drop((out_write, err_write));
-                spawned.map(|pid| (Some((out_read, err_read)), pid, None))
+            None => {
+                let spawned = sys::spawn(&argv, setup, &self.inherited);
+                let result = spawned.map(|pid| (pid, None));
+                self.started(start, result).map(Launch::Done)
             }
-        };
-        self.started(start, result).map(Launch::Done)
+        }
     }
 
-    /// Start `a` has been made (its pipes when this process reads them, its pid, its keeper)
-    /// or has failed: the instance is held, or what was made for it goes.
-    fn started(
-        &mut self,
-        a: Asked,
-        result: io::Result<(Pipes, i32, Option<i32>)>,
-    ) -> io::Result<Input> {
+    /// Start `a` has been made (its pid, its keeper) or has failed: the instance is held, or
+    /// what was made for it goes. Our write ends of its pipes close here.
+    fn started(&mut self, a: Asked, result: io::Result<(i32, Option<i32>)>) -> io::Result<Input> {
         let Asked {
             id,
             cgroup,
             program,
+            pipes,
             ..
         } = a;
         match result {
-            Ok((pipes, pid, keeper)) => {
+            Ok((pid, keeper)) => {
                 // Under a keeper, the keeper reads the pipes and writes the log.
-                if let Some((out_read, err_read)) = pipes {
+                if let Some(Pipes {
+                    read: (out_read, err_read),
+                    ..
+                }) = pipes
+                {
                     let name = &self.plan.pod.containers[id.container].name;
                     let log_path = self.dir.instance_log(name, id.instance);
                     let file = LogFile::create(log_path, self.log_limits);

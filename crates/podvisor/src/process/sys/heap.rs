@@ -22,8 +22,8 @@ pub fn give_back_free_heap() -> bool {
 
 /// One heap for every thread of the process (glibc's `M_ARENA_MAX` of 1). Why: glibc gives a
 /// thread that allocates while another holds the heap an arena of its own, and what it frees
-/// there stays resident beside the main heap; the keeper's starter threads allocate a little
-/// for each start (`keeper::starters`), and their freed memory is given back with the rest.
+/// there stays resident beside the main heap; the starter threads allocate a little
+/// for each start (`process::starters`), and their freed memory is given back with the rest.
 /// Call it before the threads start. Other C libraries: nothing.
 #[cfg(target_env = "gnu")]
 pub fn one_heap() {

@@ -367,8 +367,9 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
-/// Runs `f` with the file-mode creation mask set to `mask`, then restores it (podvisor's run
-/// loop is single-threaded, so nothing else creates files meanwhile).
+/// Runs `f` with the file-mode creation mask set to `mask`, then restores it. The mask is the
+/// process's: call it before other threads that create files start (the run's and the keeper's
+/// sockets are bound before their starters make anything, and a starter's child sets its own).
 pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     // SAFETY: umask has no memory effects.
     let old = unsafe { libc::umask(mask as libc::mode_t) };
@@ -379,8 +380,9 @@ pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
 }
 
 /// Gives this process a mount namespace of its own whose mounts do not propagate back to the
-/// host (root only; the process must be single-threaded): what podvisor mounts for its pod is
-/// seen by the containers it starts, never by the host, and goes when the last of them ends.
+/// host (root only): what podvisor mounts for its pod is seen by the containers it starts,
+/// never by the host, and goes when the last of them ends. Only the calling thread moves: the
+/// threads it starts after this are in the new namespace, those it started before are not.
 pub fn private_mount_namespace() -> io::Result<()> {
     // SAFETY: unshare(2) and mount(2) on this process, with static C strings.
     unsafe {

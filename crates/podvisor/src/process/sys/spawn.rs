@@ -176,20 +176,15 @@ struct LowFds {
 }
 
 /// The reserved sets, each for one spawn at a time: taken for a spawn and put back after it.
-/// The keeper, which makes several children at once (`keeper::starters`), has a set for each.
+/// The starters, which make several children at once (`process::starters`), have a set each.
 static LOW_FDS: Mutex<Vec<LowFds>> = Mutex::new(Vec::new());
 /// How many sets are reserved, in use or not.
 static LOW_FD_SETS: Mutex<usize> = Mutex::new(0);
 
-/// Reserves the low descriptors container processes are started through (see `LowFds`); call
-/// it early, while few descriptors are open. Without `close_range` (Linux < 5.9) nothing is
-/// reserved and every spawn copies the whole table, as before.
-pub fn reserve_low_fds() -> io::Result<()> {
-    reserve_low_fd_sets(1)
-}
-
-/// As `reserve_low_fds`, for `sets` spawns at once (from as many threads); a spawn that finds
-/// every set in use copies the whole table, as without them.
+/// Reserves the low descriptors container processes are started through (see `LowFds`), for
+/// `sets` spawns at once (from as many threads); call it early, while few descriptors are open.
+/// A spawn that finds every set in use copies the whole table, and without `close_range`
+/// (Linux < 5.9) nothing is reserved and every spawn does so.
 pub fn reserve_low_fd_sets(sets: usize) -> io::Result<()> {
     let mut reserved = LOW_FD_SETS.lock().unwrap_or_else(|e| e.into_inner());
     if *reserved >= sets {
