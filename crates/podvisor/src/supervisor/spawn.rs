@@ -154,27 +154,27 @@ impl Supervisor {
         let mut inputs: Vec<Option<Input>> = Vec::with_capacity(starts.len());
         let mut asked: VecDeque<(usize, Asked, Maker)> = VecDeque::new();
         let mut turn = None;
+        // An error of this process stops the batch; what was asked before it is made, and is
+        // answered (held) before the run hears of the error.
+        let mut failed = Ok(());
         for (id, stage) in starts {
-            if asked.len() >= ASKED_AHEAD {
-                if let Some((slot, a, maker)) = asked.pop_front() {
-                    inputs[slot] = Some(self.answered(a, maker, &mut turn)?);
-                }
+            if let Err(e) = self.answer_asked(&mut asked, ASKED_AHEAD - 1, &mut inputs, &mut turn) {
+                failed = Err(e);
+                break;
             }
             let began = std::time::Instant::now();
-            let input = match self.launch(id, stage, began)? {
-                Launch::Done(input) => {
+            let input = match self.launch(id, stage, began) {
+                Ok(Launch::Done(input)) => {
                     self.took_turn(began, &mut turn);
                     Some(input)
                 }
-                Launch::Asked(a, maker) => {
+                Ok(Launch::Asked(a, maker)) => {
                     asked.push_back((inputs.len(), a, maker));
                     None
                 }
-                Launch::Unasked(a, keeper, e) => {
+                Ok(Launch::Unasked(a, keeper, e)) => {
                     // What it answered before it failed comes first.
-                    for (slot, a, maker) in asked.drain(..) {
-                        inputs[slot] = Some(self.answered(a, maker, &mut turn)?);
-                    }
+                    self.answer_asked(&mut asked, 0, &mut inputs, &mut turn)?;
                     let e = match keeper {
                         Some(keeper) => self.keeper_failed(keeper, e),
                         None => e,
@@ -183,13 +183,39 @@ impl Supervisor {
                     self.took_turn(began, &mut turn);
                     Some(input)
                 }
+                Err(e) => {
+                    failed = Err(e);
+                    break;
+                }
             };
             inputs.push(input);
         }
-        for (slot, a, maker) in asked {
-            inputs[slot] = Some(self.answered(a, maker, &mut turn)?);
-        }
+        let answered = self.answer_asked(&mut asked, 0, &mut inputs, &mut turn);
+        failed.and(answered)?;
         Ok(inputs.into_iter().flatten().collect())
+    }
+
+    /// Answers the starts asked, the oldest first, until `keep` are left; each is held or
+    /// reported failed, also when one of them cannot be (the first such error is returned).
+    fn answer_asked(
+        &mut self,
+        asked: &mut VecDeque<(usize, Asked, Maker)>,
+        keep: usize,
+        inputs: &mut [Option<Input>],
+        turn: &mut Option<std::time::Instant>,
+    ) -> io::Result<()> {
+        let mut first = Ok(());
+        while asked.len() > keep {
+            let Some((slot, a, maker)) = asked.pop_front() else {
+                break;
+            };
+            match self.answered(a, maker, turn) {
+                Ok(input) => inputs[slot] = Some(input),
+                Err(e) if first.is_ok() => first = Err(e),
+                Err(_) => {}
+            }
+        }
+        first
     }
 
     /// The answer of `maker` to start `a`, and the input that reports it.
