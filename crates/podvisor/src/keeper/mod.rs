@@ -202,8 +202,10 @@ impl Keeper {
         // Containers are made by starter threads, two at once (`starters`), which allocate
         // from the one heap, given back as it settles.
         sys::one_heap();
-        let made = Starters::new("keeper.start")?;
-        epoll.add(made.wake.as_raw_fd(), TOKEN_MADE, EV_READ)?;
+        let made = Starters::polled("keeper.start")?;
+        if let Some(wake) = &made.wake {
+            epoll.add(wake.as_raw_fd(), TOKEN_MADE, EV_READ)?;
+        }
         self.starters = Some(made);
         let mut ready = Vec::with_capacity(64);
         let mut settling = Settling::default();

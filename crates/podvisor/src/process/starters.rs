@@ -7,8 +7,9 @@
 //!
 //! The thread that owns the starters (the keeper's, or a run's without a keeper) prepares each
 //! start (pipes, cgroup files, namespaces) and hands it here; a starter spawns it and puts the
-//! outcome in `done`. The keeper is woken through `wake` (its epoll), a run waits for the start
-//! it answers next (`wait`): either answers in the order it asked. Starters live as long as the
+//! outcome in `done`. The keeper is woken through `wake` (its epoll: `Starters::polled`), a run
+//! waits for the start it answers next (`wait`, no wake socket: `Starters::new`): either answers
+//! in the order it asked. Starters live as long as the
 //! process: a container's parent-death signal follows the thread that cloned it. They inherit
 //! the signal mask of the thread that starts them, which must block what a signalfd reads.
 
@@ -45,28 +46,43 @@ struct Shared {
 
 pub struct Starters {
     shared: Arc<Shared>,
-    /// Readable when a start is made: a byte for each (the keeper's epoll watches it).
-    pub wake: UnixStream,
+    /// Of `polled` starters: readable when a start is made, a byte for each (the keeper's epoll
+    /// watches it).
+    pub wake: Option<UnixStream>,
 }
 
 impl Starters {
-    /// Starts the starters, early (the keeper's as it starts, a run's before its pod starts),
-    /// so that their own start is not on the first container's. Idle, they wait without
-    /// waking. `stall` names the point where a test can hold a start (debug builds).
+    /// Starts the starters of a thread that waits for its starts (`wait`).
+    ///
+    /// Start them early (a run's before its pod starts), so that their own start is not on the
+    /// first container's. Idle, they wait without waking. `stall` names the point where a test
+    /// can hold a start (debug builds).
     pub fn new(stall: &'static str) -> io::Result<Starters> {
+        Starters::started(stall, None)
+    }
+
+    /// Starts the starters of a thread that polls for its starts (the keeper's, as it starts):
+    /// `wake` is readable when one is made.
+    pub fn polled(stall: &'static str) -> io::Result<Starters> {
         let (wake, wake_write) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         // A full socket already has a wakeup waiting: a starter never blocks on it.
         wake_write.set_nonblocking(true)?;
+        let mut made = Starters::started(stall, Some(wake_write))?;
+        made.wake = Some(wake);
+        Ok(made)
+    }
+
+    fn started(stall: &'static str, wake_write: Option<UnixStream>) -> io::Result<Starters> {
         let shared = Arc::new(Shared::default());
         for n in 0..STARTERS {
             let shared = Arc::clone(&shared);
-            let wake = wake_write.try_clone()?;
+            let wake = wake_write.as_ref().map(UnixStream::try_clone).transpose()?;
             std::thread::Builder::new()
                 .name(format!("starter-{n}"))
                 .spawn(move || starter(&shared, wake, stall))?;
         }
-        Ok(Starters { shared, wake })
+        Ok(Starters { shared, wake: None })
     }
 
     /// Hands a start to the starters.
@@ -100,13 +116,16 @@ impl Starters {
     }
 
     fn drain_wake(&mut self) {
+        let Some(wake) = self.wake.as_mut() else {
+            return;
+        };
         let mut sink = [0u8; 64];
-        while matches!(self.wake.read(&mut sink), Ok(n) if n > 0) {}
+        while matches!(wake.read(&mut sink), Ok(n) if n > 0) {}
     }
 }
 
 /// A starter's life: the next job, spawned, its outcome told.
-fn starter(shared: &Shared, mut wake: UnixStream, stall: &str) {
+fn starter(shared: &Shared, mut wake: Option<UnixStream>, stall: &str) {
     loop {
         let job = {
             let mut jobs = shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
@@ -133,6 +152,8 @@ fn starter(shared: &Shared, mut wake: UnixStream, stall: &str) {
             .unwrap_or_else(|e| e.into_inner())
             .push((job.seq, result));
         shared.made.notify_all();
-        let _ = wake.write(&[1]);
+        if let Some(wake) = wake.as_mut() {
+            let _ = wake.write(&[1]);
+        }
     }
 }
