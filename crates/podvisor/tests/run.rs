@@ -679,6 +679,47 @@ fn a_run_makes_the_next_container_while_one_start_is_held() {
 }
 
 #[test]
+fn starts_that_find_no_descriptor_fail_and_the_pod_runs_on() {
+    // A pod larger than the run's limit on open files (hard and soft, so that the run cannot
+    // raise it): the starts that find no descriptor for their pipes or cgroup files fail, say
+    // why, and are tried again after their back-off, as any failed start; the containers that
+    // did start run on until the pod is stopped, and nothing is left behind.
+    if !have("prlimit", "limiting the run's open files") {
+        return;
+    }
+    // Sleeps of their own length, which no other test runs.
+    let sleepers = sleepers(30).replace("'600'", "'641'");
+    let r = PodRun::new(&pod("Always", &sleepers));
+    let mut p = r
+        .cmd_under(&["prlimit", "--nofile=64:64", "--"], &[])
+        .start();
+    let mut failed = Vec::new();
+    wait_until("a start failed for lack of descriptors", || {
+        failed = (r.events().into_iter())
+            .filter(|e| e["reason"] == "Failed")
+            .filter(|e| {
+                e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Too many open files")
+            })
+            .collect();
+        !failed.is_empty()
+    });
+    assert_eq!(failed[0]["type"], "Warning");
+    let started = started(&r);
+    assert!((1..30).contains(&started), "{started} started");
+    assert!(p.running(), "{:?}", p.stderr);
+    wait_until("the containers that started running", || {
+        count_cmdline(&["sleep", "641"]) == started
+    });
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(0), "{:?}", p.stderr);
+    assert_eq!(count_cmdline(&["sleep", "641"]), 0);
+    p.assert_no_leftovers();
+}
+
+#[test]
 fn a_run_gives_back_the_heap_its_starts_freed() {
     // A hundred containers started at once: what the run allocated to start them and freed
     // once they ran goes back to the kernel when it has nothing left to do (glibc keeps the

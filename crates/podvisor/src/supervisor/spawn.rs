@@ -280,15 +280,21 @@ impl Supervisor {
                 .append(true)
                 .open(self.dir.instance_log(name, id.instance));
         }
+        // Pipes the run cannot make (out of descriptors: a pod larger than the limit on open
+        // files) fail this start, as any other step of it: the pod goes on, and the container
+        // is started again after its back-off.
         let pipes = match self.live_restore {
             true => None,
-            false => {
-                let ((out_read, out_write), (err_read, err_write)) = (sys::pipe()?, sys::pipe()?);
-                Some(Pipes {
+            false => match (sys::pipe(), sys::pipe()) {
+                (Ok((out_read, out_write)), Ok((err_read, err_write))) => Some(Pipes {
                     read: (out_read, err_read),
                     write: (out_write, err_write),
-                })
-            }
+                }),
+                (Err(e), _) | (_, Err(e)) => {
+                    let why = format!("cannot make its output pipes: {e}");
+                    return Ok(Launch::Done(Input::StartFailed(id, why)));
+                }
+            },
         };
         let (stdout, stderr) = pipes
             .as_ref()
