@@ -9,9 +9,9 @@
 //! start (pipes, cgroup files, namespaces) and hands it here; a starter spawns it and puts the
 //! outcome in `done`. The keeper is woken through `wake` (its epoll: `Starters::polled`), a run
 //! waits for the start it answers next (`wait`, no wake socket: `Starters::new`): either answers
-//! in the order it asked. Starters live as long as the
-//! process: a container's parent-death signal follows the thread that cloned it. They inherit
-//! the signal mask of the thread that starts them, which must block what a signalfd reads.
+//! in the order it asked. Starters live as long as the process: a container's parent-death
+//! signal follows the thread that cloned it. They inherit the signal mask of the thread that
+//! starts them, which must block what a signalfd reads.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
