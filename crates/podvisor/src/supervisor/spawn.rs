@@ -157,13 +157,17 @@ impl Supervisor {
         // An error of this process stops the batch; what was asked before it is made, and is
         // answered (held) before the run hears of the error.
         let mut failed = Ok(());
+        // A start alone (a restart after its back-off) is made on this thread: handing it to
+        // a starter and waiting for its answer adds two wake-ups across cores and overlaps
+        // nothing.
+        let alone = starts.len() == 1;
         for (id, stage) in starts {
             if let Err(e) = self.answer_asked(&mut asked, ASKED_AHEAD - 1, &mut inputs, &mut turn) {
                 failed = Err(e);
                 break;
             }
             let began = std::time::Instant::now();
-            let input = match self.launch(id, stage, began) {
+            let input = match self.launch(id, stage, began, alone) {
                 Ok(Launch::Done(input)) => {
                     self.took_turn(began, &mut turn);
                     Some(input)
@@ -247,12 +251,13 @@ impl Supervisor {
     }
 
     /// Starts an instance, its environment made for its stage: done, or asked of the keeper
-    /// or of a starter.
+    /// or of a starter (not when it is `alone` in its batch).
     fn launch(
         &mut self,
         id: InstanceId,
         stage: Option<Stage>,
         began: std::time::Instant,
+        alone: bool,
     ) -> io::Result<Launch> {
         // Probes and hooks of this instance see what it sees.
         match self.instance_env(id.container, stage) {
@@ -357,7 +362,7 @@ impl Supervisor {
         }
         // What the child is given (descriptors included) lives in `start` until it is made.
         let setup = ChildSetup::Container(Box::new(io));
-        match self.starters.as_mut() {
+        match self.starters.as_mut().filter(|_| !alone) {
             Some(starters) => {
                 let seq = self.starts_asked;
                 self.starts_asked += 1;
