@@ -1,4 +1,4 @@
-//! Four choices of the link on glibc; the last only for the PID 1 build (no `full` feature).
+//! Five choices of the link on glibc; the last two only for the PID 1 build (no `full` feature).
 //!
 //! Link gcc's unwinder statically instead of loading libgcc_s.so at every start. Why: std on
 //! linux-gnu asks for `-lgcc_s`; loading that one extra shared library (and running its
@@ -36,6 +36,14 @@
 //! unwinds; the tables were read-only pages mapped beside the strings, and an eighth of the
 //! file. What goes: the backtrace `RUST_BACKTRACE=1` would print on a panic (the message
 //! stays); a debug build of it, which would unwind, aborts on a panic instead.
+//!
+//! Link the PID 1 build as a position-dependent executable (`-no-pie`; its code is compiled
+//! position-independent as usual, the linker fixes its address). Why: a PIE is relocated by the
+//! loader at every start: it read 982 relocations (24 KB) and wrote every page of
+//! `.data.rel.ro` that holds a pointer, so that podvisor's own file kept 292 KiB resident while
+//! it supervised `sleep`; linked at a fixed address it keeps 228 (docs/benchmarks.md). What
+//! goes: address-space randomization of the binary's own image (libraries, heap and stack are
+//! still randomized), as for tini-static, Docker's `docker-init` and the images' static build.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -60,6 +68,7 @@ fn main() {
     }
     if init_only {
         discard_unwind_tables(&var);
+        println!("cargo:rustc-link-arg-bins=-no-pie");
     }
     static_unwinder(&var);
 }
