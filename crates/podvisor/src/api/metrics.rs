@@ -44,7 +44,7 @@ const DELAY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
 /// What the run loop counts between scrapes. A clone shares the counts (prometheus-client's
 /// metrics are shared handles): a scrape renders them on a thread of its own while the loop
 /// goes on counting.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Counters {
     /// The pod's `namespace` and `pod` labels.
     pod: Labels,
@@ -54,6 +54,34 @@ pub struct Counters {
     start_delay: Histogram,
     state_writes: Histogram,
     starts: Histogram,
+    /// Each container's probe series (by its index), kept once made: a probe runs every
+    /// period, and finding its series by its labels (five strings made, hashed and compared,
+    /// twice) cost more than the count.
+    series: Vec<ProbeSeries>,
+}
+
+/// One container's handles on its series of `probes` and `durations`, by probe kind (and
+/// result); each made at its first count, so that the text shows only series that counted.
+#[derive(Debug, Default)]
+struct ProbeSeries {
+    counts: [[Option<Counter>; 3]; 3],
+    durations: [Option<Histogram>; 3],
+}
+
+impl Clone for Counters {
+    /// The same counts; the handles the loop keeps are not copied (a scrape only renders).
+    fn clone(&self) -> Counters {
+        Counters {
+            pod: self.pod.clone(),
+            probes: self.probes.clone(),
+            durations: self.durations.clone(),
+            probe_errors: self.probe_errors.clone(),
+            start_delay: self.start_delay.clone(),
+            state_writes: self.state_writes.clone(),
+            starts: self.starts.clone(),
+            series: Vec::new(),
+        }
+    }
 }
 
 impl Counters {
@@ -66,6 +94,7 @@ impl Counters {
             start_delay: Histogram::new(DELAY_BUCKETS),
             state_writes: Histogram::new(WRITE_BUCKETS),
             starts: Histogram::new(START_BUCKETS),
+            series: Vec::new(),
         }
     }
 
@@ -99,20 +128,47 @@ impl Counters {
         self.state_writes.observe(took.as_secs_f64());
     }
 
-    pub fn probe(&mut self, container: &str, kind: ProbeKind, outcome: &Outcome, took: Duration) {
+    /// A probe attempt of container `index` (named `container`) ended, after `took`.
+    pub fn probe(
+        &mut self,
+        index: usize,
+        container: &str,
+        kind: ProbeKind,
+        outcome: &Outcome,
+        took: Duration,
+    ) {
         // The kubelet's result label: errors count as unknown.
-        let result = match outcome {
-            Outcome::Success | Outcome::Warning(_) => "successful",
-            Outcome::Failure(_) => "failed",
-            Outcome::Error(_) => "unknown",
+        let (result, r) = match outcome {
+            Outcome::Success | Outcome::Warning(_) => ("successful", 0),
+            Outcome::Failure(_) => ("failed", 1),
+            Outcome::Error(_) => ("unknown", 2),
         };
+        let k = match kind {
+            ProbeKind::Liveness => 0,
+            ProbeKind::Readiness => 1,
+            ProbeKind::Startup => 2,
+        };
+        if self.series.len() <= index {
+            self.series.resize_with(index + 1, ProbeSeries::default);
+        }
         let probe_type = ("probe_type", kind.as_str());
-        let labels = self.labels(container, &[probe_type, ("result", result)]);
-        self.probes.get_or_create(&labels).inc();
-        let labels = self.labels(container, &[probe_type]);
-        self.durations
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+        if self.series[index].counts[k][r].is_none() {
+            let labels = self.labels(container, &[probe_type, ("result", result)]);
+            let counter = self.probes.get_or_create(&labels).clone();
+            self.series[index].counts[k][r] = Some(counter);
+        }
+        if self.series[index].durations[k].is_none() {
+            let labels = self.labels(container, &[probe_type]);
+            let histogram = self.durations.get_or_create(&labels).clone();
+            self.series[index].durations[k] = Some(histogram);
+        }
+        let series = &self.series[index];
+        if let Some(counter) = &series.counts[k][r] {
+            counter.inc();
+        }
+        if let Some(histogram) = &series.durations[k] {
+            histogram.observe(took.as_secs_f64());
+        }
     }
 }
 
@@ -330,6 +386,7 @@ mod tests {
     fn the_text_has_the_kubelets_names_and_labels() {
         let mut c = Counters::new("ns", "p");
         c.probe(
+            0,
             "app",
             ProbeKind::Readiness,
             &Outcome::Success,
@@ -363,5 +420,36 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
+    }
+
+    /// The handles kept per container count into the series the text shows, each result and
+    /// kind apart, and a clone (a scrape's) sees the counts made after it was taken.
+    #[test]
+    fn kept_series_count_each_probe_and_result() {
+        let mut c = Counters::new("ns", "p");
+        let scrape = c.clone();
+        let ms = Duration::from_millis;
+        for _ in 0..3 {
+            c.probe(1, "web", ProbeKind::Liveness, &Outcome::Success, ms(1));
+        }
+        let failed = Outcome::Failure("HTTP 500".into());
+        c.probe(1, "web", ProbeKind::Liveness, &failed, ms(700));
+        c.probe(0, "db", ProbeKind::Startup, &Outcome::Success, ms(2));
+        let now = PodSample {
+            pod_restarts: 0,
+            restarts_all: 0,
+            containers: Vec::new(),
+        };
+        let text = render(&scrape, &now);
+        for line in [
+            "prober_probe_total{container=\"web\",namespace=\"ns\",pod=\"p\",probe_type=\"Liveness\",result=\"successful\"} 3",
+            "prober_probe_total{container=\"web\",namespace=\"ns\",pod=\"p\",probe_type=\"Liveness\",result=\"failed\"} 1",
+            "prober_probe_total{container=\"db\",namespace=\"ns\",pod=\"p\",probe_type=\"Startup\",result=\"successful\"} 1",
+            "prober_probe_duration_seconds_bucket{le=\"0.005\",container=\"web\",namespace=\"ns\",pod=\"p\",probe_type=\"Liveness\"} 3",
+            "prober_probe_duration_seconds_count{container=\"web\",namespace=\"ns\",pod=\"p\",probe_type=\"Liveness\"} 4",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(!text.contains("probe_type=\"Readiness\""), "{text}");
     }
 }

@@ -123,20 +123,20 @@ impl Tasks {
     /// Starts a task. `Ok(Some(pid))` when it is a process the reaper must route here,
     /// `Err(done)` when it ended at once.
     #[allow(clippy::too_many_arguments)]
-    pub fn start(
+    pub fn start<'c>(
         &mut self,
         owner: Owner,
         handler: &Handler,
         timeout: Option<Duration>,
         now: Instant,
-        ctx: &ExecContext<'_>,
+        ctx: impl FnOnce() -> ExecContext<'c>,
         epoll: &Epoll,
         token_base: u64,
     ) -> Result<Option<(i32, usize)>, Done> {
         let fail = |o: Outcome| (owner, o, Duration::ZERO);
         let (work, pid) = match handler {
             Handler::Exec { command } => {
-                let task = ExecTask::start(command, ctx).map_err(fail)?;
+                let task = ExecTask::start(command, &ctx()).map_err(fail)?;
                 let pid = task.pid;
                 (Work::Exec(task), Some(pid))
             }

@@ -6,7 +6,7 @@ use std::io;
 use std::time::SystemTime;
 
 use podvisor_core::clock::Clock;
-use podvisor_core::lifecycle::{Effect, Hook, Input, Signal};
+use podvisor_core::lifecycle::{Effect, Input, Signal};
 
 use super::Supervisor;
 use crate::probe::Owner;
@@ -68,19 +68,11 @@ impl Supervisor {
                         }
                     }
                     Effect::RunHook(id, hook) => {
-                        let plan = &self.plan.exec[id.container];
-                        let handler = match hook {
-                            Hook::PostStart => plan.post_start.clone(),
-                            Hook::PreStop => plan.pre_stop.clone(),
-                        };
-                        match handler {
-                            Some(handler) => {
-                                let owner = Owner::Hook(id, hook);
-                                if let Some(input) = self.start_task(owner, *handler, None) {
-                                    queue.push_back(input);
-                                }
-                            }
-                            None => queue.push_back(Input::HookDone(id, hook, Ok(()))),
+                        let owner = Owner::Hook(id, hook);
+                        if self.task_handler(owner).is_none() {
+                            queue.push_back(Input::HookDone(id, hook, Ok(())));
+                        } else if let Some(input) = self.start_task(owner, None) {
+                            queue.push_back(input);
                         }
                     }
                 }

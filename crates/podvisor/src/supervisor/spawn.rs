@@ -7,10 +7,10 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use podvisor_core::clock::Clock;
-use podvisor_core::lifecycle::{Event, EventType, Input, InstanceId, LOG_TAIL_LINES};
+use podvisor_core::lifecycle::{Event, EventType, Hook, Input, InstanceId, LOG_TAIL_LINES};
 use podvisor_core::probe::Outcome as ProbeOutcome;
 use podvisor_core::probe::ProbeKind;
-use podvisor_core::spec::plan::RunPlan;
+use podvisor_core::spec::plan::{Handler, RunPlan};
 use podvisor_core::stage::Stage;
 
 use super::instance::Instance;
@@ -63,18 +63,25 @@ enum Launch {
 }
 
 impl Supervisor {
-    /// Starts a probe attempt or hook; the input to feed when it ended at once.
+    /// Starts a probe attempt or hook; the input to feed when it ended at once. Its handler is
+    /// the plan's, borrowed (a probe runs every period: nothing of it is copied), and the exec
+    /// context is made only for a command.
     pub(super) fn start_task(
         &mut self,
         owner: Owner,
-        handler: podvisor_core::spec::plan::Handler,
         timeout: Option<std::time::Duration>,
     ) -> Option<Input> {
         let now = self.clock.now();
-        // Out of `self` while the context borrows the rest of it.
+        // Out of `self` while the handler and the context borrow the rest of it.
         let mut tasks = std::mem::take(&mut self.tasks);
-        let ctx = self.exec_context(owner.instance());
-        let started = tasks.start(owner, &handler, timeout, now, &ctx, &self.epoll, TOKEN_TASK);
+        let started = match self.task_handler(owner) {
+            Some(handler) => {
+                let ctx = || self.exec_context(owner.instance());
+                tasks.start(owner, handler, timeout, now, ctx, &self.epoll, TOKEN_TASK)
+            }
+            // The callers start only what the plan has.
+            None => Ok(None),
+        };
         self.tasks = tasks;
         match started {
             Ok(Some((pid, slot))) => {
@@ -83,6 +90,16 @@ impl Supervisor {
             }
             Ok(None) => None,
             Err(done) => self.task_finished(done),
+        }
+    }
+
+    /// What a task of `owner` runs, as the plan has it: its probe's or its hook's handler.
+    pub(super) fn task_handler(&self, owner: Owner) -> Option<&Handler> {
+        let exec = &self.plan.exec[owner.instance().container];
+        match owner {
+            Owner::Probe(_, kind) => exec.probe(kind),
+            Owner::Hook(_, Hook::PostStart) => exec.post_start.as_deref(),
+            Owner::Hook(_, Hook::PreStop) => exec.pre_stop.as_deref(),
         }
     }
 
@@ -106,12 +123,12 @@ impl Supervisor {
 
     /// Starts an attempt of a probe of a running instance.
     pub(super) fn start_probe(&mut self, id: InstanceId, kind: ProbeKind) -> Option<Input> {
-        let handler = self.plan.exec[id.container].probe(kind)?.clone();
+        self.task_handler(Owner::Probe(id, kind))?;
         let timeout = self.plan.pod.containers[id.container]
             .probes
             .get(kind)
             .map(|p| p.timing.timeout);
-        self.start_task(Owner::Probe(id, kind), handler, timeout)
+        self.start_task(Owner::Probe(id, kind), timeout)
     }
 
     /// A probe or hook task ended: the input that reports it, or none yet when an attempt that
@@ -133,7 +150,8 @@ impl Supervisor {
         }
         self.probe_tries.remove(&(id, kind));
         if self.metrics.is_some() {
-            self.counters.probe(name, kind, &outcome, took);
+            self.counters
+                .probe(id.container, name, kind, &outcome, took);
         }
         Some(Input::Probed(id, kind, outcome))
     }
