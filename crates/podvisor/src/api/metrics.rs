@@ -99,13 +99,6 @@ impl Counters {
     }
 
     /// `container`, then the pod's labels, then `more`: the order kubelet's metrics have.
-    fn labels(&self, container: &str, more: &[(&'static str, &str)]) -> Labels {
-        let mut l = vec![("container", container.to_string())];
-        l.extend(self.pod.iter().cloned());
-        l.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
-        l
-    }
-
     /// A probe attempt started `late` after it was due.
     pub fn probe_start(&mut self, late: Duration) {
         self.start_delay.observe(late.as_secs_f64());
@@ -113,7 +106,7 @@ impl Counters {
 
     /// A try of a probe errored (it is tried again, up to the kubelet's 3 tries).
     pub fn probe_error(&mut self, container: &str, kind: ProbeKind) {
-        let labels = self.labels(container, &[("probe_type", kind.as_str())]);
+        let labels = series_labels(&self.pod, container, &[("probe_type", kind.as_str())]);
         self.probe_errors.get_or_create(&labels).inc();
     }
 
@@ -151,25 +144,37 @@ impl Counters {
         if self.series.len() <= index {
             self.series.resize_with(index + 1, ProbeSeries::default);
         }
-        let probe_type = ("probe_type", kind.as_str());
-        if self.series[index].counts[k][r].is_none() {
-            let labels = self.labels(container, &[probe_type, ("result", result)]);
-            let counter = self.probes.get_or_create(&labels).clone();
-            self.series[index].counts[k][r] = Some(counter);
-        }
-        if self.series[index].durations[k].is_none() {
-            let labels = self.labels(container, &[probe_type]);
-            let histogram = self.durations.get_or_create(&labels).clone();
-            self.series[index].durations[k] = Some(histogram);
-        }
-        let series = &self.series[index];
-        if let Some(counter) = &series.counts[k][r] {
-            counter.inc();
-        }
-        if let Some(histogram) = &series.durations[k] {
-            histogram.observe(took.as_secs_f64());
-        }
+        // Each handle is made at its series' first count, then kept.
+        let Counters {
+            pod,
+            probes,
+            durations,
+            series,
+            ..
+        } = self;
+        let (series, probe_type) = (&mut series[index], ("probe_type", kind.as_str()));
+        series.counts[k][r]
+            .get_or_insert_with(|| {
+                let labels = series_labels(pod, container, &[probe_type, ("result", result)]);
+                probes.get_or_create(&labels).clone()
+            })
+            .inc();
+        series.durations[k]
+            .get_or_insert_with(|| {
+                durations
+                    .get_or_create(&series_labels(pod, container, &[probe_type]))
+                    .clone()
+            })
+            .observe(took.as_secs_f64());
     }
+}
+
+/// A series' labels: its container's, the pod's, then `more`.
+fn series_labels(pod: &Labels, container: &str, more: &[(&'static str, &str)]) -> Labels {
+    let mut l = vec![("container", container.to_string())];
+    l.extend(pod.iter().cloned());
+    l.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
+    l
 }
 
 /// One container as the metrics show it: taken by the run loop, rendered apart from it.
@@ -261,7 +266,7 @@ pub fn render(counters: &Counters, now: &PodSample) -> String {
 fn register_restarts(r: &mut Registry, counters: &Counters, now: &PodSample) {
     let containers = Family::<Labels, Counter>::default();
     for c in &now.containers {
-        let labels = counters.labels(&c.name, &[]);
+        let labels = series_labels(&counters.pod, &c.name, &[]);
         containers
             .get_or_create(&labels)
             .inc_by(u64::from(c.restarts));
@@ -297,7 +302,7 @@ fn register_stages(r: &mut Registry, counters: &Counters, now: &PodSample) {
     for c in &now.containers {
         if let Some(current) = c.stage {
             for stage in Stage::ALL {
-                let labels = counters.labels(&c.name, &[("stage", stage.as_str())]);
+                let labels = series_labels(&counters.pod, &c.name, &[("stage", stage.as_str())]);
                 stages
                     .get_or_create(&labels)
                     .set(i64::from(stage == current));
@@ -305,7 +310,7 @@ fn register_stages(r: &mut Registry, counters: &Counters, now: &PodSample) {
         }
         if let Some(verdict) = c.verdict {
             for v in [Verdict::Blamed, Verdict::Cleared] {
-                let labels = counters.labels(&c.name, &[("verdict", v.as_str())]);
+                let labels = series_labels(&counters.pod, &c.name, &[("verdict", v.as_str())]);
                 verdicts.get_or_create(&labels).set(i64::from(v == verdict));
             }
         }
@@ -341,7 +346,7 @@ fn register_usage(r: &mut Registry, counters: &Counters, containers: &[Container
             Usage::Process => c.pgid.and_then(|g| from_proc.get(&g).copied()),
         };
         if let Some((seconds, bytes)) = usage {
-            let labels = counters.labels(&c.name, &[]);
+            let labels = series_labels(&counters.pod, &c.name, &[]);
             cpu.get_or_create(&labels).inc_by(seconds);
             memory
                 .get_or_create(&labels)
