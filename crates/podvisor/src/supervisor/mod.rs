@@ -18,6 +18,7 @@ mod exec;
 mod images;
 mod instance;
 pub mod keep;
+mod logs;
 pub mod persist;
 mod prepare;
 mod reap;
@@ -28,6 +29,7 @@ pub use rootfs::RootlessOverlay;
 pub mod sandbox;
 mod setup;
 mod spawn;
+mod tasks;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,4 +1,4 @@
-//! Starting container instances, exec probes and hooks.
+//! Starting container instances: their roots, mounts, environment and processes.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -7,21 +7,18 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use podvisor_core::clock::Clock;
-use podvisor_core::lifecycle::{Event, EventType, Hook, Input, InstanceId, LOG_TAIL_LINES};
-use podvisor_core::probe::Outcome as ProbeOutcome;
-use podvisor_core::probe::ProbeKind;
-use podvisor_core::spec::plan::{Handler, RunPlan};
+use podvisor_core::lifecycle::{Input, InstanceId};
+use podvisor_core::spec::plan::RunPlan;
 use podvisor_core::stage::Stage;
 
 use super::instance::Instance;
-use super::{PidOwner, Supervisor, TOKEN_EXIT, TOKEN_LOG, TOKEN_TASK};
+use super::{PidOwner, Supervisor, TOKEN_EXIT};
 use crate::cgroup::InstanceCgroup;
-use crate::probe::{Done, ExecContext, Owner};
 use crate::process::starters::Job;
 use crate::process::sys::{
     self, BindMount, ChildSetup, ContainerIo, Environment, PrivateRoot, EV_ONESHOT, EV_READ,
 };
-use crate::state::logs::{tail_text, LogFile, LogNews, LogStream};
+use crate::state::logs::{LogFile, LogStream};
 
 /// How many starts are asked for (of the keeper, or of this run's starters) before the first
 /// of them is answered: a keeper's answers wait in the control channel, whose buffer this keeps
@@ -63,99 +60,6 @@ enum Launch {
 }
 
 impl Supervisor {
-    /// Starts a probe attempt or hook; the input to feed when it ended at once. Its handler is
-    /// the plan's, borrowed (a probe runs every period: nothing of it is copied), and the exec
-    /// context is made only for a command.
-    pub(super) fn start_task(
-        &mut self,
-        owner: Owner,
-        timeout: Option<std::time::Duration>,
-    ) -> Option<Input> {
-        let now = self.clock.now();
-        // Out of `self` while the handler and the context borrow the rest of it.
-        let mut tasks = std::mem::take(&mut self.tasks);
-        let started = match self.task_handler(owner) {
-            Some(handler) => {
-                let ctx = || self.exec_context(owner.instance());
-                tasks.start(owner, handler, timeout, now, ctx, &self.epoll, TOKEN_TASK)
-            }
-            // The callers start only what the plan has.
-            None => Ok(None),
-        };
-        self.tasks = tasks;
-        match started {
-            Ok(Some((pid, slot))) => {
-                self.pids.insert(pid, PidOwner::Task(slot));
-                None
-            }
-            Ok(None) => None,
-            Err(done) => self.task_finished(done),
-        }
-    }
-
-    /// What a task of `owner` runs, as the plan has it: its probe's or its hook's handler.
-    pub(super) fn task_handler(&self, owner: Owner) -> Option<&Handler> {
-        let exec = &self.plan.exec[owner.instance().container];
-        match owner {
-            Owner::Probe(_, kind) => exec.probe(kind),
-            Owner::Hook(_, Hook::PostStart) => exec.post_start.as_deref(),
-            Owner::Hook(_, Hook::PreStop) => exec.pre_stop.as_deref(),
-        }
-    }
-
-    /// What a command run in an instance's container gets, as CRI exec gives it: the
-    /// container's environment, working directory, namespaces, cgroups and identity.
-    pub(super) fn exec_context(&self, id: InstanceId) -> ExecContext<'_> {
-        let i = id.container;
-        let instance = self.instances.get(id);
-        ExecContext {
-            env: &self.envs[i],
-            working_dir: self.working_dir(i),
-            working_dir_optional: self.plan.exec[i].working_dir.is_none(),
-            inherited: &self.inherited,
-            mounts: instance.and_then(Instance::mount_join),
-            user_ns: instance.and_then(Instance::user_ns),
-            namespaces: instance.map(Instance::exec_namespaces).unwrap_or_default(),
-            cgroups: instance.map(Instance::cgroup_fds).unwrap_or_default(),
-            credentials: self.credentials.get(i),
-        }
-    }
-
-    /// Starts an attempt of a probe of a running instance.
-    pub(super) fn start_probe(&mut self, id: InstanceId, kind: ProbeKind) -> Option<Input> {
-        self.task_handler(Owner::Probe(id, kind))?;
-        let timeout = self.plan.pod.containers[id.container]
-            .probes
-            .get(kind)
-            .map(|p| p.timing.timeout);
-        self.start_task(Owner::Probe(id, kind), timeout)
-    }
-
-    /// A probe or hook task ended: the input that reports it, or none yet when an attempt that
-    /// *errored* (could not run at all) is tried again. As the kubelet's `runProbeWithRetries`
-    /// (pkg/kubelet/prober/prober.go): up to `PROBE_TRIES` tries in one attempt, at once.
-    pub(super) fn task_finished(&mut self, (owner, outcome, took): Done) -> Option<Input> {
-        let (id, kind) = match owner {
-            Owner::Hook(id, hook) => return Some(Input::HookDone(id, hook, hook_result(outcome))),
-            Owner::Probe(id, kind) => (id, kind),
-        };
-        let name = &self.plan.pod.containers[id.container].name;
-        if let ProbeOutcome::Error(_) = outcome {
-            self.counters.probe_error(name, kind);
-            let tries = self.probe_tries.entry((id, kind)).or_insert(0);
-            *tries += 1;
-            if *tries < PROBE_TRIES {
-                return self.start_probe(id, kind);
-            }
-        }
-        self.probe_tries.remove(&(id, kind));
-        if self.metrics.is_some() {
-            self.counters
-                .probe(id.container, name, kind, &outcome, took);
-        }
-        Some(Input::Probed(id, kind, outcome))
-    }
-
     /// Starts instances, each with its environment made for its stage; returns the inputs
     /// that report how they went, in their order. The starts overlap: the keeper, or this
     /// run's starters, are asked for the next ones (up to `ASKED_AHEAD`) while they make the
@@ -545,82 +449,15 @@ impl Supervisor {
     /// Container `i`'s working directory: its `workingDir`, else the one podvisor was started
     /// in (containers are processes of this host), also inside a private root and for a
     /// probe that joins one (entering a mount namespace moves to its `/`).
-    fn working_dir(&self, i: usize) -> Option<PathBuf> {
+    pub(super) fn working_dir(&self, i: usize) -> Option<PathBuf> {
         self.plan.exec[i]
             .working_dir
             .as_ref()
             .map(PathBuf::from)
             .or_else(|| self.cwd.clone())
     }
-
-    pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<()> {
-        let entry = self.logs.vacant_entry();
-        self.epoll
-            .add(log.fd(), TOKEN_LOG | entry.key() as u64, EV_READ)?;
-        entry.insert(log);
-        Ok(())
-    }
-
-    /// Takes what log stream `slot` has; a stream that has ended goes.
-    pub(super) fn drain_log(&mut self, slot: usize) -> io::Result<()> {
-        let Some(log) = self.logs.get_mut(slot) else {
-            return Ok(());
-        };
-        let open = log.drain(&mut self.log_scratch)?;
-        let (news, owner) = (log.take_news(), log.owner);
-        if !open {
-            self.logs.remove(slot);
-        }
-        self.tell_log_news(owner.container, news);
-        Ok(())
-    }
-
-    /// Events for what happened to container `container`'s log writes (here, or in the keeper
-    /// that writes them).
-    pub(super) fn tell_log_news(&mut self, container: usize, news: Vec<LogNews>) {
-        let name = self.plan.pod.containers[container].name.clone();
-        for n in news {
-            // Told once per container until its output is written again (each new instance
-            // of a crash-looping container would say it again).
-            let failing = &mut self.log_failing[container];
-            match n {
-                LogNews::Failing(_) if *failing => continue,
-                LogNews::Failing(_) => *failing = true,
-                LogNews::Recovered { .. } | LogNews::Written if !*failing => continue,
-                LogNews::Recovered { .. } | LogNews::Written => *failing = false,
-                LogNews::Replaced => {}
-            }
-            let (kind, reason, message) = match n {
-                LogNews::Failing(why) => (
-                    EventType::Warning,
-                    "LogWriteFailed",
-                    format!("Cannot write the log of container {name}: {why}; its output is dropped until it can be written again"),
-                ),
-                LogNews::Recovered { dropped } => (
-                    EventType::Normal,
-                    "LogWriteRecovered",
-                    format!("The log of container {name} is written again; {dropped} bytes of its output were dropped"),
-                ),
-                LogNews::Written => (
-                    EventType::Normal,
-                    "LogWriteRecovered",
-                    format!("The log of container {name} is written again (its new instance's)"),
-                ),
-                LogNews::Replaced => (
-                    EventType::Warning,
-                    "LogFileReplaced",
-                    format!("The log file of container {name} was removed while it ran; a new one is written"),
-                ),
-            };
-            let mut event = super::persist::pod_note(kind, reason, message);
-            event.object = name.clone();
-            self.pending.push((std::time::SystemTime::now(), event));
-        }
-    }
 }
 
-/// The host's mounts a container's root carries: all of them for a privileged container; for
-/// the others /sys read-only and no /dev (it gets one of its own), as a runtime gives them.
 /// Of the host's mounts, those a container of an image gets: /proc, /sys and /dev (the last
 /// only when privileged, see `carried`), each with what is mounted below it.
 fn runtime_mounts(carry: &[(PathBuf, bool)]) -> Vec<(PathBuf, bool)> {
@@ -632,6 +469,8 @@ fn runtime_mounts(carry: &[(PathBuf, bool)]) -> Vec<(PathBuf, bool)> {
         .collect()
 }
 
+/// The host's mounts a container's root carries: all of them for a privileged container; for
+/// the others /sys read-only and no /dev (it gets one of its own), as a runtime gives them.
 fn carried(carry: &[(PathBuf, bool)], privileged: bool) -> Vec<(PathBuf, bool)> {
     let dev = std::path::Path::new("/dev");
     let sys = std::path::Path::new("/sys");
@@ -640,17 +479,6 @@ fn carried(carry: &[(PathBuf, bool)], privileged: bool) -> Vec<(PathBuf, bool)> 
         .filter(|(p, _)| privileged || !p.starts_with(dev))
         .map(|(p, ro)| (p.clone(), *ro || (!privileged && p.starts_with(sys))))
         .collect()
-}
-
-/// Tries of one probe attempt that errors (the kubelet's `maxProbeRetries`).
-const PROBE_TRIES: u32 = 3;
-
-/// A hook's result from its handler's outcome: the output of a failure says why.
-pub(super) fn hook_result(outcome: ProbeOutcome) -> Result<(), String> {
-    match outcome {
-        ProbeOutcome::Success | ProbeOutcome::Warning(_) => Ok(()),
-        ProbeOutcome::Failure(why) | ProbeOutcome::Error(why) => Err(why),
-    }
 }
 
 /// A container's environment variables, by name and value.
@@ -683,34 +511,4 @@ pub(super) fn container_env(hostname: &str, env: &[(String, String)]) -> Vec<(St
         }
     }
     out
-}
-
-impl Supervisor {
-    /// The end of a Debug instance's log as an event: its streams are read to what they hold
-    /// first, so that its last lines are there.
-    pub(super) fn log_tail(&mut self, id: InstanceId) -> io::Result<Event> {
-        let slots: Vec<usize> = (self.logs.iter())
-            .filter(|(_, l)| l.owner == id)
-            .map(|(slot, _)| slot)
-            .collect();
-        for slot in slots {
-            self.drain_log(slot)?;
-        }
-        let c = &self.pod.containers()[id.container];
-        let dir = self.dir.container_logs(&c.name);
-        let text = tail_text(&dir, id.instance, LOG_TAIL_LINES)?;
-        Ok(Event {
-            kind: EventType::Normal,
-            reason: "DebugLogTail".into(),
-            object: c.name.clone(),
-            message: if text.is_empty() {
-                format!("Container {} wrote nothing", c.name)
-            } else {
-                text
-            },
-            exit_code: None,
-            restart_count: Some(c.restart_count),
-            stage: c.stage,
-        })
-    }
 }
