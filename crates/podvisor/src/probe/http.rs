@@ -515,31 +515,41 @@ pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
 
 /// The request as Go's client writes it with the prober's settings.
 pub fn build_request(target: &Target, headers: &[(String, String)]) -> Vec<u8> {
-    let mut host = target.host_port();
-    let mut agent = Some(KUBE_PROBE_AGENT.to_string());
-    let mut accept = Some("*/*".to_string());
-    let mut others = Vec::new();
+    use std::fmt::Write as _;
+    // Made at every attempt: written into one buffer, the headers borrowed.
+    let mut host = None;
+    let mut agent = KUBE_PROBE_AGENT;
+    let mut accept = Some("*/*");
     for (name, value) in headers {
         if name.eq_ignore_ascii_case("host") {
-            host = value.clone();
+            host = Some(value.as_str());
         } else if name.eq_ignore_ascii_case("user-agent") {
-            agent = Some(value.clone());
+            agent = value;
         } else if name.eq_ignore_ascii_case("accept") {
             // An empty Accept removes the header.
-            accept = (!value.is_empty()).then(|| value.clone());
-        } else {
-            others.push((name.as_str(), value.as_str()));
+            accept = (!value.is_empty()).then_some(value.as_str());
         }
     }
-    let mut req = format!("GET {} HTTP/1.1\r\nHost: {host}\r\n", target.path);
-    if let Some(a) = agent {
-        req.push_str(&format!("User-Agent: {a}\r\n"));
+    let mut req = String::with_capacity(128);
+    let _ = write!(req, "GET {} HTTP/1.1\r\nHost: ", target.path);
+    match host {
+        Some(h) => req.push_str(h),
+        None if target.host.contains(':') => {
+            let _ = write!(req, "[{}]:{}", target.host, target.port);
+        }
+        None => {
+            let _ = write!(req, "{}:{}", target.host, target.port);
+        }
     }
+    let _ = write!(req, "\r\nUser-Agent: {agent}\r\n");
     if let Some(a) = accept {
-        req.push_str(&format!("Accept: {a}\r\n"));
+        let _ = write!(req, "Accept: {a}\r\n");
     }
-    for (name, value) in others {
-        req.push_str(&format!("{name}: {value}\r\n"));
+    let special = ["host", "user-agent", "accept"];
+    for (name, value) in headers {
+        if !special.iter().any(|s| name.eq_ignore_ascii_case(s)) {
+            let _ = write!(req, "{name}: {value}\r\n");
+        }
     }
     req.push_str("Connection: close\r\n\r\n");
     req.into_bytes()
