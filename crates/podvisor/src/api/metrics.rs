@@ -98,7 +98,6 @@ impl Counters {
         }
     }
 
-    /// `container`, then the pod's labels, then `more`: the order kubelet's metrics have.
     /// A probe attempt started `late` after it was due.
     pub fn probe_start(&mut self, late: Duration) {
         self.start_delay.observe(late.as_secs_f64());
@@ -169,7 +168,8 @@ impl Counters {
     }
 }
 
-/// A series' labels: its container's, the pod's, then `more`.
+/// A series' labels: `container`, then the pod's labels, then `more` (the order the kubelet's
+/// metrics have).
 fn series_labels(pod: &Labels, container: &str, more: &[(&'static str, &str)]) -> Labels {
     let mut l = vec![("container", container.to_string())];
     l.extend(pod.iter().cloned());

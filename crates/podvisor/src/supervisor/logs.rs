@@ -10,6 +10,7 @@ use crate::process::sys::EV_READ;
 use crate::state::logs::{tail_text, LogNews, LogStream};
 
 impl Supervisor {
+    /// Reads `log` in the loop from now on (its slot is its epoll token).
     pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<()> {
         let entry = self.logs.vacant_entry();
         self.epoll
