@@ -213,16 +213,20 @@ fn tcp_liveness_on_a_named_port_never_restarts() {
 }
 
 #[test]
-fn tcp_probe_to_a_closed_port_fails_with_gos_message() {
+fn probes_to_a_closed_port_fail_with_gos_message() {
     let port = free_port();
     let r = PodRun::new(&pod_with(
         "Always",
         1,
         &format!(
-            "  containers:\n{}",
+            "  containers:\n{}{}",
             sleeper(
                 "app",
                 &format!("    readinessProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1}}\n")
+            ),
+            sleeper(
+                "web",
+                &format!("    readinessProbe: {{httpGet: {{path: /ready, port: {port}}}, periodSeconds: 1}}\n")
             )
         ),
     ));
@@ -231,6 +235,11 @@ fn tcp_probe_to_a_closed_port_fails_with_gos_message() {
     assert_eq!(
         unhealthy[0]["message"],
         format!("Readiness probe failed: dial tcp 127.0.0.1:{port}: connect: connection refused")
+    );
+    let unhealthy = r.wait_event("web", "Unhealthy", 1);
+    assert_eq!(
+        unhealthy[0]["message"],
+        format!("Readiness probe failed: Get \"http://127.0.0.1:{port}/ready\": dial tcp 127.0.0.1:{port}: connect: connection refused")
     );
     stop(&mut p);
 }

@@ -4,6 +4,7 @@
 //! to 10 KiB; the whole exchange bounded by the probe's timeout (the caller's deadline).
 //! `https` is TLS without certificate verification (Go's `InsecureSkipVerify`), by rustls.
 
+use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 
@@ -35,19 +36,26 @@ pub struct Target {
 impl Target {
     /// The URL as Go prints it in errors (`Get "http://127.0.0.1:8080/healthz": ...`).
     pub fn url(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        format!("{}://{host}:{}{}", self.scheme, self.port, self.path)
+        format!("{}://{}{}", self.scheme, self.authority(), self.path)
     }
 
-    fn host_port(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
+    /// `host:port`, an IPv6 literal in brackets: the URL's authority, the dial error's address
+    /// and the default Host header.
+    fn authority(&self) -> Authority<'_> {
+        Authority(self)
+    }
+}
+
+/// A target's `host:port`, written where it is needed without a string of its own.
+struct Authority<'a>(&'a Target);
+
+impl fmt::Display for Authority<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Target { host, port, .. } = self.0;
+        if host.contains(':') {
+            write!(f, "[{host}]:{port}")
         } else {
-            format!("{}:{}", self.host, self.port)
+            write!(f, "{host}:{port}")
         }
     }
 }
@@ -190,7 +198,7 @@ impl HttpTask {
                     ConnectState::Failed(e) => {
                         let dial = format!(
                             "dial tcp {}: connect: {}",
-                            self.target.host_port(),
+                            self.target.authority(),
                             go_error_text(&e)
                         );
                         return self.fail(dial);
@@ -494,7 +502,7 @@ fn connect(target: &Target) -> Result<TcpStream, Outcome> {
         Outcome::Failure(format!(
             "Get {:?}: dial tcp {}: connect: {}",
             target.url(),
-            target.host_port(),
+            target.authority(),
             go_error_text(&e)
         ))
     })
@@ -534,11 +542,8 @@ pub fn build_request(target: &Target, headers: &[(String, String)]) -> Vec<u8> {
     let _ = write!(req, "GET {} HTTP/1.1\r\nHost: ", target.path);
     match host {
         Some(h) => req.push_str(h),
-        None if target.host.contains(':') => {
-            let _ = write!(req, "[{}]:{}", target.host, target.port);
-        }
         None => {
-            let _ = write!(req, "{}:{}", target.host, target.port);
+            let _ = write!(req, "{}", target.authority());
         }
     }
     let _ = write!(req, "\r\nUser-Agent: {agent}\r\n");
@@ -730,6 +735,12 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: example.com\r\nUser-Agent: mine\r\nX-Custom: a\r\n\
              X-Custom: b\r\nConnection: close\r\n\r\n"
         );
+        let mut v6 = target("/");
+        v6.host = "::1".into();
+        let req = String::from_utf8(build_request(&v6, &[])).unwrap();
+        assert!(req.contains("\r\nHost: [::1]:8080\r\n"), "{req}");
+        assert_eq!(v6.url(), "http://[::1]:8080/");
+        assert_eq!(target("/x?y=1").url(), "http://127.0.0.1:8080/x?y=1");
     }
 
     #[test]
