@@ -219,7 +219,7 @@ fn probes_to_a_closed_port_fail_with_gos_message() {
         "Always",
         1,
         &format!(
-            "  containers:\n{}{}",
+            "  containers:\n{}{}{}",
             sleeper(
                 "app",
                 &format!("    readinessProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1}}\n")
@@ -227,6 +227,10 @@ fn probes_to_a_closed_port_fail_with_gos_message() {
             sleeper(
                 "web",
                 &format!("    readinessProbe: {{httpGet: {{path: /ready, port: {port}}}, periodSeconds: 1}}\n")
+            ),
+            sleeper(
+                "named",
+                &format!("    readinessProbe: {{tcpSocket: {{host: localhost, port: {port}}}, periodSeconds: 1}}\n")
             )
         ),
     ));
@@ -240,6 +244,16 @@ fn probes_to_a_closed_port_fail_with_gos_message() {
     assert_eq!(
         unhealthy[0]["message"],
         format!("Readiness probe failed: Get \"http://127.0.0.1:{port}/ready\": dial tcp 127.0.0.1:{port}: connect: connection refused")
+    );
+    // As Go's dialer, the error names the address the name resolved to.
+    let unhealthy = r.wait_event("named", "Unhealthy", 1);
+    let message = unhealthy[0]["message"].as_str().unwrap();
+    assert!(
+        [format!("127.0.0.1:{port}"), format!("[::1]:{port}")]
+            .iter()
+            .any(|a| message
+                == format!("Readiness probe failed: dial tcp {a}: connect: connection refused")),
+        "{message}"
     );
     stop(&mut p);
 }

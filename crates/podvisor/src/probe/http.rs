@@ -39,8 +39,8 @@ impl Target {
         format!("{}://{}{}", self.scheme, self.authority(), self.path)
     }
 
-    /// `host:port`, an IPv6 literal in brackets: the URL's authority, the dial error's address
-    /// and the default Host header.
+    /// `host:port`, an IPv6 literal in brackets: the URL's authority and the default Host
+    /// header.
     fn authority(&self) -> Authority<'_> {
         Authority(self)
     }
@@ -80,6 +80,8 @@ pub struct HttpTask {
     /// The first target: redirects are judged against its host.
     origin_host: String,
     stream: TcpStream,
+    /// Where the stream connects: Go names the resolved address in a dial error.
+    addr: SocketAddr,
     phase: Phase,
     request: Vec<u8>,
     response: Vec<u8>,
@@ -130,13 +132,14 @@ impl HttpTask {
                 target.scheme
             )));
         }
-        let stream = connect(&target)?;
+        let (stream, addr) = connect(&target)?;
         let request = build_request(&target, headers);
         Ok(HttpTask {
             origin_host: target.host.clone(),
             target,
             headers: headers.to_vec(),
             stream,
+            addr,
             phase: Phase::Connecting,
             request,
             response: Vec::new(),
@@ -196,11 +199,8 @@ impl HttpTask {
                     ConnectState::Connected => self.phase = Phase::Writing { off: 0 },
                     ConnectState::Connecting => return Next::Wait { writable: true },
                     ConnectState::Failed(e) => {
-                        let dial = format!(
-                            "dial tcp {}: connect: {}",
-                            self.target.authority(),
-                            go_error_text(&e)
-                        );
+                        let dial =
+                            format!("dial tcp {}: connect: {}", self.addr, go_error_text(&e));
                         return self.fail(dial);
                     }
                 },
@@ -384,10 +384,11 @@ impl HttpTask {
             ))));
         }
         match connect(&next) {
-            Ok(stream) => {
+            Ok((stream, addr)) => {
                 self.request = build_request(&next, &self.headers);
                 self.target = next;
                 self.stream = stream;
+                self.addr = addr;
                 self.phase = Phase::Connecting;
                 self.tls = None;
                 self.response.clear();
@@ -495,17 +496,17 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     }
 }
 
-fn connect(target: &Target) -> Result<TcpStream, Outcome> {
+fn connect(target: &Target) -> Result<(TcpStream, SocketAddr), Outcome> {
     let addr = resolve(&target.host, target.port)
         .map_err(|e| Outcome::Failure(format!("Get {:?}: dial tcp: {e}", target.url())))?;
-    sys::tcp_connect_start(&addr).map_err(|e| {
+    let stream = sys::tcp_connect_start(&addr).map_err(|e| {
         Outcome::Failure(format!(
-            "Get {:?}: dial tcp {}: connect: {}",
+            "Get {:?}: dial tcp {addr}: connect: {}",
             target.url(),
-            target.authority(),
             go_error_text(&e)
         ))
-    })
+    })?;
+    Ok((stream, addr))
 }
 
 /// An IP literal at once; a name through the system resolver (blocking, as names in probes

@@ -15,7 +15,7 @@ use std::collections::BinaryHeap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -491,19 +491,15 @@ impl ExecTask {
 #[derive(Debug)]
 pub struct TcpTask {
     stream: TcpStream,
-    addr: String,
+    /// The resolved address, which Go names in a dial error (`[::1]:8080` for `localhost`).
+    addr: SocketAddr,
 }
 
 impl TcpTask {
     fn start(host: &str, port: u16) -> Result<TcpTask, Outcome> {
-        let addr = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
-        let sock =
+        let addr =
             http::resolve(host, port).map_err(|e| Outcome::Failure(format!("dial tcp: {e}")))?;
-        let stream = sys::tcp_connect_start(&sock).map_err(|e| {
+        let stream = sys::tcp_connect_start(&addr).map_err(|e| {
             Outcome::Failure(format!("dial tcp {addr}: connect: {}", go_error_text(&e)))
         })?;
         Ok(TcpTask { stream, addr })
