@@ -108,10 +108,10 @@ pub fn probes_bench(args: Common) {
     let unhealthy = count_events(&events, "Unhealthy");
     let ready = count_events(&events, "Ready");
     floors.extend((0..3).map(|_| loopback_floor(http_port, tcp_port)));
-    let (floor_min, floor_max) = (
-        floors.iter().copied().fold(f64::INFINITY, f64::min),
-        floors.iter().copied().fold(0.0, f64::max),
-    );
+    let batches: Vec<String> = floors
+        .iter()
+        .map(|f| format!("{:.2}", f * n as f64 * 100.0))
+        .collect();
     let floor = median(floors);
 
     let secs = window.as_secs_f64();
@@ -134,11 +134,11 @@ pub fn probes_bench(args: Common) {
         scrape_cpu / secs * 100.0
     );
     println!(
-        "{:<58} {:>9.2}%  (batches {:.2} to {:.2} %)",
+        "{:<58} {:>9.2}%  (median of {} before the pod, {} after)",
         format!("  floor: {n} loopback connects + {n} GETs/s in one thread"),
         floor * n as f64 * 100.0,
-        floor_min * n as f64 * 100.0,
-        floor_max * n as f64 * 100.0
+        batches[..3].join(" "),
+        batches[3..].join(" ")
     );
     println!(
         "{:<58} {:>9.2}x  <= 1.2 x",
