@@ -102,10 +102,9 @@ pub fn probes_bench(args: Common) {
     let drift = drift_ms(started, n);
     let unhealthy = count_events(&events, "Unhealthy");
     let ready = count_events(&events, "Ready");
-    // The floor, after the pod as the probes ran after its start (in one run, batches measured
-    // before the pod cost up to twice as much as those after), after one batch to warm up:
-    // five batches, as it moves by a third from minute to minute on a shared machine, and
-    // their median.
+    // The floor, measured after the pod (in one run, batches measured before it cost up to
+    // twice as much as those after): one batch to warm up, then five, as it moves by a third
+    // from minute to minute on a shared machine, and their median.
     loopback_floor(http_port, tcp_port);
     let floors: Vec<f64> = (0..5)
         .map(|_| loopback_floor(http_port, tcp_port))
