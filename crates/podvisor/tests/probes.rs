@@ -219,7 +219,7 @@ fn probes_to_a_closed_port_fail_with_gos_message() {
         "Always",
         1,
         &format!(
-            "  containers:\n{}{}{}",
+            "  containers:\n{}{}{}{}",
             sleeper(
                 "app",
                 &format!("    readinessProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1}}\n")
@@ -231,6 +231,10 @@ fn probes_to_a_closed_port_fail_with_gos_message() {
             sleeper(
                 "named",
                 &format!("    readinessProbe: {{tcpSocket: {{host: localhost, port: {port}}}, periodSeconds: 1}}\n")
+            ),
+            sleeper(
+                "grpc",
+                &format!("    readinessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1}}\n")
             )
         ),
     ));
@@ -254,6 +258,11 @@ fn probes_to_a_closed_port_fail_with_gos_message() {
             .any(|a| message
                 == format!("Readiness probe failed: dial tcp {a}: connect: connection refused")),
         "{message}"
+    );
+    let unhealthy = r.wait_event("grpc", "Unhealthy", 1);
+    assert_eq!(
+        unhealthy[0]["message"],
+        format!("Readiness probe failed: failed to connect service \"127.0.0.1:{port}\": connection refused")
     );
     stop(&mut p);
 }

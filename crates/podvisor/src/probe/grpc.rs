@@ -49,7 +49,8 @@ enum Phase {
 
 pub struct GrpcTask {
     stream: TcpStream,
-    addr: String,
+    /// The pod IP and port, quoted in the messages as grpc-go's `%q` quotes them.
+    addr: SocketAddr,
     phase: Phase,
     out: Vec<u8>,
     sent: usize,
@@ -91,7 +92,7 @@ impl GrpcTask {
         })?;
         Ok(GrpcTask {
             stream,
-            addr: addr.to_string(),
+            addr,
             phase: Phase::Connecting,
             out: request(&addr.to_string(), service),
             sent: 0,
@@ -110,7 +111,7 @@ impl GrpcTask {
     pub fn timed_out(&self) -> Outcome {
         match self.phase {
             Phase::Connecting => Outcome::Failure(format!(
-                "timeout: failed to connect service {:?} within the probe's timeout",
+                "timeout: failed to connect service \"{}\" within the probe's timeout",
                 self.addr
             )),
             Phase::Exchanging => Outcome::Failure(
@@ -126,7 +127,7 @@ impl GrpcTask {
                 ConnectState::Connecting => return Next::Wait { writable: true },
                 ConnectState::Failed(e) => {
                     return Next::Done(Outcome::Failure(format!(
-                        "failed to connect service {:?}: {}",
+                        "failed to connect service \"{}\": {}",
                         self.addr,
                         go_error_text(&e)
                     )))
