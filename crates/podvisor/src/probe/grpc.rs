@@ -49,7 +49,7 @@ enum Phase {
 
 pub struct GrpcTask {
     stream: TcpStream,
-    /// The pod IP and port, quoted in the messages as grpc-go's `%q` quotes them.
+    /// The pod IP and port, quoted in the messages as the kubelet's prober quotes it (Go's `%q`).
     addr: SocketAddr,
     phase: Phase,
     out: Vec<u8>,
