@@ -5,8 +5,7 @@ use super::*;
 pub fn api_bench(args: Common) {
     let podvisor = program(&args);
     let quick = args.quick;
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-api-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("api");
     let mb = if quick { 20 } else { 100 };
     let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: api, annotations: {podvisor.io/root-from: host}}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n");
     // One container writes the big log (100-byte lines), then sleeps; 99 more just sleep.
@@ -107,7 +106,6 @@ pub fn api_bench(args: Common) {
         "CPU of podvisor run over the same 5 s",
         (after.2 - before.2) as f64 / 1e9
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Seconds each of `n` runs of `podvisor ARGS --state-dir STATE` took, whole.

@@ -70,7 +70,7 @@ pub fn image_memory_bench(args: ImageArgs) {
     let podvisor = program(&args.common);
     let image = args.image;
     let rounds = if args.common.quick { 1 } else { 3 };
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-images-{}", std::process::id()));
+    let dir = scratch("images");
     let mut host = Vec::new();
     let mut from_image = Vec::new();
     for round in 0..rounds {
@@ -83,7 +83,6 @@ pub fn image_memory_bench(args: ImageArgs) {
             out.push(one_run(&podvisor, &d, image));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     let m = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| median(v.iter().map(f).collect());
     println!("podvisor-bench image-memory: {CONTAINERS} containers of sleep under --live-restore, {rounds} round(s) each way, interleaved");
     println!(

@@ -225,7 +225,7 @@ pub fn live_bench(args: WithHorust) {
     let quick = args.common.quick;
     let rounds = if quick { 1 } else { 3 };
     let idle = Duration::from_secs(if quick { 3 } else { 10 });
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-live-{}", std::process::id()));
+    let dir = scratch("live");
     let results: Vec<Round> = (0..rounds)
         .map(|r| {
             let d = dir.join(r.to_string());
@@ -242,7 +242,6 @@ pub fn live_bench(args: WithHorust) {
         })
         .map(|run| run.rss)
         .collect();
-    let _ = std::fs::remove_dir_all(&dir);
     let m = |f: fn(&Round) -> f64| median(results.iter().map(f).collect());
     println!(
         "podvisor-bench live-restore: {CONTAINERS} containers of sleep (cgroups, limits), {rounds} round(s); idle {} s",

@@ -226,6 +226,32 @@ fn must_exist(path: PathBuf, flag: &str) -> PathBuf {
     path
 }
 
+/// A directory of this run's own under the system's temporary directory, removed when it is
+/// dropped: at the end of a benchmark, and also when one panics (a pod that does not start in
+/// time, a closed stdout), which would otherwise leave its pods' state and logs behind.
+struct Scratch(PathBuf);
+
+/// `$TMPDIR/podvisor-bench-NAME-PID`, made afresh (see `Scratch`).
+fn scratch(name: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("podvisor-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("make {}: {e}", dir.display()));
+    Scratch(dir)
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A program copied into a directory of its own, as a user installs it, removed when dropped.
 /// Why: a file the linker has just written is in the page cache in small folios, and the
 /// kernel maps a whole folio of a file at a fault, so how much of a binary is resident, and

@@ -68,8 +68,7 @@ pub fn probes_bench(args: Common) {
     } else {
         (1000, Duration::from_secs(30), 200)
     };
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-probes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("probes");
     let (http_port, tcp_port, arrivals) = probe_targets();
 
     let yaml = net_pod(n, tcp_port, http_port);
@@ -109,9 +108,11 @@ pub fn probes_bench(args: Common) {
     let floors: Vec<f64> = (0..5)
         .map(|_| loopback_floor(http_port, tcp_port))
         .collect();
+    // A floor is CPU seconds per pair; as a share of a core, for `n` pairs a second:
+    let percent = |floor: f64| floor * n as f64 * 100.0;
     let batches: Vec<String> = floors
         .iter()
-        .map(|f| format!("{:.2}", f * n as f64 * 100.0))
+        .map(|&f| format!("{:.2}", percent(f)))
         .collect();
     let floor = median(floors);
 
@@ -137,7 +138,7 @@ pub fn probes_bench(args: Common) {
     println!(
         "{:<58} {:>9.2}%  (median of {})",
         format!("  floor: {n} loopback connects + {n} GETs/s in one thread"),
-        floor * n as f64 * 100.0,
+        percent(floor),
         batches.join(" ")
     );
     println!(
@@ -178,7 +179,6 @@ pub fn probes_bench(args: Common) {
         format!("{ready} / {unhealthy}")
     );
     exec_probes(&podvisor, &dir, n_exec, window);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `n_exec` containers with exec probes, measured over `window`: podvisor's CPU beside the floor

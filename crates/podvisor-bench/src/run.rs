@@ -12,8 +12,7 @@ pub fn run_bench(args: WithHorust) {
     } else {
         Duration::from_secs(10)
     };
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("run");
     // `sleep` handles no SIGTERM: as PID 1 of a PID namespace of its own it would ignore it and
     // the stop would take the grace period. In the host's PID namespace (`hostPID`) SIGTERM
     // ends it, as it ends supervisord's, so the stop measures podvisor's own work.
@@ -53,7 +52,6 @@ pub fn run_bench(args: WithHorust) {
         .as_deref()
         .and_then(|h| super::runtime::horust_run(h, &dir, idle));
     let peer = supervisord(&dir, idle);
-    let _ = std::fs::remove_dir_all(&dir);
     let ours = Ours {
         per10: cpu * 10.0 / idle.as_secs_f64(),
         rss,

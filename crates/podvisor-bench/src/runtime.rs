@@ -55,8 +55,7 @@ pub fn runtime_bench(args: WithHorust) {
     let quick = args.common.quick;
     let rounds = if quick { 1 } else { 3 };
     let idle = Duration::from_secs(if quick { 3 } else { 10 });
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-runtime-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("runtime");
     set_mode(&dir, 0o777);
     let mut results: Vec<(Mode, Vec<Figures>)> = vec![
         (Mode::Bare, Vec::new()),
@@ -73,7 +72,6 @@ pub fn runtime_bench(args: WithHorust) {
         }
     }
     let peer = horust.as_deref().and_then(|h| horust_run(h, &dir, idle));
-    let _ = std::fs::remove_dir_all(&dir);
 
     println!(
         "podvisor-bench runtime: {CONTAINERS} containers of sleep, {rounds} round(s) of each way, interleaved; idle {} s",

@@ -107,7 +107,7 @@ pub fn security_bench(args: WithHorust) {
     let horust = args.horust;
     let quick = args.common.quick;
     let rounds = if quick { 1 } else { 5 };
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-security-{}", std::process::id()));
+    let dir = scratch("security");
     let mut plain = Vec::new();
     let mut no_seccomp = Vec::new();
     let mut secured = Vec::new();
@@ -128,7 +128,6 @@ pub fn security_bench(args: WithHorust) {
     let peer = horust
         .as_deref()
         .and_then(|h| horust_run(h, &dir, Duration::from_secs(if quick { 3 } else { 10 })));
-    let _ = std::fs::remove_dir_all(&dir);
 
     let m =
         |v: &[(f64, f64, f64)], f: fn(&(f64, f64, f64)) -> f64| median(v.iter().map(f).collect());

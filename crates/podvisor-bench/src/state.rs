@@ -16,8 +16,7 @@ use super::*;
 pub fn state_bench(args: Common) {
     let podvisor = program(&args);
     let quick = args.quick;
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-state-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("state");
 
     // 1. Writes while 100 containers crash-loop.
     let window = Duration::from_secs(if quick { 5 } else { 20 });
@@ -88,7 +87,6 @@ pub fn state_bench(args: Common) {
 
     let rounds = if quick { 3 } else { 7 };
     let (fresh, resumed) = fresh_and_resumed(&podvisor, &dir, rounds);
-    let _ = std::fs::remove_dir_all(&dir);
 
     println!("podvisor state benchmark ({} containers)", 100);
     println!();

@@ -48,7 +48,7 @@ pub fn top_bench(args: TopArgs) {
     let rounds = args
         .rounds
         .map_or(if quick { 2 } else { 8 }, |n| n as usize);
-    let dir = std::env::temp_dir().join(format!("podvisor-bench-top-{}", std::process::id()));
+    let dir = scratch("top");
     let root = dir.join("root");
     let mut runs = start_pods(&podvisor, &dir, &root, crash);
     for (_, events) in &runs {
@@ -114,7 +114,6 @@ pub fn top_bench(args: TopArgs) {
         ratios,
     }
     .print(&podvisor);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What a run of the bench measured, to print.
