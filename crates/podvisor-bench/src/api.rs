@@ -25,7 +25,7 @@ pub fn api_bench(args: Common) {
         .arg("--events")
         .arg(&events)
         .arg(dir.join("pod.yaml"))
-        .spawn()
+        .running()
         .expect("podvisor run");
     let pid = child.id();
     wait_for("100 started containers", Duration::from_secs(60), || {
@@ -53,22 +53,19 @@ pub fn api_bench(args: Common) {
         .args(["status", "-w", "--state-dir"])
         .arg(&state)
         .stdout(Stdio::null())
-        .spawn()
+        .running()
         .unwrap();
     let mut follow = Command::new(&podvisor)
         .args(["logs", "-f", "c1", "--state-dir"])
         .arg(&state)
         .stdout(Stdio::null())
-        .spawn()
+        .running()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let before = (cpu_ns(watch.id()), cpu_ns(follow.id()), cpu_ns(pid));
     std::thread::sleep(Duration::from_secs(5));
     let after = (cpu_ns(watch.id()), cpu_ns(follow.id()), cpu_ns(pid));
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    assert!(child.wait().unwrap().success());
+    assert!(child.stop().success());
     let _ = watch.wait();
     let _ = follow.wait();
     println!(

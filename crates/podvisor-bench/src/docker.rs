@@ -69,7 +69,7 @@ pub fn docker_bench(args: DockerArgs) {
             .args(&init.argv[1..])
             .args(["sleep", "1"])
             .stderr(Stdio::null())
-            .spawn()
+            .running()
             .unwrap();
         std::thread::sleep(Duration::from_millis(300));
         let kb = vm_hwm_kb(child.id()).unwrap_or(f64::NAN);

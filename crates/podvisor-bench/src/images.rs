@@ -45,7 +45,7 @@ fn one_run(podvisor: &Path, dir: &Path, image: Option<&str>) -> (f64, f64) {
         .arg(&events)
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .arg(&manifest)
-        .spawn()
+        .running()
         .expect("podvisor run");
     wait_for("100 started containers", Duration::from_secs(120), || {
         count_events(&events, "Started") >= CONTAINERS

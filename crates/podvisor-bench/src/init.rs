@@ -39,7 +39,7 @@ pub fn init_bench(args: InitArgs) {
             .args(["sleep", "0.4"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
+            .running()
             .expect("run init");
         std::thread::sleep(Duration::from_millis(200));
         let kb = vm_hwm_kb(child.id()).expect("VmHWM");

@@ -38,7 +38,7 @@ fn pod_yaml(dir: &Path, containers: usize) -> PathBuf {
     path
 }
 
-fn start_run(podvisor: &Path, dir: &Path, live: bool, port: Option<u16>) -> std::process::Child {
+fn start_run(podvisor: &Path, dir: &Path, live: bool, port: Option<u16>) -> Running {
     let mut cmd = Command::new(podvisor);
     cmd.args(["run", "-q", "--state-dir"])
         .arg(dir.join("state"))
@@ -50,7 +50,9 @@ fn start_run(podvisor: &Path, dir: &Path, live: bool, port: Option<u16>) -> std:
     if let Some(p) = port {
         cmd.args(["--metrics-addr", &format!("127.0.0.1:{p}")]);
     }
-    cmd.arg(dir.join("pod.yaml")).spawn().expect("podvisor run")
+    cmd.arg(dir.join("pod.yaml"))
+        .running()
+        .expect("podvisor run")
 }
 
 /// Mean and median (bucket bound) of the container start histogram, ms.
@@ -149,10 +151,7 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
     std::thread::sleep(SETTLED);
     let pss_run_alone = pss_kb(run.id());
     let start_without = start_figures(port);
-    let _ = Command::new("kill")
-        .args(["-TERM", &run.id().to_string()])
-        .status();
-    let _ = run.wait();
+    run.stop();
 
     // With keepers.
     let live = dir.join("live");
@@ -176,9 +175,7 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
     let keepers_cpu = (ks.iter().map(|k| cpu_ns(*k)).sum::<u64>() - before) as f64 / 1e9;
 
     // Adoption.
-    let _ = Command::new("kill")
-        .args(["-KILL", &run.id().to_string()])
-        .status();
+    signal(run.id(), "KILL");
     let _ = run.wait();
     let started_before = count_events(&events, "Started");
     let began = Instant::now();

@@ -252,6 +252,71 @@ impl Drop for Scratch {
     }
 }
 
+/// A process a benchmark started (a pod's `podvisor run`, a peer, a watcher). Dropped while it
+/// still runs, it is stopped as a user stops it (SIGTERM, SIGKILL 30 s later) and reaped, so
+/// that a benchmark that panics midway leaves no pod running; one already waited for is left
+/// alone. Declared after the `Scratch` it works in, it goes before that directory does.
+struct Running(std::process::Child);
+
+impl Running {
+    /// SIGTERM, then its exit.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        signal(self.0.id(), "TERM");
+        self.0.wait().expect("wait for a child")
+    }
+}
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return;
+        }
+        signal(self.0.id(), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(self.0.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// `Command::spawn`, the child held as `Running`.
+trait SpawnRunning {
+    fn running(&mut self) -> std::io::Result<Running>;
+}
+
+impl SpawnRunning for Command {
+    fn running(&mut self) -> std::io::Result<Running> {
+        self.spawn().map(Running)
+    }
+}
+
+/// `kill -NAME PID`.
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
 /// A program copied into a directory of its own, as a user installs it, removed when dropped.
 /// Why: a file the linker has just written is in the page cache in small folios, and the
 /// kernel maps a whole folio of a file at a fault, so how much of a binary is resident, and

@@ -366,7 +366,7 @@ fn measure_pod(
         .arg("--events")
         .arg(&events)
         .arg(&pod)
-        .spawn()
+        .running()
         .expect("podvisor run");
     let pid = child.id();
     wait_for("started containers", Duration::from_secs(120), || {
@@ -393,10 +393,7 @@ fn measure_pod(
     let window_closed = Instant::now();
     let scrapes = first.map(|b| (b, scrape(metrics.unwrap())));
     let rss = vm_hwm_kb(pid).unwrap_or(f64::NAN);
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let status = child.wait().unwrap();
+    let status = child.stop();
     assert!(status.success(), "podvisor run exited {status}");
     Measured {
         cpu,

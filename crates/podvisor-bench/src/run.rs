@@ -28,7 +28,7 @@ pub fn run_bench(args: WithHorust) {
         .arg("--events")
         .arg(&events)
         .arg(dir.join("pod.yaml"))
-        .spawn()
+        .running()
         .expect("podvisor run");
     let pid = child.id();
     wait_for("100 started containers", Duration::from_secs(60), || {
@@ -40,10 +40,7 @@ pub fn run_bench(args: WithHorust) {
     let cpu = (cpu_ns(pid) - before) as f64 / 1e9;
     let rss = vm_hwm_kb(pid).unwrap_or(f64::NAN);
     let stop_start = Instant::now();
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let status = child.wait().unwrap();
+    let status = child.stop();
     let stop = stop_start.elapsed().as_secs_f64() * 1e3;
     assert!(status.success(), "podvisor run exited {status}");
 
@@ -179,16 +176,13 @@ fn restart_lateness(podvisor: &Path, dir: &Path, quick: bool) -> Vec<f64> {
         .arg("--events")
         .arg(&events2)
         .arg(dir.join("crash.yaml"))
-        .spawn()
+        .running()
         .expect("podvisor run");
     let restarts = if quick { 5 } else { 20 };
     wait_for("restarts", Duration::from_secs(60), || {
         count_events(&events2, "Started") >= restarts + 2
     });
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    child.wait().unwrap();
+    child.stop();
     let text = std::fs::read_to_string(&events2).unwrap();
     let mut late = Vec::new();
     let mut last_exit = None;
@@ -232,7 +226,7 @@ fn supervisord(dir: &Path, idle: Duration) -> Option<(f64, f64, f64)> {
         .arg(&path)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
+        .running()
         .ok()?;
     let pid = child.id();
     let children = || {
@@ -251,9 +245,6 @@ fn supervisord(dir: &Path, idle: Duration) -> Option<(f64, f64, f64)> {
     let cpu = (cpu_ns(pid) - before) as f64 / 1e9 * 10.0 / idle.as_secs_f64();
     let rss = vm_hwm_kb(pid).unwrap_or(f64::NAN);
     let start = Instant::now();
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = child.wait();
+    child.stop();
     Some((cpu, rss, start.elapsed().as_secs_f64() * 1e3))
 }

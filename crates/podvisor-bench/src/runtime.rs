@@ -177,7 +177,7 @@ fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
         .arg(&events)
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .arg(dir.join("pod.yaml"))
-        .spawn()
+        .running()
         .expect("podvisor run");
     wait_for("100 started containers", Duration::from_secs(60), || {
         count_events(&events, "Started") >= CONTAINERS
@@ -204,10 +204,7 @@ fn one_run(podvisor: &Path, dir: &Path, mode: Mode, idle: Duration) -> Figures {
     } else {
         (f64::NAN, f64::NAN)
     };
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let status = child.wait().unwrap();
+    let status = child.stop();
     assert!(status.success(), "podvisor run exited {status}");
     Figures {
         p50,
@@ -246,7 +243,7 @@ pub(crate) fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<Ho
         .arg(&services)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
+        .running()
         .ok()?;
     let pid = child.id();
     let children = |pid: u32| {
@@ -263,23 +260,17 @@ pub(crate) fn horust_run(horust: &Path, dir: &Path, idle: Duration) -> Option<Ho
     std::thread::sleep(idle);
     let cpu = (cpu_ns(pid) - before) as f64 / 1e9 * 10.0 / idle.as_secs_f64();
     let rss = vm_hwm_kb(pid).unwrap_or(f64::NAN);
-    let sleeps: Vec<String> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+    let sleeps: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .unwrap_or_default()
         .split_whitespace()
-        .map(str::to_string)
+        .filter_map(|s| s.parse().ok())
         .collect();
     let stop = Instant::now();
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = child.wait();
+    child.stop();
     let stop_ms = stop.elapsed().as_secs_f64() * 1e3;
     // Nothing of the peer's outlives the run, whatever its shutdown did.
     for s in &sleeps {
-        let _ = Command::new("kill")
-            .args(["-KILL", s])
-            .stderr(Stdio::null())
-            .status();
+        signal(*s, "KILL");
     }
     Some(HorustRun { cpu, rss, stop_ms })
 }

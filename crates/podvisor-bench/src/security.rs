@@ -69,7 +69,7 @@ fn one_run(podvisor: &Path, dir: &Path, way: Way, live: bool) -> (f64, f64, f64)
     if live {
         cmd.arg("--live-restore");
     }
-    let mut child = cmd.arg(&manifest).spawn().expect("podvisor run");
+    let mut child = cmd.arg(&manifest).running().expect("podvisor run");
     wait_for("100 started containers", Duration::from_secs(60), || {
         count_events(&events, "Started") >= CONTAINERS
     });
@@ -88,9 +88,7 @@ fn one_run(podvisor: &Path, dir: &Path, way: Way, live: bool) -> (f64, f64, f64)
             .stdout(Stdio::null())
             .status();
     } else {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
+        signal(child.id(), "TERM");
     }
     let status = child.wait().unwrap();
     assert!(status.success(), "podvisor run exited {status}");

@@ -43,7 +43,7 @@ pub fn state_bench(args: Common) {
         .arg("--events")
         .arg(&events)
         .arg(dir.join("crash.yaml"))
-        .spawn()
+        .running()
         .expect("podvisor run");
     wait_for("100 started containers", Duration::from_secs(60), || {
         count_events(&events, "Started") >= 100
@@ -53,7 +53,7 @@ pub fn state_bench(args: Common) {
     std::thread::sleep(window);
     let (restarts_after, after) = (count_events(&events, "Started"), scrape(port));
     let record = std::fs::read(dir.join("crash-state/podvisor.state")).unwrap();
-    stop(&mut child);
+    child.stop();
     let count = |text: &str, what: &str| -> f64 {
         text.lines()
             .find(|l| l.starts_with(&format!("podvisor_state_write_seconds_{what}")))
@@ -83,7 +83,7 @@ pub fn state_bench(args: Common) {
     let cpu_before = cpu_ns(child.id());
     std::thread::sleep(idle);
     let idle_cpu = (cpu_ns(child.id()) - cpu_before) as f64 / 1e9;
-    stop(&mut child);
+    child.stop();
 
     let rounds = if quick { 3 } else { 7 };
     let (fresh, resumed) = fresh_and_resumed(&podvisor, &dir, rounds);
@@ -143,9 +143,7 @@ fn fresh_and_resumed(podvisor: &Path, dir: &Path, rounds: usize) -> (Vec<f64>, V
         );
         fresh.push(ms);
         // podvisor dies; the kernel takes its containers (parent-death signal).
-        let _ = Command::new("kill")
-            .args(["-KILL", &child.id().to_string()])
-            .status();
+        signal(child.id(), "KILL");
         child.wait().unwrap();
         wait_for("the containers to go", Duration::from_secs(20), || {
             sleepers() == 0
@@ -161,7 +159,7 @@ fn fresh_and_resumed(podvisor: &Path, dir: &Path, rounds: usize) -> (Vec<f64>, V
             1
         );
         resumed.push(ms);
-        stop(&mut child);
+        child.stop();
     }
     (fresh, resumed)
 }
@@ -183,12 +181,7 @@ fn pod_yaml(name: &str, command: &str) -> String {
 
 /// Starts `podvisor run` and returns it with the milliseconds from its start to the 100th
 /// `Started` event of this run.
-fn start_and_wait(
-    podvisor: &Path,
-    pod: &Path,
-    state: &Path,
-    tag: &str,
-) -> (std::process::Child, f64) {
+fn start_and_wait(podvisor: &Path, pod: &Path, state: &Path, tag: &str) -> (Running, f64) {
     let events = pod.with_file_name(format!("{tag}.json"));
     let _ = std::fs::remove_file(&events);
     let t0 = SystemTime::now();
@@ -199,7 +192,7 @@ fn start_and_wait(
         .arg(&events)
         .arg(pod)
         .stdout(Stdio::null())
-        .spawn()
+        .running()
         .expect("podvisor run");
     wait_for("100 started containers", Duration::from_secs(60), || {
         count_events(&events, "Started") >= 100
@@ -228,13 +221,6 @@ fn sleepers() -> usize {
                     .is_ok_and(|c| c == "sleep\u{0}1000\u{0}")
         })
         .count()
-}
-
-fn stop(child: &mut std::process::Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    child.wait().unwrap();
 }
 
 /// Writes `bytes` as podvisor writes its record; milliseconds.

@@ -95,9 +95,7 @@ pub fn top_bench(args: TopArgs) {
     }
 
     for (child, _) in &mut runs {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
+        signal(child.id(), "TERM");
     }
     for (child, _) in &mut runs {
         let _ = child.wait();
@@ -270,7 +268,7 @@ fn watched_window(
 }
 
 /// `n` `podvisor status -w -o json` on each pod.
-fn watch_pods(podvisor: &Path, root: &Path, n: usize) -> Vec<std::process::Child> {
+fn watch_pods(podvisor: &Path, root: &Path, n: usize) -> Vec<Running> {
     let mut watching = Vec::new();
     for p in 0..PODS {
         for _ in 0..n {
@@ -279,7 +277,7 @@ fn watch_pods(podvisor: &Path, root: &Path, n: usize) -> Vec<std::process::Child
                 .arg(root.join("bench").join(format!("p{p}")))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
-                .spawn()
+                .running()
                 .expect("podvisor status -w");
             watching.push(child);
         }
@@ -289,12 +287,7 @@ fn watch_pods(podvisor: &Path, root: &Path, n: usize) -> Vec<std::process::Child
 
 /// The 10 pods, each with one container running `crash` and 99 sleeping: each run and its
 /// events file.
-fn start_pods(
-    podvisor: &Path,
-    dir: &Path,
-    root: &Path,
-    crash: &str,
-) -> Vec<(std::process::Child, PathBuf)> {
+fn start_pods(podvisor: &Path, dir: &Path, root: &Path, crash: &str) -> Vec<(Running, PathBuf)> {
     let mut runs = Vec::new();
     for p in 0..PODS {
         let mut yaml = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: bench, annotations: {{podvisor.io/root-from: host}}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: crash, command: [sh, -c, '{crash}']}}\n");
@@ -321,7 +314,7 @@ fn start_pods(
             .arg(pod_dir.join("pod.yaml"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
+            .running()
             .expect("podvisor run");
         runs.push((child, events));
     }
