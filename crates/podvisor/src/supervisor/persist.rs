@@ -103,12 +103,14 @@ pub fn take_up(
         // Before anything is killed: a keeper this podvisor cannot adopt refuses the run.
         found = super::keep::find(dir, &record, &names)?;
         found.number_after_strays(&mut record);
-        for c in &record.containers {
-            let Some(p) = c.process else { continue };
-            if found.survivors.contains_key(&c.name) {
-                continue;
-            }
-            let n = kill_leftovers(&[(p.pid, p.start_ticks)], LEFTOVER_PATIENCE);
+        // What the dead run's containers left (those under keepers live on), all at once.
+        let left: Vec<_> = (record.containers.iter())
+            .filter(|c| !found.survivors.contains_key(&c.name))
+            .filter_map(|c| c.process.map(|p| (c, p)))
+            .collect();
+        let groups: Vec<(i32, u64)> = left.iter().map(|(_, p)| (p.pid, p.start_ticks)).collect();
+        let killed = kill_leftovers(&groups, LEFTOVER_PATIENCE);
+        for ((c, p), n) in left.into_iter().zip(killed) {
             if n > 0 {
                 notes.push(Event {
                     kind: EventType::Warning,
