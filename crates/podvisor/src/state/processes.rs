@@ -49,10 +49,7 @@ pub fn run_starting(within: Duration) -> bool {
     let me_pid = std::process::id() as i32;
     let parent = parent_of(me_pid);
     let parent_exe = parent.and_then(exe);
-    let pids: Vec<i32> = (std::fs::read_dir("/proc").into_iter().flatten().flatten())
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| *pid != me_pid && mine(pid))
-        .collect();
+    let pids: Vec<i32> = pids().filter(|pid| *pid != me_pid && mine(pid)).collect();
     pids.into_iter().any(|pid| {
         let Some(age) = age(pid) else {
             return false;
@@ -108,6 +105,12 @@ fn parent_of(pid: i32) -> Option<i32> {
     ProcStat::read(pid).map(|s| s.ppid)
 }
 
+/// The pids /proc lists now.
+fn pids() -> impl Iterator<Item = i32> {
+    (std::fs::read_dir("/proc").into_iter().flatten().flatten())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+}
+
 /// The start time of `pid` in clock ticks since boot.
 pub fn start_ticks(pid: i32) -> Option<u64> {
     stat(pid).map(|(_, t, _)| t)
@@ -123,14 +126,7 @@ pub fn kill_leftovers(groups: &[(i32, u64)], patience: Duration) -> Vec<usize> {
         .collect();
     let mut found = vec![0; groups.len()];
     let mut left: Vec<(i32, u64)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids() {
         let Some((pgrp, start, zombie)) = stat(pid) else {
             continue;
         };
@@ -190,8 +186,7 @@ mod tests {
 
         fn members(&self) -> usize {
             let pgid = self.pgid();
-            (std::fs::read_dir("/proc").into_iter().flatten().flatten())
-                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            pids()
                 .filter(|&pid| stat(pid).is_some_and(|(g, _, zombie)| g == pgid && !zombie))
                 .count()
         }
