@@ -3,7 +3,8 @@
 //! read back inside the container (`/proc/self/status`, its maps), on the host (the owner of
 //! a file it wrote), in an exec probe and in `podvisor exec` (which also see the container's
 //! PID namespace), under live restore (the keeper starts the container); what the map cannot
-//! hold is refused by field. Run as the user
+//! hold is refused by field; a host directory in which something is mounted after the run
+//! started is bound read-only at later starts. Run as the user
 //! `podvisor-sub`, whose ranges `.ci/run` makes (docs/testing.md).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -183,4 +184,78 @@ fn without_root_what_the_map_cannot_hold_is_refused_by_field() {
             && err.contains("/etc/subuid gives nobody (uid 65534) no subordinate uids"),
         "{err}"
     );
+}
+
+/// A mount made below a host directory after the run read the host's mounts (a container
+/// engine's, an automount) is locked in a container's user namespace, and the kernel refuses
+/// that directory as a layer of its overlay: later starts bind it read-only instead, as a
+/// directory with mounts is bound from the start, rather than failing until it goes away.
+#[test]
+fn without_root_a_mount_made_after_the_run_started_is_bound_read_only() {
+    let Some(_) = sub_user_ranges() else {
+        return;
+    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let usr_mounted = (mountinfo.lines())
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|p| p == "/usr" || p.starts_with("/usr/"));
+    if usr_mounted {
+        skip("something is mounted at or below /usr: a rootless root binds it from the start");
+        return;
+    }
+    let r = sub_pod(
+        "{}",
+        "  volumes: [{name: data, emptyDir: {}}]
+  containers:
+  - name: app
+    command: [sh, -c, 'awk \"\\$5 == \\\"/usr\\\" { for (i = 7; \\$i != \\\"-\\\"; i++); print \\\"usr:\\\", \\$(i + 1), \\$6 }\" /proc/self/mountinfo; ls /usr/local; until [ -e /data/go ]; do sleep 0.1; done; exit 1']
+    volumeMounts: [{name: data, mountPath: /data}]
+",
+    );
+    // In a mount namespace of its own, so that the mount made below touches no other test.
+    let mut wrapper = vec!["unshare", "--mount", "--propagation", "private"];
+    wrapper.extend(AS_SUB_USER);
+    let mut p = r.cmd_under(&wrapper, &[]).start();
+    wait_until("the first start's log", || {
+        std::fs::read_to_string(r.dir.file("state/logs/app/1.log"))
+            .is_ok_and(|l| l.contains("usr:"))
+    });
+    let mounted = Run::new("nsenter")
+        .arg(format!("--mount=/proc/{}/ns/mnt", p.init_pid()))
+        .args(["sh", "-c"])
+        .arg("mount -t tmpfs podvisor-test /usr/local && touch /usr/local/podvisor-marker")
+        .output();
+    assert_eq!(mounted.code(), 0, "{mounted:?}");
+    std::fs::write(r.dir.file("state/volumes/data/go"), "").unwrap();
+    wait_until("the second start's log", || {
+        std::fs::read_to_string(r.dir.file("state/logs/app/2.log"))
+            .is_ok_and(|l| l.contains("podvisor-marker"))
+    });
+    let first = r.log("app", 1);
+    let second = r.log("app", 2);
+    // "usr: FSTYPE OPTIONS" of each start's /usr.
+    let usr = |log: &str| -> Vec<String> {
+        let line = log
+            .lines()
+            .find_map(|l| l.split_once("usr: "))
+            .map(|(_, u)| u);
+        line.unwrap_or_default()
+            .split(' ')
+            .map(String::from)
+            .collect()
+    };
+    let (first_usr, second_usr) = (usr(&first), usr(&second));
+    assert_eq!(first_usr[0], "overlay", "{first}");
+    assert!(!first.contains("podvisor-marker"), "{first}");
+    assert_ne!(second_usr[0], "overlay", "{second}");
+    let options = second_usr.get(1).map_or("", |o| o.as_str());
+    assert!(options.split(',').any(|o| o == "ro"), "{second}");
+    assert!(
+        !r.reasons("app").iter().any(|x| x == "Failed"),
+        "{:?}",
+        r.events()
+    );
+    let stop = client_as_sub_user(&r, &["stop"]);
+    assert_eq!(stop.code(), 0, "{stop:?}");
+    assert_eq!(p.wait().code(), Some(0));
 }

@@ -28,15 +28,18 @@ pub(super) struct MountSpec {
 
 /// One step of building a rootless root, as the child reads it.
 pub(super) struct RootlessStep {
-    /// 0: overlay (mkdir upper, work and target, mount with `source` as its options); 5: the
-    /// same for an image's layers, which fuse-overlayfs may mount instead (`fuse_argv`); 1:
-    /// recursive bind of the directory `source` at `target` (read-only when `flag`); 2:
-    /// symlink `source` at `target`; 3: as 1, for a file; 4: an empty directory.
+    /// 0: overlay (mkdir upper, work and target, mount with `source` as its options) of the
+    /// host's directory `lower`, or a read-only bind of it where the kernel refuses the
+    /// overlay for mounts made below it since the run read the host's; 5: the same for an
+    /// image's layers, which fuse-overlayfs may mount instead (`fuse_argv`); 1: recursive bind
+    /// of the directory `source` at `target` (read-only when `flag`); 2: symlink `source` at
+    /// `target`; 3: as 1, for a file; 4: an empty directory.
     pub(super) kind: u8,
     pub(super) source: *const libc::c_char,
     pub(super) target: *const libc::c_char,
     pub(super) upper: *const libc::c_char,
     pub(super) work: *const libc::c_char,
+    pub(super) lower: *const libc::c_char,
     pub(super) flag: bool,
 }
 
@@ -440,12 +443,22 @@ pub(super) unsafe fn build_rootless_root(r: &RootSpec) -> libc::c_int {
                     let made = libc::mkdir(st.upper, 0o755) == 0
                         && libc::mkdir(st.work, 0o755) == 0
                         && libc::mkdir(st.target, 0o755) == 0;
-                    if made
-                        && libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == -1
-                    {
+                    if !made {
+                        return -1;
+                    }
+                    if libc::mount(overlay, st.target, overlay, flags, st.source.cast()) == 0 {
+                        continue;
+                    }
+                    // A mount made below the directory since the run read the host's is
+                    // locked in this user namespace's copy, and the kernel refuses the
+                    // directory as a layer (EINVAL): it is bound read-only, as a directory
+                    // with mounts in it is from the start.
+                    if *libc::__errno_location() != libc::EINVAL {
                         return OVERLAY_IN_USER_NAMESPACE_FAILED;
                     }
-                    made
+                    let bind = libc::MS_BIND | libc::MS_REC;
+                    libc::mount(st.lower, st.target, none, bind, std::ptr::null()) == 0
+                        && read_only_below(st.target) == 0
                 }
                 5 => {
                     let flags = if st.flag { libc::MS_RDONLY } else { 0 };

@@ -141,13 +141,12 @@ pub(super) struct MountStrings {
     pub(super) root_lower_base: Option<CString>,
     /// An image's root: its upper layer is fresh at each start already, so no /tmp is made.
     pub(super) root_from_image: bool,
-    /// Rootless: uid map, gid map, upper dir; and per step (kind, source, target, upper,
-    /// work, flag).
+    /// Rootless: uid map, gid map, upper dir; and its steps.
     pub(super) rootless: Option<[CString; 3]>,
     /// Rootless, in the run's mapped user namespace (`Rootless::user_namespace`): no maps
     /// are written.
     pub(super) mapped: bool,
-    pub(super) steps: Vec<(u8, CString, CString, CString, CString, bool)>,
+    pub(super) steps: Vec<StepStrings>,
     /// Rootless, from an image, with fuse-overlayfs (`Rootless::fuse_overlayfs`): its argv
     /// for the image's overlay (step 5), and whether the kernel's is not tried first (for
     /// image volumes too).
@@ -487,20 +486,41 @@ fn fuse_argv(
     ])
 }
 
+/// One step of building a rootless root, as `RootlessStep` reads it (an empty string where
+/// the step's kind takes none).
+pub(super) struct StepStrings {
+    pub(super) kind: u8,
+    pub(super) source: CString,
+    pub(super) target: CString,
+    pub(super) upper: CString,
+    pub(super) work: CString,
+    pub(super) lower: CString,
+    pub(super) flag: bool,
+}
+
 /// The steps that build a rootless root (`inside` maps a path into it): from an image
 /// (`lower_dirs`), its layers' overlay at `merged` first (step 5: the kernel's, or
 /// fuse-overlayfs's; read-only, if asked, once the root is built); then the host's top-level
-/// entries: (kind, source, target, upper, work, flag) each.
-#[allow(clippy::type_complexity)]
+/// entries.
 fn rootless_steps(
     r: &Rootless,
     lower_dirs: &[std::path::PathBuf],
     merged: &std::path::Path,
     inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
     read_only: bool,
-) -> io::Result<Vec<(u8, CString, CString, CString, CString, bool)>> {
+) -> io::Result<Vec<StepStrings>> {
     let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
-    let empty = || c_string(b"");
+    let step = |kind, source, target, flag| -> io::Result<StepStrings> {
+        Ok(StepStrings {
+            kind,
+            source,
+            target,
+            upper: c_string(b"")?,
+            work: c_string(b"")?,
+            lower: c_string(b"")?,
+            flag,
+        })
+    };
     let mut steps = Vec::new();
     if !lower_dirs.is_empty() {
         let upper = r.upper_dir.join("image.u");
@@ -511,8 +531,11 @@ fn rootless_steps(
             upper.display(),
             work.display()
         );
-        let options = c_string(options.as_bytes())?;
-        steps.push((5, options, c(merged)?, c(&upper)?, c(&work)?, false));
+        steps.push(StepStrings {
+            upper: c(&upper)?,
+            work: c(&work)?,
+            ..step(5, c_string(options.as_bytes())?, c(merged)?, false)?
+        });
     }
     for (i, e) in r.entries.iter().enumerate() {
         steps.push(match e {
@@ -525,25 +548,24 @@ fn rootless_steps(
                     upper.display(),
                     work.display()
                 );
-                let options = c_string(options.as_bytes())?;
-                let (upper, work) = (c(&upper)?, c(&work)?);
-                (0, options, c(&inside(path))?, upper, work, read_only)
+                StepStrings {
+                    upper: c(&upper)?,
+                    work: c(&work)?,
+                    lower: c(path)?,
+                    ..step(
+                        0,
+                        c_string(options.as_bytes())?,
+                        c(&inside(path))?,
+                        read_only,
+                    )?
+                }
             }
             TopEntry::Bind { path, read_only } => {
                 let kind = if path.is_dir() { 1 } else { 3 };
-                (
-                    kind,
-                    c(path)?,
-                    c(&inside(path))?,
-                    empty()?,
-                    empty()?,
-                    *read_only,
-                )
+                step(kind, c(path)?, c(&inside(path))?, *read_only)?
             }
-            TopEntry::Symlink { path, target } => {
-                (2, c(target)?, c(&inside(path))?, empty()?, empty()?, false)
-            }
-            TopEntry::Empty(path) => (4, empty()?, c(&inside(path))?, empty()?, empty()?, false),
+            TopEntry::Symlink { path, target } => step(2, c(target)?, c(&inside(path))?, false)?,
+            TopEntry::Empty(path) => step(4, c_string(b"")?, c(&inside(path))?, false)?,
         });
     }
     Ok(steps)

@@ -401,13 +401,14 @@ impl MountPtrs {
         let steps = strings
             .steps
             .iter()
-            .map(|(kind, source, target, upper, work, flag)| RootlessStep {
-                kind: *kind,
-                source: source.as_ptr(),
-                target: target.as_ptr(),
-                upper: upper.as_ptr(),
-                work: work.as_ptr(),
-                flag: *flag,
+            .map(|st| RootlessStep {
+                kind: st.kind,
+                source: st.source.as_ptr(),
+                target: st.target.as_ptr(),
+                upper: st.upper.as_ptr(),
+                work: st.work.as_ptr(),
+                lower: st.lower.as_ptr(),
+                flag: st.flag,
             })
             .collect();
         let fuse_argv = argv_ptrs(&strings.fuse_argv);
