@@ -175,7 +175,7 @@ fn one_round(podvisor: &Path, dir: &Path, idle: Duration) -> Round {
     let keepers_cpu = (ks.iter().map(|k| cpu_ns(*k)).sum::<u64>() - before) as f64 / 1e9;
 
     // Adoption.
-    signal(run.id(), "KILL");
+    run.kill().unwrap();
     let _ = run.wait();
     let started_before = count_events(&events, "Started");
     let began = Instant::now();

@@ -143,7 +143,7 @@ fn fresh_and_resumed(podvisor: &Path, dir: &Path, rounds: usize) -> (Vec<f64>, V
         );
         fresh.push(ms);
         // podvisor dies; the kernel takes its containers (parent-death signal).
-        signal(child.id(), "KILL");
+        child.kill().unwrap();
         child.wait().unwrap();
         wait_for("the containers to go", Duration::from_secs(20), || {
             sleepers() == 0

@@ -49,8 +49,7 @@ pub fn run_starting(within: Duration) -> bool {
     let me_pid = std::process::id() as i32;
     let parent = parent_of(me_pid);
     let parent_exe = parent.and_then(exe);
-    let pids: Vec<i32> = pids().filter(|pid| *pid != me_pid && mine(pid)).collect();
-    pids.into_iter().any(|pid| {
+    pids().filter(|pid| *pid != me_pid && mine(pid)).any(|pid| {
         let Some(age) = age(pid) else {
             return false;
         };
