@@ -667,6 +667,15 @@ impl TempDir {
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }
+    /// A fresh directory in `parent` (one that is not `$TMPDIR`), removed on drop.
+    pub fn under(parent: &Path) -> TempDir {
+        let dir = parent.join(format!("podvisor-test-{}", new_tag()));
+        std::fs::create_dir(&dir).unwrap();
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
     pub fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }

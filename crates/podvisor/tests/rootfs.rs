@@ -1,8 +1,8 @@
 //! Each container start gets a root of its own, as a runtime's container layer: the host's
 //! files beneath, a private writable layer on top that goes with the instance, an empty /tmp,
 //! mount points made inside it only, and `readOnlyRootFilesystem`; exec probes and hooks see
-//! what the container sees. Without root: the host's root with a warning, and a read-only
-//! root refused.
+//! what the container sees; a host mount that goes away while the pod runs is left out of
+//! later starts. Without root: the host's root with a warning, and a read-only root refused.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -109,6 +109,77 @@ fn a_read_only_root_takes_no_writes_but_its_volumes_do() {
         "{log}"
     );
     assert!(log.contains("volume=written"), "{log}");
+}
+
+/// The host's mounts are read once per run and carried into each private root: one that is
+/// unmounted and whose mount point is removed later (a container engine's network
+/// namespaces under /run/docker/netns come and go so) is left out of the next start, rather
+/// than failing every start until the run ends.
+#[test]
+fn a_host_mount_gone_since_the_run_started_is_left_out() {
+    if !is_root() {
+        skip("a private root needs root");
+        return;
+    }
+    // A mount point of ours whose mount is the root mount's child, as /run/docker/netns/ID.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    if mountinfo
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some("/run"))
+    {
+        skip("/run is a mount here: a mount in it is not carried on its own");
+        return;
+    }
+    let dir = TempDir::under(std::path::Path::new("/run"));
+    let r = PodRun::new(&private_pod(
+        "Always",
+        &format!(
+            "  volumes: [{{name: data, emptyDir: {{}}}}]
+  containers:
+  - name: app
+    command: [sh, -c, 'ls {dir}; until [ -e /data/go ]; do sleep 0.1; done; exit 1']
+    volumeMounts: [{{name: data, mountPath: /data}}]
+",
+            dir = dir.path().display()
+        ),
+    ));
+    // In a mount namespace of its own, so that the mount touches no other test.
+    let mount = format!(
+        "mount -t tmpfs podvisor-test {0} && touch {0}/podvisor-marker && exec \"$0\" \"$@\"",
+        dir.path().display()
+    );
+    let wrapper = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &mount,
+    ];
+    let mut p = r.cmd_under(&wrapper, &[]).start();
+    wait_until("the first start's log", || {
+        std::fs::read_to_string(r.dir.file("state/logs/app/1.log"))
+            .is_ok_and(|l| l.contains("podvisor-marker"))
+    });
+    let gone = Run::new("nsenter")
+        .arg(format!("--mount=/proc/{}/ns/mnt", p.init_pid()))
+        .args(["sh", "-c"])
+        .arg(format!("umount {0} && rmdir {0}", dir.path().display()))
+        .output();
+    assert_eq!(gone.code(), 0, "{gone:?}");
+    std::fs::write(r.dir.file("state/volumes/data/go"), "").unwrap();
+    wait_until("the second start", || {
+        std::fs::read_to_string(r.dir.file("state/logs/app/2.log")).is_ok_and(|l| !l.is_empty())
+    });
+    let second = r.log("app", 2);
+    assert!(second.contains("No such file or directory"), "{second}");
+    assert!(
+        !r.reasons("app").iter().any(|x| x == "Failed"),
+        "{:?}",
+        r.events()
+    );
+    stop(&mut p);
 }
 
 /// Whether `nobody` may make user namespaces here (rootless containers).

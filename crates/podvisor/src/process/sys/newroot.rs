@@ -15,6 +15,10 @@ pub(super) struct MountSpec {
     pub(super) make_file: bool,
     /// Recursive bind; read-only applies to everything below it too (a carried host mount).
     pub(super) recursive_read_only: bool,
+    /// A host mount carried into the root: where it is gone (ENOENT: unmounted and its mount
+    /// point removed since the run read the host's mounts, as a container engine does with
+    /// a network namespace's), it is left out rather than failing the start.
+    pub(super) carried: bool,
     /// Not null: an overlay with these options (`lowerdir=…`, no upper layer, so read-only)
     /// is mounted at `target` instead (an image volume of several layers).
     pub(super) overlay: *const libc::c_char,
@@ -255,7 +259,8 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
         }
         let bind = libc::MS_BIND | libc::MS_REC;
         if libc::mount(m.source, m.target, none, bind, std::ptr::null()) == -1 {
-            return -1;
+            let gone = m.carried && *libc::__errno_location() == libc::ENOENT;
+            return if gone { 0 } else { -1 };
         }
         if m.read_only {
             let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;

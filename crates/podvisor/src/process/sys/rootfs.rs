@@ -122,6 +122,9 @@ pub(super) struct MountString {
     pub(super) file: bool,
     /// Read-only applies below it too (a carried host mount).
     pub(super) recursive_read_only: bool,
+    /// A host mount carried into the root: left out where it is gone (unmounted and its
+    /// mount point removed since the run read the host's mounts).
+    pub(super) carried: bool,
     /// An overlay's options (`lowerdir=…`): mounted instead of a bind of `source`.
     pub(super) overlay: Option<CString>,
     /// The directory the overlay's `lowerdir` names are relative to (none: absolute).
@@ -280,6 +283,7 @@ impl MountStrings {
                     dirs: Vec::new(),
                     file: false,
                     recursive_read_only: false,
+                    carried: false,
                     overlay: overlay_option(m, false)?,
                     overlay_base: lower_base(m.lower_base.as_deref())?,
                     fuse_argv: Vec::new(),
@@ -338,6 +342,7 @@ impl MountStrings {
                 dirs: Vec::new(),
                 file: false,
                 recursive_read_only: *read_only,
+                carried: true,
                 overlay: None,
                 overlay_base: None,
                 fuse_argv: Vec::new(),
@@ -416,6 +421,7 @@ fn volume_in_root(
         dirs,
         file: is_file,
         recursive_read_only: false,
+        carried: false,
         overlay: overlay_option(m, rootless)?,
         overlay_base: lower_base(m.lower_base.as_deref())?,
         fuse_argv: Vec::new(),

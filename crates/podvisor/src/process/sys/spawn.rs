@@ -389,6 +389,7 @@ impl MountPtrs {
                 make_dir_count: dirs.len(),
                 make_file: m.file,
                 recursive_read_only: m.recursive_read_only,
+                carried: m.carried,
                 overlay: m.overlay.as_ref().map_or(std::ptr::null(), |o| o.as_ptr()),
                 overlay_base: (m.overlay_base.as_ref()).map_or(std::ptr::null(), |b| b.as_ptr()),
                 fuse_argv: match fuse.is_empty() {
