@@ -705,6 +705,15 @@ pub fn wait_for_file_line(path: &Path, what: &str, pred: impl Fn(&str) -> bool) 
     }
 }
 
+/// `sh -c script` in the mount namespace of process `pid` (nsenter): a mount made or taken
+/// away there only.
+pub fn sh_in_mounts_of(pid: i32, script: &str) -> Output {
+    Run::new("nsenter")
+        .arg(format!("--mount=/proc/{pid}/ns/mnt"))
+        .args(["sh", "-c", script])
+        .output()
+}
+
 /// The signal numbers recorded in a testbin `signals --out` file.
 pub fn recorded_signals(path: &Path) -> Vec<i32> {
     std::fs::read_to_string(path)

@@ -131,22 +131,21 @@ fn a_host_mount_gone_since_the_run_started_is_left_out() {
         return;
     }
     let dir = TempDir::under(std::path::Path::new("/run"));
+    let path = dir.path().display().to_string();
     let r = PodRun::new(&private_pod(
         "Always",
         &format!(
             "  volumes: [{{name: data, emptyDir: {{}}}}]
   containers:
   - name: app
-    command: [sh, -c, 'ls {dir}; until [ -e /data/go ]; do sleep 0.1; done; exit 1']
+    command: [sh, -c, 'ls {path}; until [ -e /data/go ]; do sleep 0.1; done; exit 1']
     volumeMounts: [{{name: data, mountPath: /data}}]
-",
-            dir = dir.path().display()
+"
         ),
     ));
     // In a mount namespace of its own, so that the mount touches no other test.
     let mount = format!(
-        "mount -t tmpfs podvisor-test {0} && touch {0}/podvisor-marker && exec \"$0\" \"$@\"",
-        dir.path().display()
+        "mount -t tmpfs podvisor-test {path} && touch {path}/podvisor-marker && exec \"$0\" \"$@\""
     );
     let wrapper = [
         "unshare",
@@ -158,20 +157,12 @@ fn a_host_mount_gone_since_the_run_started_is_left_out() {
         &mount,
     ];
     let mut p = r.cmd_under(&wrapper, &[]).start();
-    wait_until("the first start's log", || {
-        std::fs::read_to_string(r.dir.file("state/logs/app/1.log"))
-            .is_ok_and(|l| l.contains("podvisor-marker"))
-    });
-    let gone = Run::new("nsenter")
-        .arg(format!("--mount=/proc/{}/ns/mnt", p.init_pid()))
-        .args(["sh", "-c"])
-        .arg(format!("umount {0} && rmdir {0}", dir.path().display()))
-        .output();
+    let log = |n: u32| r.dir.file(&format!("state/logs/app/{n}.log"));
+    wait_for_file_line(&log(1), "the mount", |l| l.contains("podvisor-marker"));
+    let gone = sh_in_mounts_of(p.init_pid(), &format!("umount {path} && rmdir {path}"));
     assert_eq!(gone.code(), 0, "{gone:?}");
     std::fs::write(r.dir.file("state/volumes/data/go"), "").unwrap();
-    wait_until("the second start", || {
-        std::fs::read_to_string(r.dir.file("state/logs/app/2.log")).is_ok_and(|l| !l.is_empty())
-    });
+    wait_for_file_line(&log(2), "a line", |_| true);
     let second = r.log("app", 2);
     assert!(second.contains("No such file or directory"), "{second}");
     assert!(

@@ -216,21 +216,15 @@ fn without_root_a_mount_made_after_the_run_started_is_bound_read_only() {
     let mut wrapper = vec!["unshare", "--mount", "--propagation", "private"];
     wrapper.extend(AS_SUB_USER);
     let mut p = r.cmd_under(&wrapper, &[]).start();
-    wait_until("the first start's log", || {
-        std::fs::read_to_string(r.dir.file("state/logs/app/1.log"))
-            .is_ok_and(|l| l.contains("usr:"))
-    });
-    let mounted = Run::new("nsenter")
-        .arg(format!("--mount=/proc/{}/ns/mnt", p.init_pid()))
-        .args(["sh", "-c"])
-        .arg("mount -t tmpfs podvisor-test /usr/local && touch /usr/local/podvisor-marker")
-        .output();
+    let log = |n: u32| r.dir.file(&format!("state/logs/app/{n}.log"));
+    wait_for_file_line(&log(1), "/usr's mount", |l| l.contains("usr:"));
+    let mounted = sh_in_mounts_of(
+        p.init_pid(),
+        "mount -t tmpfs podvisor-test /usr/local && touch /usr/local/podvisor-marker",
+    );
     assert_eq!(mounted.code(), 0, "{mounted:?}");
     std::fs::write(r.dir.file("state/volumes/data/go"), "").unwrap();
-    wait_until("the second start's log", || {
-        std::fs::read_to_string(r.dir.file("state/logs/app/2.log"))
-            .is_ok_and(|l| l.contains("podvisor-marker"))
-    });
+    wait_for_file_line(&log(2), "the new mount", |l| l.contains("podvisor-marker"));
     let first = r.log("app", 1);
     let second = r.log("app", 2);
     // "usr: FSTYPE OPTIONS" of each start's /usr.
