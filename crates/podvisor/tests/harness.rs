@@ -550,10 +550,8 @@ fn leftover_cgroups(state: &StateDirs) -> Vec<PathBuf> {
 /// are made in its containers' (or the run's own) namespaces, and end with them.
 fn leftover_mounts(state: &StateDirs) -> Vec<PathBuf> {
     let dirs = ended_state_dirs(state);
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
+    mount_points()
+        .into_iter()
         // Spaces and the like are octal escapes (`\040`); state dirs have none.
         .map(PathBuf::from)
         // The state dir itself may be a test's own mount (a small tmpfs, a read-only one).
@@ -703,6 +701,14 @@ pub fn wait_for_file_line(path: &Path, what: &str, pred: impl Fn(&str) -> bool) 
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The mount points of this process's mount namespace (`/proc/self/mountinfo`'s fifth field;
+/// none where it cannot be read).
+pub fn mount_points() -> Vec<String> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let points = mountinfo.lines().filter_map(|l| l.split(' ').nth(4));
+    points.map(String::from).collect()
 }
 
 /// `sh -c script` in the mount namespace of process `pid` (nsenter): a mount made or taken
