@@ -1,29 +1,16 @@
 //! Finding every descendant of a process through /proc, for `--kill-descendants` and
 //! `--wait-all`, which must reach grandchildren that are not (yet) our own children.
 
-use std::fs;
+use super::stat::{parent_of, pids};
 
 /// The pids of every live descendant of `root` (children, their children, and so on), read
 /// from /proc. Processes that vanish while we read are skipped. Zombies are included: they are
 /// still descendants until reaped, and signalling them is harmless.
 pub fn descendants_of(root: i32) -> Vec<i32> {
     // (parent, child) pairs sorted by parent: a plain sorted Vec keeps the PID 1 build small.
-    let mut edges: Vec<(i32, i32)> = Vec::new();
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if let Some(ppid) = read_ppid(pid) {
-            edges.push((ppid, pid));
-        }
-    }
+    let mut edges: Vec<(i32, i32)> = pids()
+        .filter_map(|pid| Some((parent_of(pid)?, pid)))
+        .collect();
     edges.sort_unstable();
     let mut found = Vec::new();
     let mut stack = vec![root];
@@ -38,10 +25,6 @@ pub fn descendants_of(root: i32) -> Vec<i32> {
         }
     }
     found
-}
-
-fn read_ppid(pid: i32) -> Option<i32> {
-    super::stat::ProcStat::read(pid).map(|s| s.ppid)
 }
 
 #[cfg(test)]
@@ -69,7 +52,7 @@ mod tests {
         let grandchildren: Vec<i32> = found
             .iter()
             .copied()
-            .filter(|&p| read_ppid(p) == Some(sh))
+            .filter(|&p| parent_of(p) == Some(sh))
             .collect();
         assert_eq!(grandchildren.len(), 1, "{found:?}");
         for p in grandchildren {

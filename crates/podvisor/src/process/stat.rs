@@ -1,5 +1,6 @@
 //! A process's `/proc/PID/stat`, read and parsed in one place: `PID (COMM) STATE PPID PGRP …`.
-//! COMM may hold spaces and parentheses, so the fields are counted from its last `)`.
+//! COMM may hold spaces and parentheses, so the fields are counted from its last `)`. And the
+//! pids /proc lists.
 
 /// The fields of `/proc/PID/stat` podvisor reads (proc(5) numbers them from 1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +53,17 @@ impl ProcStat {
     pub fn zombie(&self) -> bool {
         self.state == 'Z'
     }
+}
+
+/// The pids /proc lists now.
+pub fn pids() -> impl Iterator<Item = i32> {
+    (std::fs::read_dir("/proc").into_iter().flatten().flatten())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+}
+
+/// The parent of `pid`, from /proc/PID/stat (`None` when it is gone).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    ProcStat::read(pid).map(|s| s.ppid)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::process::stat::ProcStat;
+use crate::process::stat::{parent_of, pids, ProcStat};
 use crate::process::sys;
 
 /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), or "" if it cannot be read.
@@ -97,17 +97,6 @@ fn holds_a_state_dir(pid: i32) -> bool {
         .flatten();
     fds.filter_map(|fd| std::fs::read_link(fd.path()).ok())
         .any(|target| target.file_name() == Some(std::ffi::OsStr::new(super::LOCK)))
-}
-
-/// The parent of `pid`, from /proc/PID/stat.
-fn parent_of(pid: i32) -> Option<i32> {
-    ProcStat::read(pid).map(|s| s.ppid)
-}
-
-/// The pids /proc lists now.
-fn pids() -> impl Iterator<Item = i32> {
-    (std::fs::read_dir("/proc").into_iter().flatten().flatten())
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
 }
 
 /// The start time of `pid` in clock ticks since boot.
