@@ -29,7 +29,7 @@ pub fn find_pod(
     let mut second_look = false;
     loop {
         // `run … &` then a client at once: a run that began just now holds no state dir yet
-        // (it may not even be `podvisor` yet, or be re-executing itself); it is waited for
+        // (it may not even be `podvisor` yet, or still be reading its manifest); it is waited for
         // until it does, so that it is among the pods found.
         let starting = flag.is_none()
             && began.elapsed() < STARTING_PATIENCE

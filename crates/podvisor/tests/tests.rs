@@ -38,6 +38,7 @@ mod restart_rules;
 mod resume;
 mod rootfs;
 mod run;
+mod run_reading;
 mod security;
 mod subids;
 mod top;

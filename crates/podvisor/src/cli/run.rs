@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use podvisor_core::lifecycle::Phase;
-use podvisor_core::spec::plan::{plan, HostFacts};
+use podvisor_core::spec::plan::{plan, HostFacts, RunPlan};
 
 use podvisor_core::spec::node::Gate;
 
@@ -79,74 +79,80 @@ pub struct RunArgs {
     /// No event lines on stderr
     #[arg(short, long)]
     quiet: bool,
-    /// (internal) the planned pod, handed over by the image that read the manifest
-    #[arg(long, value_name = "FD", hide = true)]
-    plan_fd: Option<i32>,
     /// The pod manifest: a Pod, or the pod template of a Deployment, StatefulSet, DaemonSet or
     /// Job (- for stdin)
     file: String,
 }
 
-/// What the image that read the manifest hands to the one that supervises the pod.
+/// What the process that read the manifest hands to the one that supervises the pod.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Handoff {
-    plan: podvisor_core::spec::plan::RunPlan,
+    plan: RunPlan,
     info: PodInfo,
 }
 
 pub fn main(a: RunArgs) -> i32 {
-    let (run_plan, info) = match a.plan_fd {
-        Some(fd) => match take_handoff(fd) {
-            Ok(h) => (h.plan, h.info),
-            Err(e) => {
-                super::write_err(&format!("error: --plan-fd {fd}: {e}\n"));
-                return 2;
-            }
-        },
-        None => match read_manifest(&a) {
-            Ok(planned) => {
-                hand_over(&planned);
-                planned
-            }
-            Err(code) => return code,
-        },
+    let (run_plan, info) = match read_in_child(&a) {
+        Ok(planned) => planned,
+        Err(code) => return code,
     };
     supervise(a, run_plan, info)
 }
 
-/// Reads the planned pod that `hand_over` left in descriptor `fd`.
-fn take_handoff(fd: i32) -> Result<Handoff, String> {
-    if fd < 3 {
-        return Err("not a descriptor podvisor hands over".into());
+/// Reads, checks and plans the manifest in a child process of its own
+/// (`sys::run_in_child`), which hands the plan back through a pipe: the code and memory that
+/// reading YAML and the Kubernetes types take go with that child, and the process that
+/// supervises the pod for hours never held them. Where no child can be made, this process
+/// reads.
+fn read_in_child(a: &RunArgs) -> Result<(RunPlan, PodInfo), i32> {
+    let work = |out: &mut std::fs::File| match read_manifest(a) {
+        Ok((plan, info)) => {
+            use std::io::Write;
+            let mut w = std::io::BufWriter::new(out);
+            let handoff = Handoff { plan, info };
+            let written = serde_json::to_writer(&mut w, &handoff).map_err(std::io::Error::from);
+            match written.and_then(|()| w.flush()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    super::write_err(&format!("error: {}: handing the plan over: {e}\n", a.file));
+                    1
+                }
+            }
+        }
+        Err(code) => code,
+    };
+    let Some(done) = sys::run_in_child(work) else {
+        return read_manifest(a);
+    };
+    let failed = |why: String| {
+        super::write_err(&format!("error: {}: {why}\n", a.file));
+        Err(1)
+    };
+    match done {
+        Err(e) => failed(format!("reading it in a child process: {e}")),
+        Ok(sys::ChildWork {
+            exit: sys::Exit::Code(0),
+            output,
+        }) => match serde_json::from_slice::<Handoff>(&output) {
+            Ok(h) => Ok((h.plan, h.info)),
+            Err(e) => failed(format!("the plan the reading process handed over: {e}")),
+        },
+        Ok(sys::ChildWork {
+            exit: sys::Exit::Code(code),
+            ..
+        }) => Err(code),
+        Ok(sys::ChildWork {
+            exit: sys::Exit::Signal(signal),
+            ..
+        }) => failed(format!(
+            "the process reading it was killed by signal {signal}"
+        )),
     }
-    let text = sys::take_fd_text(fd).map_err(|e| e.to_string())?;
-    serde_json::from_str(&text).map_err(|e| e.to_string())
-}
-
-/// Runs the rest in a fresh image of podvisor (same pid, `execv` of /proc/self/exe with the
-/// plan in a memfd): the code and memory that reading YAML and the Kubernetes types took are
-/// gone, and the process that supervises the pod for hours holds only what it uses. Where that
-/// cannot be done (no /proc), the run goes on in this image.
-fn hand_over((plan, info): &(podvisor_core::spec::plan::RunPlan, PodInfo)) {
-    let Ok(text) = serde_json::to_string(&Handoff {
-        plan: plan.clone(),
-        info: info.clone(),
-    }) else {
-        return;
-    };
-    let Ok(memfd) = sys::memfd_with("podvisor-plan", text.as_bytes()) else {
-        return;
-    };
-    use std::os::fd::AsRawFd;
-    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    args.push("--plan-fd".into());
-    args.push(memfd.as_raw_fd().to_string().into());
-    let _failed = sys::reexec(std::path::Path::new("/proc/self/exe"), &args);
 }
 
 /// A `lifecycle.stopSignal` needs the kubelet's gate ContainerStopSignals (the API server and
 /// the kubelet drop the field when it is off: refused here rather than passed over).
-fn stop_signals_allowed(plan: &podvisor_core::spec::plan::RunPlan) -> Result<(), String> {
+fn stop_signals_allowed(plan: &RunPlan) -> Result<(), String> {
     if plan.container_stop_signals {
         return Ok(());
     }
@@ -160,7 +166,7 @@ fn stop_signals_allowed(plan: &podvisor_core::spec::plan::RunPlan) -> Result<(),
 }
 
 /// Reads, checks and plans the manifest: bad input is reported here (exit 2).
-fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, PodInfo), i32> {
+fn read_manifest(a: &RunArgs) -> Result<(RunPlan, PodInfo), i32> {
     let manifest = load(&a.file)?;
     let (cpus, memory) = sys::cpus_and_memory();
     let host = HostFacts {
@@ -223,10 +229,7 @@ fn read_manifest(a: &RunArgs) -> Result<(podvisor_core::spec::plan::RunPlan, Pod
 
 /// What the kubelet checks when it admits a pod or makes its sandbox: its sysctls
 /// (`SysctlForbidden`) and the length of an FQDN hostname.
-fn admit(
-    plan: &podvisor_core::spec::plan::RunPlan,
-    allowed_unsafe: &[String],
-) -> Result<(), String> {
+fn admit(plan: &RunPlan, allowed_unsafe: &[String]) -> Result<(), String> {
     use podvisor_core::namespaces::{admit_sysctl, unsafe_pattern_problem, MAX_FQDN};
     if let Some(why) = allowed_unsafe
         .iter()
@@ -252,7 +255,7 @@ fn admit(
 }
 
 /// Supervises the planned pod until it ends: its exit code.
-fn supervise(a: RunArgs, run_plan: podvisor_core::spec::plan::RunPlan, info: PodInfo) -> i32 {
+fn supervise(a: RunArgs, run_plan: RunPlan, info: PodInfo) -> i32 {
     // The run may hold the pod for months: the loader's tables go (`sys::forget_relocations`).
     let _ = sys::forget_relocations();
     let state_dir = match a.state_dir {

@@ -1,5 +1,6 @@
 //! What starting a keeper needs: a fork whose child only execs (`spawn_detached`), with a
-//! session of its own, descriptors handed across exec, and an exec prepared before the fork.
+//! session of its own, descriptors handed across exec, and an exec prepared before the fork;
+//! and a fork whose child does a piece of work and hands back its result (`run_in_child`).
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -119,6 +120,81 @@ impl Exec {
 pub(super) fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no memory of ours.
     unsafe { libc::_exit(code) }
+}
+
+/// What a child made by `run_in_child` wrote to its pipe, and how it ended.
+#[derive(Debug)]
+pub struct ChildWork {
+    pub output: Vec<u8>,
+    pub exit: super::Exit,
+}
+
+/// Runs `work` in a forked child of this process and returns what the child wrote to the pipe
+/// `work` is given, and how it ended: the memory and the code pages the work takes go with the
+/// child, and this process never held them. A fork's child may run any code only when the
+/// parent had one thread (a lock another thread held at the fork stays held in the child): with
+/// more threads, without /proc to count them, with SIGCHLD ignored (the child could not be
+/// waited for), or when the pipe or the fork cannot be made, `None`, and the caller does the
+/// work itself. The child leaves with `_exit` once `work` returns its exit code (101 after a
+/// panic, as a Rust program's), std's stdout flushed first.
+pub fn run_in_child(work: impl FnOnce(&mut std::fs::File) -> i32) -> Option<io::Result<ChildWork>> {
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    if std::fs::read_dir("/proc/self/task").ok()?.count() != 1 || sigchld_ignored() {
+        return None;
+    }
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills the two-element array.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }).ok()?;
+    // SAFETY: pipe2 returned two new descriptors that nothing else owns.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: this process has one thread (counted above; nothing since started another), so
+    // no lock is held at the fork and the child may run any code; it leaves with `exit_now`,
+    // never by returning into the caller's code.
+    let pid = check(unsafe { libc::fork() }).ok()?;
+    if pid == 0 {
+        drop(read);
+        let mut out = std::fs::File::from(write);
+        let work = std::panic::AssertUnwindSafe(|| work(&mut out));
+        let code = std::panic::catch_unwind(work).unwrap_or(101);
+        drop(out);
+        let _ = std::io::stdout().flush();
+        exit_now(code);
+    }
+    drop(write);
+    let mut output = Vec::new();
+    // Read to the end before waiting: a child whose output fills the pipe waits for the read.
+    let read = std::fs::File::from(read).read_to_end(&mut output);
+    let exit = wait_for(pid);
+    Some(read.and(exit).map(|exit| ChildWork { output, exit }))
+}
+
+/// Whether SIGCHLD is ignored (inherited so): the kernel then reaps children itself.
+fn sigchld_ignored() -> bool {
+    // SAFETY: a sigaction is plain data, for which all zeroes is a valid value.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new action, sigaction only writes the current one into `old`.
+    let got = unsafe { libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut old) };
+    got == 0 && old.sa_sigaction == libc::SIG_IGN
+}
+
+/// Waits for child `pid` to end (blocking).
+fn wait_for(pid: i32) -> io::Result<super::Exit> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: a valid pointer to a c_int.
+        let got = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if got == -1 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        if let Some(exit) = super::exit_of(status) {
+            return Ok(exit);
+        }
+    }
 }
 
 /// Blocks `signals` for this thread (added to the mask), so that they are read from a signalfd

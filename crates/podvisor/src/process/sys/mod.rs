@@ -443,66 +443,6 @@ pub fn user_namespaces_work() -> bool {
     true
 }
 
-/// A memfd holding `bytes`, read from its start, inherited across exec (no close-on-exec).
-pub fn memfd_with(name: &str, bytes: &[u8]) -> io::Result<std::fs::File> {
-    use std::io::{Seek, Write};
-    use std::os::fd::FromRawFd;
-    let name = c_string(name.as_bytes())?;
-    // SAFETY: memfd_create(2) with a live C string; the descriptor is ours alone.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
-    if fd == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned by nothing else.
-    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-    f.write_all(bytes)?;
-    f.rewind()?;
-    Ok(f)
-}
-
-/// The text in descriptor `fd` (handed over across exec), which is closed after: nothing the
-/// pod starts inherits it.
-pub fn take_fd_text(fd: i32) -> io::Result<String> {
-    use std::io::Read;
-    use std::os::fd::FromRawFd;
-    // Only a descriptor that is open may be taken.
-    // SAFETY: fcntl(F_GETFD) only inspects the descriptor.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is open and handed to us alone (the image before exec gave it up); the
-    // File owns and closes it.
-    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-    let mut text = String::new();
-    f.read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// Replaces this process's program with `path` run with `args` (`argv[0]` first), keeping
-/// the pid, the environment, the signal mask and dispositions (std's `exec` resets the mask
-/// and SIGPIPE, which podvisor must hand on to its containers as it got them). Returns only
-/// on failure.
-pub fn reexec(path: &std::path::Path, args: &[std::ffi::OsString]) -> io::Error {
-    let path = match c_string(path.as_os_str().as_encoded_bytes()) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
-    let args: Vec<CString> = match args
-        .iter()
-        .map(|a| c_string(a.as_encoded_bytes()))
-        .collect::<io::Result<_>>()
-    {
-        Ok(a) => a,
-        Err(e) => return e,
-    };
-    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
-    // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array that live
-    // across the call; on success it does not return.
-    unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
-    io::Error::last_os_error()
-}
-
 pub fn getgid() -> u32 {
     // SAFETY: getgid cannot fail.
     unsafe { libc::getgid() }
