@@ -217,7 +217,7 @@ pub enum Reaped {
 }
 
 /// `waitpid(-1, WNOHANG)`: collects one exited child, if any. The one reaper calls this in a
-/// loop; nothing else in podvisor waits for processes.
+/// loop; while it runs, nothing else in podvisor waits for processes.
 pub fn reap_one() -> io::Result<Reaped> {
     let mut status: libc::c_int = 0;
     loop {
