@@ -145,6 +145,15 @@ pub fn cloexec_inherited() -> io::Result<()> {
     Ok(())
 }
 
+/// A pipe whose ends close on exec, both blocking: (read, write).
+pub(super) fn blocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2(2) fills the two-element array.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both descriptors were just made and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// A pipe whose ends close on exec: (read end, non-blocking; write end).
 pub fn pipe() -> io::Result<(std::fs::File, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];

@@ -139,15 +139,10 @@ pub struct ChildWork {
 /// panic, as a Rust program's), std's stdout flushed first.
 pub fn run_in_child(work: impl FnOnce(&mut std::fs::File) -> i32) -> Option<io::Result<ChildWork>> {
     use std::io::{Read, Write};
-    use std::os::fd::{FromRawFd, OwnedFd};
     if std::fs::read_dir("/proc/self/task").ok()?.count() != 1 || sigchld_ignored() {
         return None;
     }
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 fills the two-element array.
-    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }).ok()?;
-    // SAFETY: pipe2 returned two new descriptors that nothing else owns.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = super::fd::blocking_pipe().ok()?;
     // SAFETY: this process has one thread (counted above; nothing since started another), so
     // no lock is held at the fork and the child may run any code; it leaves with `exit_now`,
     // never by returning into the caller's code.

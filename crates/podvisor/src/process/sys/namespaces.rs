@@ -162,8 +162,8 @@ pub struct IdMapLine {
 /// the helpers write its maps; the namespace is then held by the descriptor returned and
 /// the child ends. `Err` says which helper failed, with what it printed.
 pub fn mapped_user_namespace(uids: &[IdMapLine], gids: &[IdMapLine]) -> io::Result<OwnedFd> {
-    let (ready_r, ready_w) = pipe()?;
-    let (go_r, go_w) = pipe()?;
+    let (ready_r, ready_w) = super::fd::blocking_pipe()?;
+    let (go_r, go_w) = super::fd::blocking_pipe()?;
     let fds = [ready_r.as_raw_fd(), go_w.as_raw_fd()];
     // SAFETY: the child keeps to system calls (close, unshare, prctl, write, read, _exit).
     let pid = unsafe { super::fork::fork() }?;
@@ -220,15 +220,6 @@ pub fn mapped_user_namespace(uids: &[IdMapLine], gids: &[IdMapLine]) -> io::Resu
     // SAFETY: waiting for our own child, which nobody else waits for.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     made
-}
-
-/// A pipe (close-on-exec both ends): (read, write).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2(2) fills the two-element array.
-    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    // SAFETY: both descriptors were just made and are owned by nothing else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Makes `cmd` join the user namespace `ns` before it runs its program (setns(2) in the
