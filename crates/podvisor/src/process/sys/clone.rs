@@ -99,9 +99,8 @@ pub(super) fn clone_via(
     if between == -1 {
         return Err(io::Error::last_os_error());
     }
-    let mut status = 0;
-    // SAFETY: waiting for our own go-between, which has exited; nobody else knows its pid.
-    unsafe { libc::waitpid(between, &mut status, 0) };
+    // Our own go-between, which has exited; nobody else knows its pid.
+    let _ = super::wait_for(between);
     drop((stack, via_stack));
     if via.pid == -1 {
         let os = io::Error::from_raw_os_error(plan.errno);

@@ -160,7 +160,7 @@ pub fn run_in_child(work: impl FnOnce(&mut std::fs::File) -> i32) -> Option<io::
     let mut output = Vec::new();
     // Read to the end before waiting: a child whose output fills the pipe waits for the read.
     let read = std::fs::File::from(read).read_to_end(&mut output);
-    let exit = wait_for(pid);
+    let exit = super::wait_for(pid);
     Some(read.and(exit).map(|exit| ChildWork { output, exit }))
 }
 
@@ -171,25 +171,6 @@ fn sigchld_ignored() -> bool {
     // SAFETY: with a null new action, sigaction only writes the current one into `old`.
     let got = unsafe { libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut old) };
     got == 0 && old.sa_sigaction == libc::SIG_IGN
-}
-
-/// Waits for child `pid` to end (blocking).
-fn wait_for(pid: i32) -> io::Result<super::Exit> {
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: a valid pointer to a c_int.
-        let got = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if got == -1 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(err);
-        }
-        if let Some(exit) = super::exit_of(status) {
-            return Ok(exit);
-        }
-    }
 }
 
 /// Blocks `signals` for this thread (added to the mask), so that they are read from a signalfd

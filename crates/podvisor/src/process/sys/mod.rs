@@ -264,6 +264,28 @@ pub fn reap_pid(pid: i32) -> io::Result<Option<Exit>> {
     }
 }
 
+/// `waitpid(pid, 0)`: waits for our own child `pid` to end, through EINTR, and says how it
+/// ended. For the short-lived helpers podvisor forks or clones and waits for at once (nobody
+/// else knows their pids), never for a container or a command of the user's.
+pub(super) fn wait_for(pid: i32) -> io::Result<Exit> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: a valid pointer to a c_int.
+        let got = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if got == -1 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        // Without WUNTRACED/WCONTINUED only its end is reported; keep waiting otherwise.
+        if let Some(exit) = exit_of(status) {
+            return Ok(exit);
+        }
+    }
+}
+
 /// How a process ended, from a wait status; `None` for a stop or continue.
 pub(super) fn exit_of(status: libc::c_int) -> Option<Exit> {
     if libc::WIFEXITED(status) {
@@ -436,9 +458,7 @@ pub fn user_namespaces_work() -> bool {
     if pid == -1 {
         return false;
     }
-    let mut status = 0;
-    // SAFETY: waiting for our own child, which nobody else knows of.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let _ = wait_for(pid);
     drop(stack);
     true
 }

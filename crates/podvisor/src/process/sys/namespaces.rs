@@ -216,9 +216,7 @@ pub fn mapped_user_namespace(uids: &[IdMapLine], gids: &[IdMapLine]) -> io::Resu
         open_namespace(pid, "user")
     })();
     drop(go_w);
-    let mut status = 0;
-    // SAFETY: waiting for our own child, which nobody else waits for.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let _ = super::wait_for(pid);
     made
 }
 

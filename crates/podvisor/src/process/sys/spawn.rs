@@ -608,9 +608,8 @@ fn clone_in_namespaces(
 /// The child `pid` failed before its exec and has exited (127): reaps it and says why, for a
 /// container with the step and the path it was about.
 fn child_failure(pid: i32, plan: &ChildPlan, mode: Mode) -> io::Error {
-    let mut status = 0;
-    // SAFETY: waiting for our own, already exited child; nobody else knows its pid.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    // Our own child, already exited; nobody else knows its pid.
+    let _ = super::wait_for(pid);
     let os = io::Error::from_raw_os_error(plan.errno);
     if plan.failed_step.is_null() || mode != Mode::Container {
         return os;
