@@ -3,7 +3,8 @@
 //! (SIGKILL) there; a run without it takes the pod over, and then what the kubelet's rules
 //! and live restore promise is checked: the record reads, no restart is counted twice or lost,
 //! no container runs twice, the logs hold every line once, and once the pod is stopped
-//! nothing is left (processes, keepers, their files, cgroups, mounts).
+//! nothing is left (processes, keepers, their files, cgroups, mounts). And a step that fails
+//! with an error (`PODVISOR_FAILPOINT_ERROR`) fails what it belongs to, no more.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -367,4 +368,40 @@ points! {
     keeper_reaped_no_note: "keeper.exit.reaped", Keeper;
     keeper_noted_not_told: "keeper.exit.noted", Keeper;
     keeper_rotated_a_log: "log.rotated", Keeper;
+}
+
+#[test]
+fn a_start_whose_output_the_loop_cannot_take_fails_alone() {
+    // The loop refuses the first start's second log stream (`PODVISOR_FAILPOINT_ERROR`, as an
+    // epoll add that fails: out of memory, or of the user's watches). That start fails before
+    // its process is made, with a StartError that says why; the first stream is taken out of
+    // the loop again and no log is left of it. The run goes on: the other container starts
+    // beside it, and this one again after its back-off.
+    let r = PodRun::new(&crate::harness::pod(
+        "OnFailure",
+        "  containers:\n  - {name: a, command: [sh, -c, 'echo hello']}\n  - {name: b, command: [sh, -c, 'echo world']}\n",
+    ));
+    let out = r
+        .cmd(&["--backoff-initial", "100ms"])
+        .env("PODVISOR_FAILPOINT_ERROR", "run.log.add@2")
+        .output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(!out.stderr.contains("error:"), "{out:?}");
+    let failed = r
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "Failed")
+        .expect("a Failed event");
+    assert_eq!(
+        (&failed["object"], &failed["exitCode"]),
+        (&"a".into(), &128.into())
+    );
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot read its output: failpoint run.log.add"),
+        "{message}"
+    );
+    assert!(!r.dir.file("state/logs/a/1.log").exists());
+    assert_eq!(r.log_lines("a", 2), ["hello"]);
+    assert_eq!(r.log_lines("b", 1), ["world"]);
 }

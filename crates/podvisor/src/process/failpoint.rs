@@ -1,6 +1,7 @@
 //! Failpoints: named steps where a debug build kills its own process (SIGKILL, as `kill -9`
 //! would) when a test asks for it, so that the tests can check what a crash at each step
-//! leaves behind (`tests/failpoints.rs`). A release build compiles every point away.
+//! leaves behind (`tests/failpoints.rs`); or holds a thread there (`stall`), or fails the step
+//! with an error (`error`). A release build compiles every point away.
 //!
 //! `PODVISOR_FAILPOINT=NAME[@N]` kills the process the Nth time (the first by default) it
 //! passes the point NAME. With `PODVISOR_FAILPOINT_MARK=PATH` the kill happens only when PATH
@@ -20,7 +21,7 @@ pub fn hit(name: &str) {
     use std::sync::OnceLock;
     static ARMED: OnceLock<Option<(String, u32)>> = OnceLock::new();
     static PASSED: AtomicU32 = AtomicU32::new(0);
-    let Some((point, nth)) = ARMED.get_or_init(armed) else {
+    let Some((point, nth)) = ARMED.get_or_init(|| armed(ENV)) else {
         return;
     };
     if point != name || PASSED.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
@@ -45,14 +46,42 @@ pub fn hit(name: &str) {
 #[inline(always)]
 pub fn hit(_name: &str) {}
 
-/// The point and count `ENV` names, if any.
+/// The point and count the variable `env` names (`NAME[@N]`), if any.
 #[cfg(debug_assertions)]
-fn armed() -> Option<(String, u32)> {
-    let spec = std::env::var(ENV).ok()?;
+fn armed(env: &str) -> Option<(String, u32)> {
+    let spec = std::env::var(env).ok()?;
     match spec.split_once('@') {
         Some((name, n)) => Some((name.to_string(), n.parse().ok()?)),
         None => Some((spec, 1)),
     }
+}
+
+/// The variable naming the point where a step fails (`error`).
+pub const ERROR_ENV: &str = "PODVISOR_FAILPOINT_ERROR";
+
+/// Passes the point `name`: an error is returned here (as if the step's system call had failed)
+/// when `PODVISOR_FAILPOINT_ERROR` names it (debug builds): `NAME@N` fails only the Nth pass of
+/// the process through the point, `NAME` the first.
+#[cfg(debug_assertions)]
+pub fn error(name: &str) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<(String, u32)>> = OnceLock::new();
+    static PASSED: AtomicU32 = AtomicU32::new(0);
+    let Some((point, nth)) = ARMED.get_or_init(|| armed(ERROR_ENV)) else {
+        return Ok(());
+    };
+    if point != name || PASSED.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
+        return Ok(());
+    }
+    Err(std::io::Error::other(format!("failpoint {name}")))
+}
+
+/// Passes the point `name` (release builds: nothing).
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn error(_name: &str) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// The variable naming the point where a thread is held (`stall`).

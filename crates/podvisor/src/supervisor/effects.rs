@@ -27,13 +27,13 @@ impl Supervisor {
                 if starts.is_empty() {
                     return Ok(());
                 }
-                queue.extend(self.spawn_all(std::mem::take(&mut starts))?);
+                queue.extend(self.spawn_all(std::mem::take(&mut starts)));
                 continue;
             };
             let now = self.clock.now();
             for effect in self.pod.step(now, input) {
                 if !starts.is_empty() && acts_on_processes(&effect) {
-                    queue.extend(self.spawn_all(std::mem::take(&mut starts))?);
+                    queue.extend(self.spawn_all(std::mem::take(&mut starts)));
                 }
                 match effect {
                     Effect::Spawn(id, stage) => {

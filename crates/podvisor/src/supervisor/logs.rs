@@ -6,17 +6,19 @@ use std::io;
 use podvisor_core::lifecycle::{Event, EventType, InstanceId, LOG_TAIL_LINES};
 
 use super::{Supervisor, TOKEN_LOG};
+use crate::process::failpoint;
 use crate::process::sys::EV_READ;
 use crate::state::logs::{tail_text, LogNews, LogStream};
 
 impl Supervisor {
-    /// Reads `log` in the loop from now on (its slot is its epoll token).
-    pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<()> {
+    /// Reads `log` in the loop from now on: its slot (its epoll token is made of it).
+    pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<usize> {
+        failpoint::error("run.log.add")?;
         let entry = self.logs.vacant_entry();
-        self.epoll
-            .add(log.fd(), TOKEN_LOG | entry.key() as u64, EV_READ)?;
+        let slot = entry.key();
+        self.epoll.add(log.fd(), TOKEN_LOG | slot as u64, EV_READ)?;
         entry.insert(log);
-        Ok(())
+        Ok(slot)
     }
 
     /// Takes what log stream `slot` has; a stream that has ended goes.

@@ -32,6 +32,13 @@ struct Pipes {
     write: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
 }
 
+/// A start's output, when this process reads it: its two log streams, already in the loop
+/// (their slots), and the write ends of their pipes that the child gets.
+struct Output {
+    slots: [usize; 2],
+    write: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+}
+
 /// A start made, or asked of the keeper or of a starter: what its answer is matched with.
 struct Asked {
     id: InstanceId,
@@ -40,7 +47,7 @@ struct Asked {
     program: String,
     /// When its making began.
     began: std::time::Instant,
-    pipes: Option<Pipes>,
+    output: Option<Output>,
 }
 
 /// Who makes a start that is not made at once: the keeper (its pid) or one of this run's
@@ -69,88 +76,66 @@ impl Supervisor {
     /// Each start's time (`podvisor_container_start_seconds`) runs from its turn, when its
     /// making began or the start before it was answered (whichever is later), to its answer:
     /// the starts of a batch add up to the batch's time, as they did one after the other.
-    pub(super) fn spawn_all(
-        &mut self,
-        starts: Vec<(InstanceId, Option<Stage>)>,
-    ) -> io::Result<Vec<Input>> {
+    ///
+    /// A step of a start that fails fails that start alone (`Input::StartFailed`): the pod
+    /// goes on, and the container is started again after its back-off.
+    pub(super) fn spawn_all(&mut self, starts: Vec<(InstanceId, Option<Stage>)>) -> Vec<Input> {
         let mut inputs: Vec<Option<Input>> = Vec::with_capacity(starts.len());
         let mut asked: VecDeque<(usize, Asked, Maker)> = VecDeque::new();
         let mut turn = None;
-        // An error of this process stops the batch; what was asked before it is made, and is
-        // answered (held) before the run hears of the error.
-        let mut failed = Ok(());
         // A start alone (a restart after its back-off) is made on this thread: handing it to
         // a starter and waiting for its answer adds two wake-ups across cores and overlaps
         // nothing.
         let alone = starts.len() == 1;
         for (id, stage) in starts {
-            if let Err(e) = self.answer_asked(&mut asked, ASKED_AHEAD - 1, &mut inputs, &mut turn) {
-                failed = Err(e);
-                break;
-            }
+            self.answer_asked(&mut asked, ASKED_AHEAD - 1, &mut inputs, &mut turn);
             let began = std::time::Instant::now();
             let input = match self.launch(id, stage, began, alone) {
-                Ok(Launch::Done(input)) => {
+                Launch::Done(input) => {
                     self.took_turn(began, &mut turn);
                     Some(input)
                 }
-                Ok(Launch::Asked(a, maker)) => {
+                Launch::Asked(a, maker) => {
                     asked.push_back((inputs.len(), a, maker));
                     None
                 }
-                Ok(Launch::Unasked(a, keeper, e)) => {
+                Launch::Unasked(a, keeper, e) => {
                     // What it answered before it failed comes first.
-                    self.answer_asked(&mut asked, 0, &mut inputs, &mut turn)?;
+                    self.answer_asked(&mut asked, 0, &mut inputs, &mut turn);
                     let e = match keeper {
                         Some(keeper) => self.keeper_failed(keeper, e),
                         None => e,
                     };
-                    let input = self.started(a, Err(e))?;
+                    let input = self.started(a, Err(e));
                     self.took_turn(began, &mut turn);
                     Some(input)
-                }
-                Err(e) => {
-                    failed = Err(e);
-                    break;
                 }
             };
             inputs.push(input);
         }
-        let answered = self.answer_asked(&mut asked, 0, &mut inputs, &mut turn);
-        failed.and(answered)?;
-        Ok(inputs.into_iter().flatten().collect())
+        self.answer_asked(&mut asked, 0, &mut inputs, &mut turn);
+        inputs.into_iter().flatten().collect()
     }
 
     /// Answers the starts asked, the oldest first, until `keep` are left; each is held or
-    /// reported failed, also when one of them cannot be (the first such error is returned).
+    /// reported failed.
     fn answer_asked(
         &mut self,
         asked: &mut VecDeque<(usize, Asked, Maker)>,
         keep: usize,
         inputs: &mut [Option<Input>],
         turn: &mut Option<std::time::Instant>,
-    ) -> io::Result<()> {
-        let mut first = Ok(());
+    ) {
         while asked.len() > keep {
             let Some((slot, a, maker)) = asked.pop_front() else {
                 break;
             };
-            match self.answered(a, maker, turn) {
-                Ok(input) => inputs[slot] = Some(input),
-                Err(e) if first.is_ok() => first = Err(e),
-                Err(_) => {}
-            }
+            inputs[slot] = Some(self.answered(a, maker, turn));
         }
-        first
     }
 
     /// The answer of `maker` to start `a`, and the input that reports it.
-    fn answered(
-        &mut self,
-        a: Asked,
-        maker: Maker,
-        turn: &mut Option<std::time::Instant>,
-    ) -> io::Result<Input> {
+    fn answered(&mut self, a: Asked, maker: Maker, turn: &mut Option<std::time::Instant>) -> Input {
         let began = a.began;
         let answer = match maker {
             Maker::Keeper(keeper) => self.keeper_answer(keeper).map(|pid| (pid, Some(keeper))),
@@ -159,9 +144,9 @@ impl Supervisor {
                 None => Err(io::Error::other("no starters")),
             },
         };
-        let input = self.started(a, answer)?;
+        let input = self.started(a, answer);
         self.took_turn(began, turn);
-        Ok(input)
+        input
     }
 
     /// Counts a start that began at `began` and ends now, from its turn (`spawn_all`).
@@ -180,15 +165,15 @@ impl Supervisor {
         stage: Option<Stage>,
         began: std::time::Instant,
         alone: bool,
-    ) -> io::Result<Launch> {
+    ) -> Launch {
         // Probes and hooks of this instance see what it sees.
         match self.instance_env(id.container, stage) {
             Ok(env) => self.envs[id.container] = env,
-            Err(e) => return Ok(Launch::Done(Input::StartFailed(id, format!("cannot {e}")))),
+            Err(e) => return Launch::Done(Input::StartFailed(id, format!("cannot {e}"))),
         }
         let (root, mounts) = match self.root_and_mounts(id.container) {
             Ok(both) => both,
-            Err(why) => return Ok(Launch::Done(Input::StartFailed(id, why))),
+            Err(why) => return Launch::Done(Input::StartFailed(id, why)),
         };
         let exec = &self.plan.exec[id.container];
         let name = &self.plan.pod.containers[id.container].name;
@@ -219,17 +204,14 @@ impl Supervisor {
                 }),
                 (Err(e), _) | (_, Err(e)) => {
                     let why = format!("cannot make its output pipes: {e}");
-                    return Ok(Launch::Done(Input::StartFailed(id, why)));
+                    return Launch::Done(Input::StartFailed(id, why));
                 }
             },
         };
-        let (stdout, stderr) = pipes
-            .as_ref()
-            .map_or((-1, -1), |p| (p.write.0.as_raw_fd(), p.write.1.as_raw_fd()));
         let cgroup = match self.cgroups.pod.as_mut() {
             Some(pod) => match pod.instance(name, id.instance, &exec.resources) {
                 Ok(cg) => Some(cg),
-                Err(e) => return Ok(Launch::Done(Input::StartFailed(id, e.to_string()))),
+                Err(e) => return Launch::Done(Input::StartFailed(id, e.to_string())),
             },
             None => None,
         };
@@ -239,13 +221,28 @@ impl Supervisor {
         let (namespaces, pause) = match self.sandbox.for_container(&self.inherited, user_ns) {
             Ok(ns) => ns,
             Err(e) => {
+                self.release_cgroup(cgroup);
                 let why = format!("cannot start the pod's PID 1: {e}");
-                return Ok(Launch::Done(Input::StartFailed(id, why)));
+                return Launch::Done(Input::StartFailed(id, why));
             }
         };
         if let Some(pid) = pause {
             self.pids.insert(pid, PidOwner::Pause);
         }
+        // Its output is in the loop before its process is made: a loop that cannot take it
+        // fails this start, not the run (nor leaves a process whose output nobody reads).
+        let output = match pipes.map(|p| self.read_output(id, p)).transpose() {
+            Ok(output) => output,
+            Err(e) => {
+                self.release_cgroup(cgroup);
+                let why = format!("cannot read its output: {e}");
+                return Launch::Done(Input::StartFailed(id, why));
+            }
+        };
+        let (stdout, stderr) = output
+            .as_ref()
+            .map_or((-1, -1), |o| (o.write.0.as_raw_fd(), o.write.1.as_raw_fd()));
+        let exec = &self.plan.exec[id.container];
         let io = ContainerIo {
             terminal: None,
             stdin: None,
@@ -264,23 +261,23 @@ impl Supervisor {
         };
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let program = exec.argv.first().cloned().unwrap_or_default();
-        let own = pipes.is_some();
+        let own = output.is_some();
         let start = Asked {
             id,
             cgroup,
             program,
             began,
-            pipes,
+            output,
         };
         if !own {
             let oom = start.cgroup.as_ref().and_then(|cg| cg.oom_file());
             let paths = (start.cgroup.as_ref())
                 .map(|cg| cg.join_paths())
                 .unwrap_or_default();
-            return Ok(match self.ask_keeper(id, &argv, io, paths, oom) {
+            return match self.ask_keeper(id, &argv, io, paths, oom) {
                 Ok(keeper) => Launch::Asked(start, Maker::Keeper(keeper)),
                 Err((keeper, e)) => Launch::Unasked(start, keeper, e),
-            });
+            };
         }
         // What the child is given (descriptors included) lives in `start` until it is made.
         let setup = ChildSetup::Container(Box::new(io));
@@ -295,40 +292,30 @@ impl Supervisor {
                     inherited: self.inherited.clone(),
                     asker: None,
                 });
-                Ok(Launch::Asked(start, Maker::Starter(seq)))
+                Launch::Asked(start, Maker::Starter(seq))
             }
             None => {
                 let spawned = sys::spawn(&argv, setup, &self.inherited);
                 let result = spawned.map(|pid| (pid, None));
-                self.started(start, result).map(Launch::Done)
+                Launch::Done(self.started(start, result))
             }
         }
     }
 
     /// Start `a` has been made (its pid, its keeper) or has failed: the instance is held, or
     /// what was made for it goes. Our write ends of its pipes close here.
-    fn started(&mut self, a: Asked, result: io::Result<(i32, Option<i32>)>) -> io::Result<Input> {
+    fn started(&mut self, a: Asked, result: io::Result<(i32, Option<i32>)>) -> Input {
         let Asked {
             id,
             cgroup,
             program,
-            pipes,
+            output,
             ..
         } = a;
         match result {
             Ok((pid, keeper)) => {
                 // Under a keeper, the keeper reads the pipes and writes the log.
-                if let Some(Pipes {
-                    read: (out_read, err_read),
-                    ..
-                }) = pipes
-                {
-                    let name = &self.plan.pod.containers[id.container].name;
-                    let log_path = self.dir.instance_log(name, id.instance);
-                    let file = LogFile::create(log_path, self.log_limits);
-                    let out = LogStream::new(id, out_read, "stdout", file.clone());
-                    self.add_log(out)?;
-                    self.add_log(LogStream::new(id, err_read, "stderr", file))?;
+                if output.is_some() {
                     self.pids.insert(pid, PidOwner::Container(id));
                 }
                 let mut instance = Instance::new(pid, cgroup, keeper);
@@ -343,17 +330,18 @@ impl Supervisor {
                 }
                 self.instances.hold(id, instance);
                 // Its own time: a batch of starts is reported to the core once it is made.
-                Ok(Input::Started(id, self.clock.now()))
+                Input::Started(id, self.clock.now())
             }
             Err(e) => {
-                if let (Some(cg), Some(pod)) = (cgroup, self.cgroups.pod.as_mut()) {
-                    pod.release(cg);
+                if let Some(output) = output {
+                    for slot in output.slots {
+                        self.logs.try_remove(slot);
+                    }
                 }
-                // A start that failed has no log, as without a keeper (`launch` made the file).
-                if self.live_restore {
-                    let name = &self.plan.pod.containers[id.container].name;
-                    let _ = std::fs::remove_file(self.dir.instance_log(name, id.instance));
-                }
+                self.release_cgroup(cgroup);
+                // A start that failed has no log (`launch` made the file).
+                let name = &self.plan.pod.containers[id.container].name;
+                let _ = std::fs::remove_file(self.dir.instance_log(name, id.instance));
                 // The exec failed (an errno alone), or a step before it (it says which).
                 let msg = match e.raw_os_error() {
                     Some(errno) => {
@@ -366,8 +354,44 @@ impl Supervisor {
                     }
                     None => format!("cannot {e}"),
                 };
-                Ok(Input::StartFailed(id, msg))
+                Input::StartFailed(id, msg)
             }
+        }
+    }
+
+    /// Puts the log streams of start `id`'s pipes in the loop (its log file made), before its
+    /// process is made; if either cannot be, neither stays there, nor the file.
+    fn read_output(&mut self, id: InstanceId, pipes: Pipes) -> io::Result<Output> {
+        let Pipes {
+            read: (out_read, err_read),
+            write,
+        } = pipes;
+        let name = &self.plan.pod.containers[id.container].name;
+        let path = self.dir.instance_log(name, id.instance);
+        let file = LogFile::create(path.clone(), self.log_limits);
+        let mut slots = [0; 2];
+        for (i, (pipe, stream)) in [(out_read, "stdout"), (err_read, "stderr")]
+            .into_iter()
+            .enumerate()
+        {
+            match self.add_log(LogStream::new(id, pipe, stream, file.clone())) {
+                Ok(slot) => slots[i] = slot,
+                Err(e) => {
+                    for &slot in &slots[..i] {
+                        self.logs.try_remove(slot);
+                    }
+                    let _ = std::fs::remove_file(path);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Output { slots, write })
+    }
+
+    /// Removes the cgroup of a start that failed, if it has one.
+    fn release_cgroup(&mut self, cgroup: Option<InstanceCgroup>) {
+        if let (Some(cg), Some(pod)) = (cgroup, self.cgroups.pod.as_mut()) {
+            pod.release(cg);
         }
     }
 
