@@ -314,7 +314,7 @@ impl Supervisor {
         } = a;
         match result {
             Ok((pid, keeper)) => {
-                // Under a keeper, the keeper reads the pipes and writes the log.
+                // A child this process reads is its to reap; a keeper's, the keeper reaps.
                 if output.is_some() {
                     self.pids.insert(pid, PidOwner::Container(id));
                 }
