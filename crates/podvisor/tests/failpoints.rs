@@ -376,13 +376,13 @@ fn a_start_whose_output_the_loop_cannot_take_fails_alone() {
     // epoll add that fails: out of memory, or of the user's watches). That start fails before
     // its process is made, with a StartError that says why; the first stream is taken out of
     // the loop again and no log is left of it. The run goes on: the other container starts
-    // beside it, and this one again after its back-off.
+    // beside it, and this one again (a first restart comes at once, as the kubelet's).
     let r = PodRun::new(&crate::harness::pod(
         "OnFailure",
         "  containers:\n  - {name: a, command: [sh, -c, 'echo hello']}\n  - {name: b, command: [sh, -c, 'echo world']}\n",
     ));
     let out = r
-        .cmd(&["--backoff-initial", "100ms"])
+        .cmd(&[])
         .env("PODVISOR_FAILPOINT_ERROR", "run.log.add@2")
         .output();
     assert_eq!(out.code(), 0, "{out:?}");
