@@ -11,14 +11,14 @@ use crate::process::sys::EV_READ;
 use crate::state::logs::{tail_text, LogNews, LogStream};
 
 impl Supervisor {
-    /// Reads `log` in the loop from now on: its slot (its epoll token is made of it).
-    pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<usize> {
+    /// Reads `log` in the loop from now on (its slot is its epoll token).
+    pub(super) fn add_log(&mut self, log: LogStream) -> io::Result<()> {
         failpoint::error("run.log.add")?;
         let entry = self.logs.vacant_entry();
-        let slot = entry.key();
-        self.epoll.add(log.fd(), TOKEN_LOG | slot as u64, EV_READ)?;
+        self.epoll
+            .add(log.fd(), TOKEN_LOG | entry.key() as u64, EV_READ)?;
         entry.insert(log);
-        Ok(slot)
+        Ok(())
     }
 
     /// Takes what log stream `slot` has; a stream that has ended goes.

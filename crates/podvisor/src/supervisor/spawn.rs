@@ -32,12 +32,9 @@ struct Pipes {
     write: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
 }
 
-/// A start's output, when this process reads it: its two log streams, already in the loop
-/// (their slots), and the write ends of their pipes that the child gets.
-struct Output {
-    slots: [usize; 2],
-    write: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
-}
+/// The write ends of a start's output pipes, which the child gets, once their read ends'
+/// log streams are in the loop (`read_output`; found again there by their owner).
+type Output = (std::os::fd::OwnedFd, std::os::fd::OwnedFd);
 
 /// A start made, or asked of the keeper or of a starter: what its answer is matched with.
 struct Asked {
@@ -241,7 +238,7 @@ impl Supervisor {
         };
         let (stdout, stderr) = output
             .as_ref()
-            .map_or((-1, -1), |o| (o.write.0.as_raw_fd(), o.write.1.as_raw_fd()));
+            .map_or((-1, -1), |o| (o.0.as_raw_fd(), o.1.as_raw_fd()));
         let exec = &self.plan.exec[id.container];
         let io = ContainerIo {
             terminal: None,
@@ -333,10 +330,8 @@ impl Supervisor {
                 Input::Started(id, self.clock.now())
             }
             Err(e) => {
-                if let Some(output) = output {
-                    for slot in output.slots {
-                        self.logs.try_remove(slot);
-                    }
+                if output.is_some() {
+                    self.logs.retain(|_, log| log.owner != id);
                 }
                 self.release_cgroup(cgroup);
                 // A start that failed has no log (`launch` made the file).
@@ -369,23 +364,14 @@ impl Supervisor {
         let name = &self.plan.pod.containers[id.container].name;
         let path = self.dir.instance_log(name, id.instance);
         let file = LogFile::create(path.clone(), self.log_limits);
-        let mut slots = [0; 2];
-        for (i, (pipe, stream)) in [(out_read, "stdout"), (err_read, "stderr")]
-            .into_iter()
-            .enumerate()
-        {
-            match self.add_log(LogStream::new(id, pipe, stream, file.clone())) {
-                Ok(slot) => slots[i] = slot,
-                Err(e) => {
-                    for &slot in &slots[..i] {
-                        self.logs.try_remove(slot);
-                    }
-                    let _ = std::fs::remove_file(path);
-                    return Err(e);
-                }
+        for (pipe, stream) in [(out_read, "stdout"), (err_read, "stderr")] {
+            if let Err(e) = self.add_log(LogStream::new(id, pipe, stream, file.clone())) {
+                self.logs.retain(|_, log| log.owner != id);
+                let _ = std::fs::remove_file(path);
+                return Err(e);
             }
         }
-        Ok(Output { slots, write })
+        Ok(write)
     }
 
     /// Removes the cgroup of a start that failed, if it has one.
