@@ -255,3 +255,100 @@ fn a_pod_restart_reruns_init_and_wipes_empty_dirs_then_it_gives_up() {
     // Nothing of the run is left, and the emptyDir's mount point is gone again.
     assert!(!data.exists());
 }
+
+/// Takes the immutable flag off a file a test's container set, so that its directory can go.
+struct Mutable(std::path::PathBuf);
+
+impl Drop for Mutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_pod_restart_goes_on_when_an_empty_dir_cannot_be_emptied() {
+    if !is_root() {
+        skip("emptyDir volumes need root (a mount namespace per container)");
+        return;
+    }
+    let dir = TempDir::new();
+    let data = dir.file("data");
+    // The init container makes a file no one can remove (root included) in the volume.
+    let spec = format!(
+        "  volumes: [{{name: scratch, emptyDir: {{}}}}]
+  initContainers:
+  - name: init
+    command: [sh, -c, 'echo init >> {d}/inits; [ -e {d}/pinned ] || {{ touch {d}/pinned && chattr +i {d}/pinned; }}']
+    volumeMounts: [{{name: scratch, mountPath: {d}}}]
+    securityContext: {{capabilities: {{add: [LINUX_IMMUTABLE]}}}}
+  containers:
+  - name: app
+    command: [sh, -c, 'echo \"inits=$(wc -l < {d}/inits) pinned=$(ls {d}/pinned)\"; exit 1']
+    volumeMounts: [{{name: scratch, mountPath: {d}}}]
+",
+        d = data.display()
+    );
+    let sup =
+        supervision("  podRestart: {afterContainerRestarts: 1, within: 1m, maxPodRestarts: 1}\n");
+    let r = PodRun::new(&(pod_with("Always", 1, &spec) + &sup));
+    let _mutable = Mutable(r.dir.file("state/volumes/scratch/pinned"));
+    let out = r.cmd(&FAST).output();
+    assert_eq!(
+        out.code(),
+        1,
+        "the pod gave up as before, not the run: {out:?}"
+    );
+    assert!(!out.stderr.contains("error:"), "{out:?}");
+    // The pinned file stayed through the pod restart; the rest of the volume went.
+    assert_eq!(
+        first_lines(&r, "app", 4),
+        [
+            format!("inits=1 pinned={}/pinned", data.display()),
+            format!("inits=1 pinned={}/pinned", data.display()),
+            format!("inits=1 pinned={}/pinned", data.display()),
+            format!("inits=1 pinned={}/pinned", data.display()),
+        ]
+    );
+    let failed = r.find("pod", "VolumeWipeFailed");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["type"], "Warning");
+    assert_eq!(
+        failed[0]["message"],
+        "emptyDir volume scratch cannot be emptied for the pod restart: cannot remove pinned: Operation not permitted (os error 1); what cannot be removed stays in it"
+    );
+    assert_eq!(r.find("pod", "PodRestarting").len(), 1);
+    assert_eq!(r.find("pod", "GaveUp").len(), 1);
+}
+
+#[test]
+fn a_debug_exit_whose_log_cannot_be_read_says_so_and_the_pod_goes_on() {
+    // Its first Debug instance (the second) puts a directory where its own log file was:
+    // reading the log's tail fails. It writes nothing, so that its log is never made again.
+    let r = PodRun::new("");
+    let log = r.dir.file("state/logs/app/2.log");
+    let spec = format!(
+        "  containers:
+  - name: app
+    command: [sh, -c, '[ $PODVISOR_INSTR_STAGE = Debug ] && rm {l} && mkdir {l}; exit 3']
+",
+        l = log.display()
+    );
+    let sup = supervision("  stagedInstrumentation: {containers: [app], debugAfterRestarts: 1}\n");
+    std::fs::write(r.dir.file("pod.yaml"), pod_with("Always", 1, &spec) + &sup).unwrap();
+    let mut p = r.cmd(&FAST).start();
+    // The pod goes on: the container is started again after that exit.
+    r.wait_event("app", "Started", 3);
+    assert!(log.is_dir());
+    let tails = r.find("app", "DebugLogTail");
+    assert_eq!(
+        tails[0]["message"],
+        "Cannot read the log of container app: Is a directory (os error 21)"
+    );
+    assert_eq!(tails[0]["type"], "Warning");
+    assert_eq!(tails[0]["restartCount"], 1);
+    assert_eq!(r.find("app", "DebugExit")[0]["exitCode"], 3);
+    stop(&mut p);
+}

@@ -6,7 +6,7 @@ use std::io;
 use std::time::SystemTime;
 
 use podvisor_core::clock::Clock;
-use podvisor_core::lifecycle::{Effect, Input, Signal};
+use podvisor_core::lifecycle::{Effect, EventType, Input, Signal};
 
 use super::Supervisor;
 use crate::probe::Owner;
@@ -57,7 +57,17 @@ impl Supervisor {
                     }
                     Effect::Event(event) => self.pending.push((SystemTime::now(), event)),
                     Effect::WipeVolumes => {
-                        self.volumes.wipe()?;
+                        // What cannot be removed stays: told, and the pod goes on (its
+                        // containers start again with it) rather than the run ending.
+                        for (volume, why) in self.volumes.wipe() {
+                            let message = format!("emptyDir volume {volume} cannot be emptied for the pod restart: {why}; what cannot be removed stays in it");
+                            let event = super::persist::pod_note(
+                                EventType::Warning,
+                                "VolumeWipeFailed",
+                                message,
+                            );
+                            self.pending.push((SystemTime::now(), event));
+                        }
                         crate::process::failpoint::hit("run.volumes.wiped");
                     }
                     Effect::Finished(phase) => self.finished = Some(phase),

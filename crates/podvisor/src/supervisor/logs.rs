@@ -79,7 +79,8 @@ impl Supervisor {
     }
 
     /// The end of a Debug instance's log as an event: its streams are read to what they hold
-    /// first, so that its last lines are there.
+    /// first, so that its last lines are there. A log that cannot be read is said instead (a
+    /// Warning), and the pod goes on.
     pub(super) fn log_tail(&mut self, id: InstanceId) -> io::Result<Event> {
         let slots: Vec<usize> = (self.logs.iter())
             .filter(|(_, l)| l.owner == id)
@@ -90,16 +91,22 @@ impl Supervisor {
         }
         let c = &self.pod.containers()[id.container];
         let dir = self.dir.container_logs(&c.name);
-        let text = tail_text(&dir, id.instance, LOG_TAIL_LINES)?;
+        let (kind, message) = match tail_text(&dir, id.instance, LOG_TAIL_LINES) {
+            Ok(text) if text.is_empty() => (
+                EventType::Normal,
+                format!("Container {} wrote nothing", c.name),
+            ),
+            Ok(text) => (EventType::Normal, text),
+            Err(why) => (
+                EventType::Warning,
+                format!("Cannot read the log of container {}: {why}", c.name),
+            ),
+        };
         Ok(Event {
-            kind: EventType::Normal,
+            kind,
             reason: "DebugLogTail".into(),
             object: c.name.clone(),
-            message: if text.is_empty() {
-                format!("Container {} wrote nothing", c.name)
-            } else {
-                text
-            },
+            message,
             exit_code: None,
             restart_count: Some(c.restart_count),
             stage: c.stage,

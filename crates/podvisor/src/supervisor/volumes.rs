@@ -208,22 +208,20 @@ impl Volumes {
         })
     }
 
-    /// Empties every emptyDir (a whole-pod restart).
-    pub fn wipe(&mut self) -> io::Result<()> {
+    /// Empties every emptyDir (a whole-pod restart) as far as it can: an entry that cannot be
+    /// removed (an immutable file, a busy mount point) stays and the others still go. Each
+    /// volume left not empty comes back with the first error met in it.
+    pub fn wipe(&self) -> Vec<(String, io::Error)> {
+        let mut failed = Vec::new();
         for p in &self.plans {
             if let VolumePlan::EmptyDir { name, .. } = p {
                 // Its contents, not the directory, which may be a tmpfs's mount point.
-                let d = self.dir.join(name);
-                for e in std::fs::read_dir(&d)?.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        std::fs::remove_dir_all(e.path())?;
-                    } else {
-                        std::fs::remove_file(e.path())?;
-                    }
+                if let Err(e) = empty(&self.dir.join(name)) {
+                    failed.push((name.clone(), e));
                 }
             }
         }
-        Ok(())
+        failed
     }
 
     /// The bind mounts of a container; `Err` is why it cannot start. In a private root
@@ -396,6 +394,29 @@ impl Volumes {
             }
         }
     }
+}
+
+/// Removes every entry of `dir`, each even when an earlier one cannot be; the first error
+/// names the entry it came from.
+fn empty(dir: &Path) -> io::Result<()> {
+    let mut first = Ok(());
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let removed = if e.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(e.path())
+        } else {
+            std::fs::remove_file(e.path())
+        };
+        match removed {
+            Err(why) if first.is_ok() => {
+                let name = e.file_name();
+                let message = format!("cannot remove {}: {why}", name.to_string_lossy());
+                first = Err(io::Error::new(why.kind(), message));
+            }
+            _ => {}
+        }
+    }
+    first
 }
 
 /// The host's mounts directly beneath `/` that a private root carries (with what is mounted
