@@ -405,3 +405,43 @@ fn a_start_whose_output_the_loop_cannot_take_fails_alone() {
     assert_eq!(r.log_lines("a", 2), ["hello"]);
     assert_eq!(r.log_lines("b", 1), ["world"]);
 }
+
+#[test]
+fn a_run_that_ends_on_an_error_leaves_nothing_running() {
+    // The loop fails as it reads the container's output: the run ends with the error. Its
+    // container dies with it (by its parent-death signal), and so does what the container
+    // started, which no such signal reaches: the run kills it and removes the pod's cgroups
+    // (the harness checks that no process, cgroup or mount of the run is left).
+    let dir = TempDir::new();
+    let again = dir.file("again");
+    let r = PodRun::new(&crate::harness::pod(
+        "OnFailure",
+        &format!(
+            "  containers:\n  - {{name: a, command: [sh, -c, '[ -e {f} ] && exit 0; touch {f}; sleep 600 & echo started; wait']}}\n",
+            f = again.display()
+        ),
+    ));
+    let out = r
+        .cmd(&[])
+        .env("PODVISOR_FAILPOINT_ERROR", "run.log.drain")
+        .output();
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr.contains("error: failpoint run.log.drain"),
+        "{out:?}"
+    );
+    // The record stays: a run started again resumes the pod, whose container it finds gone.
+    let out = r.cmd(&[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(
+        r.reasons("pod").first().map(String::as_str),
+        Some("Resumed")
+    );
+    let exits: Vec<Value> = r
+        .events()
+        .into_iter()
+        .filter(|e| e["object"] == "a" && e["exitCode"].is_number())
+        .map(|e| e["exitCode"].clone())
+        .collect();
+    assert_eq!(exits, [137, 0]);
+}

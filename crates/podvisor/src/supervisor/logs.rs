@@ -23,6 +23,7 @@ impl Supervisor {
 
     /// Takes what log stream `slot` has; a stream that has ended goes.
     pub(super) fn drain_log(&mut self, slot: usize) -> io::Result<()> {
+        failpoint::error("run.log.drain")?;
         let Some(log) = self.logs.get_mut(slot) else {
             return Ok(());
         };

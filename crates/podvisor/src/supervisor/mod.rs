@@ -435,6 +435,19 @@ impl Supervisor {
     }
 
     fn run(&mut self) -> io::Result<Outcome> {
+        let outcome = self.turns().and_then(|()| self.end());
+        if outcome.is_err() && !self.live_restore {
+            // The containers die with the run (each by its parent-death signal), but not what
+            // they started: all of it is killed now, and the pod's cgroups and mount points
+            // go. The record stays, and a run started again resumes the pod, as after a crash.
+            // Under live restore the keepers hold the containers on for the next run.
+            self.release_pod();
+        }
+        outcome
+    }
+
+    /// The loop of the run's turns, until the pod has finished (or the run detached from it).
+    fn turns(&mut self) -> io::Result<()> {
         self.try_admit()?;
         let mut ready = Vec::new();
         while self.finished.is_none() {
@@ -470,7 +483,7 @@ impl Supervisor {
             self.ready(&ready)?;
             self.due(core)?;
         }
-        self.end()
+        Ok(())
     }
 
     /// What the epoll said is ready, in order: logs first, so that a container's last lines
@@ -590,11 +603,7 @@ impl Supervisor {
         // Under live restore a stop signal leaves the pod to its keepers: its volumes and
         // cgroups stay for the next run.
         if !self.detached {
-            self.volumes.clean_up();
-            for cg in self.instances.take_cgroups() {
-                cg.kill_all();
-            }
-            prepare::remove_pod_cgroup(&mut self.cgroups, &self.dir);
+            self.release_pod();
         }
         if !self.detached {
             self.write_last_word();
@@ -642,6 +651,16 @@ impl Supervisor {
         // What happened before the stop is kept; the stop itself is not (see `persist`).
         self.save_if_changed();
         self.feed(Input::Stop)
+    }
+
+    /// Kills what is left of the pod's processes and removes its cgroups and the mount
+    /// points made for it (a second call finds nothing left to do).
+    fn release_pod(&mut self) {
+        self.volumes.clean_up();
+        for cg in self.instances.take_cgroups() {
+            cg.kill_all();
+        }
+        prepare::remove_pod_cgroup(&mut self.cgroups, &self.dir);
     }
 
     /// The run is refused as it takes the pod up: the keeper it started (holding nothing)
