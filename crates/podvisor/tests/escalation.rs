@@ -303,15 +303,8 @@ fn a_pod_restart_goes_on_when_an_empty_dir_cannot_be_emptied() {
     );
     assert!(!out.stderr.contains("error:"), "{out:?}");
     // The pinned file stayed through the pod restart; the rest of the volume went.
-    assert_eq!(
-        first_lines(&r, "app", 4),
-        [
-            format!("inits=1 pinned={}/pinned", data.display()),
-            format!("inits=1 pinned={}/pinned", data.display()),
-            format!("inits=1 pinned={}/pinned", data.display()),
-            format!("inits=1 pinned={}/pinned", data.display()),
-        ]
-    );
+    let seen = format!("inits=1 pinned={}/pinned", data.display());
+    assert_eq!(first_lines(&r, "app", 4), vec![seen; 4]);
     let failed = r.find("pod", "VolumeWipeFailed");
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["type"], "Warning");
