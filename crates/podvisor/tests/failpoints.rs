@@ -409,16 +409,18 @@ fn a_start_whose_output_the_loop_cannot_take_fails_alone() {
 #[test]
 fn a_run_that_ends_on_an_error_leaves_nothing_running() {
     // The loop fails as it reads the container's output: the run ends with the error. Its
-    // container dies with it (by its parent-death signal), and so does what the container
-    // started, which no such signal reaches: the run kills it and removes the pod's cgroups
-    // (the harness checks that no process, cgroup or mount of the run is left).
+    // container dies with it (by its parent-death signal); in the host's PID namespace no
+    // namespace's end takes what the container started along, so the run kills that through
+    // the pod's cgroups, and removes them (the harness checks that no process, cgroup or
+    // mount of the run is left).
     let dir = TempDir::new();
-    let again = dir.file("again");
+    let (again, child) = (dir.file("again"), dir.file("child"));
     let r = PodRun::new(&crate::harness::pod(
         "OnFailure",
         &format!(
-            "  containers:\n  - {{name: a, command: [sh, -c, '[ -e {f} ] && exit 0; touch {f}; sleep 600 & echo started; wait']}}\n",
-            f = again.display()
+            "  hostPID: true\n  containers:\n  - {{name: a, command: [sh, -c, '[ -e {f} ] && exit 0; touch {f}; sleep 600 & echo $! > {c}; echo started; wait']}}\n",
+            f = again.display(),
+            c = child.display()
         ),
     ));
     let out = r
@@ -430,6 +432,12 @@ fn a_run_that_ends_on_an_error_leaves_nothing_running() {
         out.stderr.contains("error: failpoint run.log.drain"),
         "{out:?}"
     );
+    // Killed: gone, or a zombie until the machine's init reaps it.
+    let pid = std::fs::read_to_string(&child).unwrap();
+    let stat = Path::new("/proc").join(pid.trim()).join("stat");
+    wait_until("the container's child to be killed", || {
+        std::fs::read_to_string(&stat).map_or(true, |s| s.contains(") Z "))
+    });
     // The record stays: a run started again resumes the pod, whose container it finds gone.
     let out = r.cmd(&[]).output();
     assert_eq!(out.code(), 0, "{out:?}");

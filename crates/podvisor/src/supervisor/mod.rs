@@ -437,8 +437,9 @@ impl Supervisor {
     fn run(&mut self) -> io::Result<Outcome> {
         let outcome = self.turns().and_then(|()| self.end());
         if outcome.is_err() && !self.live_restore {
-            // The containers die with the run (each by its parent-death signal), but not what
-            // they started: all of it is killed now, and the pod's cgroups and mount points
+            // The containers die with the run (each by its parent-death signal), and what they
+            // started in their own PID namespaces with them, but not what they started in the
+            // host's (hostPID): all of it is killed now, and the pod's cgroups and mount points
             // go. The record stays, and a run started again resumes the pod, as after a crash.
             // Under live restore the keepers hold the containers on for the next run.
             self.release_pod();
