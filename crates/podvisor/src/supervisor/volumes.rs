@@ -376,14 +376,7 @@ impl Volumes {
                 name, memory: true, ..
             } = p
             {
-                for e in std::fs::read_dir(self.dir.join(name))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                {
-                    let _ = std::fs::remove_dir_all(e.path())
-                        .or_else(|_| std::fs::remove_file(e.path()));
-                }
+                let _ = empty(&self.dir.join(name));
             }
         }
         for p in self.created.drain(..).rev() {
