@@ -61,12 +61,7 @@ impl Supervisor {
                         // containers start again with it) rather than the run ending.
                         for (volume, why) in self.volumes.wipe() {
                             let message = format!("emptyDir volume {volume} cannot be emptied for the pod restart: {why}; what cannot be removed stays in it");
-                            let event = super::persist::pod_note(
-                                EventType::Warning,
-                                "VolumeWipeFailed",
-                                message,
-                            );
-                            self.pending.push((SystemTime::now(), event));
+                            self.note(EventType::Warning, "VolumeWipeFailed", message);
                         }
                         crate::process::failpoint::hit("run.volumes.wiped");
                     }
