@@ -363,6 +363,11 @@ fn cpu_ns(pid: u32) -> u64 {
     threads_ns(pid, None)
 }
 
+/// The CPU time (ns) of `pid`'s main thread alone (its thread group leader).
+fn main_thread_ns(pid: u32) -> u64 {
+    schedstat_ns(format!("/proc/{pid}/task/{pid}/schedstat")).unwrap_or(0)
+}
+
 /// The CPU time (ns) of `pid`'s threads alive now, from each one's schedstat; with `named`,
 /// of the threads of that name only (0 without one).
 fn threads_ns(pid: u32, named: Option<&str>) -> u64 {

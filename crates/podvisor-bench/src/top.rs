@@ -58,7 +58,7 @@ pub fn top_bench(args: TopArgs) {
     }
     let pids: Vec<u32> = runs.iter().map(|(c, _)| c.id()).collect();
     let all = || pids.iter().map(|p| cpu_ns(*p)).sum::<u64>();
-    let main = || pids.iter().map(|p| cpu_ns(*p)).sum::<u64>();
+    let main = || pids.iter().map(|p| main_thread_ns(*p)).sum::<u64>();
     let starts = || {
         runs.iter()
             .map(|(_, events)| count_events(events, "Started"))
