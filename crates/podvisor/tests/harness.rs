@@ -948,9 +948,15 @@ pub fn which(name: &str) -> Option<PathBuf> {
 /// mappings), KiB.
 pub fn code_kib(pid: i32) -> u64 {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    file_code_kib(pid, |file| file == exe).unwrap_or(0)
+}
+
+/// The resident size of the executable mappings of process `pid` of the files `which` picks,
+/// KiB; `None` where it maps none of them.
+pub fn file_code_kib(pid: i32, which: impl Fn(&Path) -> bool) -> Option<u64> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
     let mut code = false;
-    let mut kib = 0;
+    let mut kib = None;
     for line in smaps.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
         if fields
@@ -958,14 +964,10 @@ pub fn code_kib(pid: i32) -> u64 {
             .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
         {
             let perms = fields.get(1).copied().unwrap_or("");
-            code = perms.contains('x') && fields.get(5).is_some_and(|f| Path::new(f) == exe);
+            code = perms.contains('x') && fields.get(5).is_some_and(|f| which(Path::new(f)));
         } else if let Some(v) = line.strip_prefix("Rss:").filter(|_| code) {
-            kib += v
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .unwrap_or(0);
+            let v = v.trim().trim_end_matches("kB").trim();
+            *kib.get_or_insert(0) += v.parse::<u64>().unwrap_or(0);
         }
     }
     kib

@@ -690,6 +690,40 @@ fn sleeps_without_timers_while_nothing_happens() {
 }
 
 #[test]
+fn keeps_no_page_of_the_loader_while_its_child_runs() {
+    // The loader ran once, before podvisor's `main`; PID 1 takes what it and libc's start left
+    // in its page tables out of them, so that what stays resident is what supervising runs.
+    let loader = |f: &std::path::Path| {
+        f.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("ld-linux"))
+    };
+    let mut p = init()
+        .args(["-q", "-s", "--"])
+        .arg(testbin())
+        .args(["sleep", "30"])
+        .start();
+    let pid = p.init_pid();
+    wait_until("the child is running", || {
+        children_of(pid)
+            .iter()
+            .any(|(_, name)| name.starts_with("podvisor-testbi"))
+    });
+    // A program linked statically has no loader: nothing to look at.
+    if let Some(kib) = file_code_kib(pid, loader) {
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+        assert!(kib <= 8, "the loader's code, {kib} KiB resident:\n{smaps}");
+        // The child, which runs the loader itself, is not touched.
+        let (child, _) = children_of(pid)[0].clone();
+        assert!(
+            file_code_kib(child, loader).is_some_and(|k| k > 8),
+            "the child's loader"
+        );
+    }
+    p.signal("TERM");
+    assert_eq!(p.wait().code(), Some(143));
+}
+
+#[test]
 fn copy_self_installs_this_binary_where_asked() {
     // What the cluster webhook's init container runs (the image has no `cp`); in both builds.
     let dir = TempDir::new();

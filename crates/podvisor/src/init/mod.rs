@@ -31,6 +31,7 @@ const KILL_RECHECK: Duration = Duration::from_millis(100);
 /// Runs PID 1 mode and returns the exit code. `prog` is how the program was invoked (for the
 /// personas' messages), `args` the arguments after the persona or the `init` subcommand.
 pub fn main(persona: Persona, prog: &str, args: &[OsString]) -> i32 {
+    let _ = sys::forget_loaded_read_only_pages(false);
     let env = |name: &str| std::env::var_os(name);
     let config = match args::parse(persona, prog, args, &env) {
         Ok(c) => c,
@@ -229,6 +230,7 @@ impl Init {
             Ok(spawned) => spawned,
             Err(e) => return Err(exec_failure(&config, &log, &e)),
         };
+        let _ = sys::forget_loaded_read_only_pages(true);
         announce_child(&config, &log, child, terminal, new_session);
         Ok(Init {
             config,

@@ -45,7 +45,7 @@ pub use namespaces::{
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
 #[cfg(test)]
 pub(crate) use program::ONE_AT_A_TIME;
-pub use program::{forget_read_only_pages, forget_relocations};
+pub use program::{forget_loaded_read_only_pages, forget_read_only_pages, forget_relocations};
 pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 

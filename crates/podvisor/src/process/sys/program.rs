@@ -14,6 +14,12 @@
 //! the namespaces) stays resident while the run holds the pod for months, though only its loop
 //! runs. Once a stretch of work is over, `forget_read_only_pages` takes them all out of the page
 //! tables, and what runs next faults back in the pages it runs, from the page cache.
+//!
+//! PID 1 does the same for every object loaded, the loader and libc too
+//! (`forget_loaded_read_only_pages`), once, before its own work: the pages the loader and libc's
+//! start touched (the loader's code, libc's symbol tables and start-up code, which nothing runs
+//! again) go, and what it then runs comes back, so that what stays resident while it waits for
+//! its child is what that work needs.
 
 use std::io;
 
@@ -97,13 +103,101 @@ pub fn forget_read_only_pages() -> io::Result<usize> {
         return Ok(0);
     }
     let pagemap = std::fs::File::open("/proc/self/pagemap")?;
+    forget_segments(&pagemap, bias, headers, page, true)
+}
+
+/// `forget_read_only_pages` for every object loaded (the program, the loader, libc and any
+/// other library), but the vDSO, which is the kernel's and not a file; returns how many bytes
+/// of their read-only segments it covered. With `code` false, the code of the program and of
+/// the libraries stays (what runs next needs much of it), and only their constants and symbol
+/// tables and the loader's code go.
+pub fn forget_loaded_read_only_pages(code: bool) -> io::Result<usize> {
+    /// What the walk over the loaded objects needs and gives back.
+    struct Walk {
+        pagemap: std::fs::File,
+        page: usize,
+        code: bool,
+        /// Where the kernel mapped the vDSO's ELF header, and the loader (0 without them).
+        vdso: usize,
+        loader: usize,
+        given: usize,
+        error: Option<io::Error>,
+    }
+    /// Called by `dl_iterate_phdr` for each loaded object, under the loader's lock (no object
+    /// is unloaded meanwhile); 1 stops the walk.
+    extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `dl_iterate_phdr` passes a valid entry for the call's duration and the
+        // `data` it was given: the `Walk` below, borrowed by nothing else meanwhile.
+        let (info, walk) = unsafe { (&*info, &mut *data.cast::<Walk>()) };
+        if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
+            return 0;
+        }
+        // The vDSO's program headers follow its ELF header, in its first page.
+        if walk.vdso != 0 && (info.dlpi_phdr as usize).wrapping_sub(walk.vdso) < walk.page {
+            return 0;
+        }
+        // SAFETY: the object's program headers, mapped while it is loaded (the whole call).
+        let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
+        let bias = info.dlpi_addr as usize;
+        let code = walk.code || (walk.loader != 0 && bias == walk.loader);
+        match forget_segments(&walk.pagemap, bias, headers, walk.page, code) {
+            Ok(n) => {
+                walk.given += n;
+                0
+            }
+            Err(e) => {
+                walk.error = Some(e);
+                1
+            }
+        }
+    }
+    let page = page_size();
+    if page == 0 {
+        return Ok(0);
+    }
+    let mut walk = Walk {
+        pagemap: std::fs::File::open("/proc/self/pagemap")?,
+        page,
+        code,
+        // SAFETY: getauxval only reads the auxiliary vector.
+        vdso: unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) as usize },
+        // SAFETY: as above.
+        loader: unsafe { libc::getauxval(libc::AT_BASE) as usize },
+        given: 0,
+        error: None,
+    };
+    // SAFETY: `each` matches the callback's type and only reads what it is given; `walk`
+    // outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut walk).cast()) };
+    match walk.error {
+        Some(e) => Err(e),
+        None => Ok(walk.given),
+    }
+}
+
+/// `forget_uncopied` over each read-only loaded segment of one object (`bias`: where it was
+/// loaded, `headers`: its program headers), its code too if `code`.
+fn forget_segments(
+    pagemap: &std::fs::File,
+    bias: usize,
+    headers: &[libc::Elf64_Phdr],
+    page: usize,
+    code: bool,
+) -> io::Result<usize> {
     let mut given = 0;
-    let segments =
-        (headers.iter()).filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_W == 0);
+    let segments = (headers.iter()).filter(|h| {
+        h.p_type == libc::PT_LOAD
+            && h.p_flags & libc::PF_W == 0
+            && (code || h.p_flags & libc::PF_X == 0)
+    });
     for h in segments {
         let at = bias.wrapping_add(h.p_vaddr as usize);
         let (first, end) = (at.div_ceil(page), (at + h.p_memsz as usize) / page);
-        given += forget_uncopied(&pagemap, (first, end), page)?;
+        given += forget_uncopied(pagemap, (first, end), page)?;
     }
     Ok(given)
 }
@@ -152,12 +246,13 @@ fn copied(entry: u64) -> bool {
 }
 
 /// Takes the pages `[from, to)` (page numbers) out of this process's page tables: whole pages
-/// of a read-only, file-backed segment of this program that it has no private copy of (the
-/// relocation tables, which nothing writes, or pages `/proc/self/pagemap` says are the file's).
+/// of a read-only, file-backed segment of this program or a library it loaded that it has no
+/// private copy of (the relocation tables, which nothing writes, or pages `/proc/self/pagemap`
+/// says are the file's).
 fn forget((from, to): (usize, usize), page: usize) -> io::Result<usize> {
-    // SAFETY: the caller names whole pages of a read-only, file-backed segment of this program
-    // that this process has no private copy of: MADV_DONTNEED only takes them out of its page
-    // tables, and a later read faults in the same bytes from the file.
+    // SAFETY: the caller names whole pages of a read-only, file-backed segment of a loaded
+    // object that this process has no private copy of: MADV_DONTNEED only takes them out of
+    // its page tables, and a later read faults in the same bytes from the file.
     let ret = unsafe {
         libc::madvise(
             (from * page) as *mut libc::c_void,
