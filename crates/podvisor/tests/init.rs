@@ -651,23 +651,29 @@ fn wakeups(pid: i32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-#[test]
-fn sleeps_without_timers_while_nothing_happens() {
-    // tini wakes once a second (sigtimedwait with a 1 s timeout); podvisor must not wake at all
-    // while its child runs quietly.
-    let mut p = init()
+/// `init -q -s -- testbin sleep 30`, once its child has exec'd: the run and init's pid.
+fn supervising_sleep() -> (Proc, i32) {
+    let p = init()
         .args(["-q", "-s", "--"])
         .arg(testbin())
         .args(["sleep", "30"])
         .start();
     let pid = p.init_pid();
-    // Settled: the child has exec'd and podvisor is asleep with the same count for a while
-    // (it switches out once more when it first blocks).
     wait_until("the child is running", || {
         children_of(pid)
             .iter()
             .any(|(_, name)| name.starts_with("podvisor-testbi"))
     });
+    (p, pid)
+}
+
+#[test]
+fn sleeps_without_timers_while_nothing_happens() {
+    // tini wakes once a second (sigtimedwait with a 1 s timeout); podvisor must not wake at all
+    // while its child runs quietly.
+    let (mut p, pid) = supervising_sleep();
+    // Settled: the child has exec'd (above) and podvisor is asleep with the same count for a
+    // while (it switches out once more when it first blocks).
     let last = std::cell::Cell::new(wakeups(pid));
     wait_until("podvisor init is asleep", || {
         std::thread::sleep(Duration::from_millis(200));
@@ -697,17 +703,7 @@ fn keeps_no_page_of_the_loader_while_its_child_runs() {
         f.file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("ld-linux"))
     };
-    let mut p = init()
-        .args(["-q", "-s", "--"])
-        .arg(testbin())
-        .args(["sleep", "30"])
-        .start();
-    let pid = p.init_pid();
-    wait_until("the child is running", || {
-        children_of(pid)
-            .iter()
-            .any(|(_, name)| name.starts_with("podvisor-testbi"))
-    });
+    let (mut p, pid) = supervising_sleep();
     // A program linked statically has no loader: nothing to look at. (PID 1 gives the pages
     // back just after the child's exec: a moment after it shows.)
     if file_code_kib(pid, loader).is_some() {
