@@ -31,6 +31,9 @@ const KILL_RECHECK: Duration = Duration::from_millis(100);
 /// Runs PID 1 mode and returns the exit code. `prog` is how the program was invoked (for the
 /// personas' messages), `args` the arguments after the persona or the `init` subcommand.
 pub fn main(persona: Persona, prog: &str, args: &[OsString]) -> i32 {
+    // What the loader and libc's start left mapped that nothing runs again (the loader's code,
+    // every file's constants and symbol tables) leaves the page tables before PID 1's work:
+    // the kernel records the peak RSS at each such step. The code goes after the spawn.
     let _ = sys::forget_loaded_read_only_pages(false);
     let env = |name: &str| std::env::var_os(name);
     let config = match args::parse(persona, prog, args, &env) {
@@ -230,6 +233,8 @@ impl Init {
             Ok(spawned) => spawned,
             Err(e) => return Err(exec_failure(&config, &log, &e)),
         };
+        // The rest of what was mapped until now, code included, while the child execs: what
+        // supervising runs from here comes back (`sys::forget_loaded_read_only_pages`).
         let _ = sys::forget_loaded_read_only_pages(true);
         announce_child(&config, &log, child, terminal, new_session);
         Ok(Init {
