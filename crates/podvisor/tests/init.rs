@@ -707,13 +707,9 @@ fn keeps_no_page_of_the_loader_while_its_child_runs() {
     // A program linked statically has no loader: nothing to look at. (PID 1 gives the pages
     // back just after the child's exec: a moment after it shows.)
     if file_code_kib(pid, loader).is_some() {
-        let given_back = || file_code_kib(pid, loader).is_some_and(|kib| kib <= 8);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !given_back() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
-        assert!(given_back(), "the loader's code stays resident:\n{smaps}");
+        wait_until("at most 8 KiB of the loader's code resident", || {
+            file_code_kib(pid, loader).is_some_and(|kib| kib <= 8)
+        });
         // The child, which runs the loader itself, is not touched.
         let (child, _) = children_of(pid)[0].clone();
         assert!(
