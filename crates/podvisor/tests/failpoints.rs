@@ -293,6 +293,7 @@ fn recorded_cgroups(r: &PodRun) -> Vec<String> {
     std::fs::read_to_string(r.dir.file("state").join("cgroups"))
         .unwrap_or_default()
         .lines()
+        .filter(|l| l.starts_with('/'))
         .map(String::from)
         .collect()
 }

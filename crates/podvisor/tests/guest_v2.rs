@@ -34,7 +34,7 @@ fn read(dir: &Path, file: &str) -> String {
 /// The pod cgroup the run on `r` recorded.
 fn recorded(r: &PodRun) -> Option<PathBuf> {
     let text = std::fs::read_to_string(r.dir.file("state").join("cgroups")).ok()?;
-    text.lines().next().map(PathBuf::from)
+    text.lines().find(|l| l.starts_with('/')).map(PathBuf::from)
 }
 
 /// A pod dir writable by whoever the test runs as.

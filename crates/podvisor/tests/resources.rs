@@ -66,7 +66,7 @@ pub fn cgroups_here() -> bool {
 fn pod_cgroups_left(r: &PodRun) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let record = std::fs::read_to_string(r.dir.file("state").join("cgroups")).unwrap_or_default();
-    for line in record.lines() {
+    for line in record.lines().filter(|l| l.starts_with('/')) {
         let p = PathBuf::from(line);
         if p.exists() {
             found.push(p);
@@ -230,6 +230,51 @@ fn cgroups_left_by_a_killed_run_are_removed_by_the_next() {
     assert_eq!(pod_cgroups_left(&r), Vec::<PathBuf>::new());
     for dir in left {
         assert!(!dir.exists(), "{}", dir.display());
+    }
+}
+
+/// The record of the cgroups a run made is not synced (cgroups do not outlive the machine):
+/// it names the boot it was written in, and a record of another boot is not acted on, whatever
+/// a power loss left in it; one of this boot is, and so is one of an older podvisor (no boot
+/// line). Each run removes the record as it ends.
+#[test]
+fn a_cgroups_record_of_another_boot_removes_nothing() {
+    if !cgroups_here() {
+        return;
+    }
+    let r = PodRun::new(&pod(
+        "Never",
+        "  containers:\n  - name: app\n    command: ['true']\n    resources: {limits: {memory: 16Mi}}\n",
+    ));
+    let state = r.dir.file("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let own = cgroup_dir(std::process::id() as i32, "memory").unwrap();
+    let listed = own.join(format!("podvisor-test-boot-{}", std::process::id()));
+    let _removed = Delegated(vec![listed.clone()]);
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let cases = [
+        (
+            "boot 00000000-0000-4000-8000-000000000000\n".to_string(),
+            true,
+        ),
+        (format!("boot {}\n", boot.trim()), false),
+        (String::new(), false),
+    ];
+    for (first, stays) in cases {
+        std::fs::create_dir_all(&listed).unwrap();
+        let record = format!("{first}{}\n", listed.display());
+        std::fs::write(state.join("cgroups"), &record).unwrap();
+        let out = r.cmd(&[]).output();
+        assert_eq!(out.code(), 0, "{out:?}");
+        assert_eq!(
+            listed.exists(),
+            stays,
+            "after a run on the record {record:?}"
+        );
+        assert!(
+            !state.join("cgroups").exists(),
+            "the run removed its record"
+        );
     }
 }
 

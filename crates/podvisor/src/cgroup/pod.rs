@@ -2,7 +2,9 @@
 //! kubelet sets, joined by a container's process before exec, read back for usage and OOM
 //! kills, and removed (killing what is left) when the instance or the pod ends. Every pod
 //! cgroup made is recorded in the state dir first, so that the next run on that state dir
-//! removes what a run killed with -9 left.
+//! removes what a run killed with -9 left. Cgroups do not outlive the machine: the record is
+//! written atomically but not synced, and names the boot it was written in; a record of
+//! another boot lists nothing that still exists, whatever a power loss left in it.
 
 use std::fs::File;
 use std::io;
@@ -15,10 +17,15 @@ use podvisor_core::spec::resources::{cpu_quota, cpu_shares, cpu_weight, Resource
 use super::fs::{procs_of, write_file};
 use super::{io_err, unified, CgroupError, Controller, Version};
 use crate::process::sys;
+use crate::state::processes::boot_id;
 use crate::state::StateFile;
 
-/// The file that records the pod cgroups a run made, in its state dir.
+/// The file that records the pod cgroups a run made, in its state dir: a line `boot ID`
+/// (`/proc/sys/kernel/random/boot_id`), then one line per cgroup directory.
 const RECORD: &str = "cgroups";
+
+/// How the record's first line begins.
+const BOOT: &str = "boot ";
 
 /// The file of an instance cgroup that a child writes "0" into to join it before exec.
 ///
@@ -78,14 +85,15 @@ impl PodCgroup {
             .iter()
             .map(|(c, p)| (*c, p.join(&at.name)))
             .collect();
-        let text: String = dirs
-            .iter()
-            .map(|(_, d)| format!("{}\n", d.display()))
-            .collect();
-        if keep.is_empty() {
-            clean_recorded(&record)?;
+        let boot = boot_id();
+        let mut text = format!("{BOOT}{boot}\n");
+        for (_, d) in &dirs {
+            text.push_str(&format!("{}\n", d.display()));
         }
-        record.write(&text)?;
+        if keep.is_empty() {
+            clean_recorded(&record, &boot)?;
+        }
+        record.write_for_this_boot(&text)?;
         let pod_cgroup = PodCgroup {
             version,
             dirs,
@@ -212,7 +220,7 @@ impl PodCgroup {
             return Err(e);
         }
         let record = StateFile::new(state_dir, RECORD)?;
-        record.remove()?;
+        record.remove_for_this_boot()?;
         Ok(())
     }
 }
@@ -645,19 +653,24 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Removes the pod cgroups an earlier run on this state dir recorded.
-fn clean_recorded(record: &StateFile) -> Result<(), CgroupError> {
+/// Removes the pod cgroups an earlier run on this state dir recorded in this boot (`boot`);
+/// a record of another boot goes unread (see the module's comment). A record without a boot
+/// line was written by a podvisor of before 2026-12, which synced it: it is read as it is.
+fn clean_recorded(record: &StateFile, boot: &str) -> Result<(), CgroupError> {
     let Some(text) = record.read()? else {
         return Ok(());
     };
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        let dir = Path::new(line);
-        // Only a cgroup directory is ever removed.
-        if dir.starts_with("/sys/fs/cgroup") {
-            remove_tree(dir)?;
+    let written_in = text.lines().next().and_then(|l| l.strip_prefix(BOOT));
+    if written_in.is_none_or(|b| b == boot) {
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let dir = Path::new(line);
+            // Only a cgroup directory is ever removed.
+            if dir.starts_with("/sys/fs/cgroup") {
+                remove_tree(dir)?;
+            }
         }
     }
-    record.remove()?;
+    record.remove_for_this_boot()?;
     Ok(())
 }
 

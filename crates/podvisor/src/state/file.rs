@@ -1,6 +1,8 @@
 //! A state file: written atomically (write, fsync, rename, fsync the directory), so that after
 //! any crash it holds either the old contents or the new, never half; read strictly: a file
-//! that cannot be read is refused with what to do, never reset behind the user's back.
+//! that cannot be read is refused with what to do, never reset behind the user's back. A
+//! record of what dies with the machine is written atomically but not synced (its reader
+//! checks the boot it was written in instead).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -72,11 +74,7 @@ impl StateFile {
                 Err(_) => Err(self.refused(RecordError::NotState)),
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(StateError::Io {
-                path: self.path.display().to_string(),
-                what: "read it",
-                error,
-            }),
+            Err(error) => Err(self.io("read it", error)),
         }
     }
 
@@ -93,28 +91,53 @@ impl StateFile {
     /// file, whole: a temporary file is written and fsynced, renamed over the file, and the
     /// directory is fsynced so that the rename itself is durable.
     pub fn write(&self, text: &str) -> Result<(), StateError> {
-        let io = |what, error| StateError::Io {
-            path: self.path.display().to_string(),
-            what,
-            error,
-        };
+        self.write_temporary(text, true)?;
+        self.failpoint("synced");
+        self.rename_into_place()?;
+        self.failpoint("renamed");
+        self.dir
+            .sync_all()
+            .map_err(|error| self.io("fsync its directory", error))
+    }
+
+    /// Replaces the file with `text` so that a crash of podvisor at any point leaves the old or
+    /// the new file, whole (a temporary file renamed over it), but syncs nothing: for a record
+    /// of what dies with the machine (cgroups), which a power loss makes moot anyway. After one,
+    /// the file may hold anything the disk had: its reader must tell (by the boot id it
+    /// records) that it is not of this boot, and not trust it.
+    pub fn write_for_this_boot(&self, text: &str) -> Result<(), StateError> {
+        self.write_temporary(text, false)?;
+        self.rename_into_place()
+    }
+
+    /// Writes `text` to the temporary file, and fsyncs its data if `sync`.
+    fn write_temporary(&self, text: &str, sync: bool) -> Result<(), StateError> {
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
             .open(&self.tmp)
-            .map_err(|e| io("write it", e))?;
+            .map_err(|e| self.io("write it", e))?;
         f.write_all(text.as_bytes())
-            .map_err(|e| io("write it", e))?;
-        f.sync_data().map_err(|e| io("fsync it", e))?;
-        drop(f);
-        self.failpoint("synced");
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| io("rename it into place", e))?;
-        self.failpoint("renamed");
-        self.dir
-            .sync_all()
-            .map_err(|e| io("fsync its directory", e))
+            .map_err(|e| self.io("write it", e))?;
+        if sync {
+            f.sync_data().map_err(|e| self.io("fsync it", e))?;
+        }
+        Ok(())
+    }
+
+    fn rename_into_place(&self) -> Result<(), StateError> {
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| self.io("rename it into place", e))
+    }
+
+    /// The error of an operation `what` on the file that failed with `error`.
+    fn io(&self, what: &'static str, error: io::Error) -> StateError {
+        StateError::Io {
+            path: self.path.display().to_string(),
+            what,
+            error,
+        }
     }
 
     /// Failpoint `state.NAME.STEP` (NAME the file's name).
@@ -127,19 +150,20 @@ impl StateFile {
 
     /// Removes the file (durably: the directory is fsynced); none is fine.
     pub fn remove(&self) -> Result<(), StateError> {
-        let io = |what, error| StateError::Io {
-            path: self.path.display().to_string(),
-            what,
-            error,
-        };
-        match std::fs::remove_file(&self.path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io("remove it", e)),
+        if self.remove_for_this_boot()? {
+            (self.dir.sync_all()).map_err(|error| self.io("fsync its directory", error))?;
         }
-        self.dir
-            .sync_all()
-            .map_err(|e| io("fsync its directory", e))
+        Ok(())
+    }
+
+    /// Removes the file without syncing its directory (see `write_for_this_boot`); none is
+    /// fine. Whether there was one.
+    pub fn remove_for_this_boot(&self) -> Result<bool, StateError> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(self.io("remove it", error)),
+        }
     }
 
     /// Moves a refused file aside (`NAME.refused-UNIXTIME`), so that `--reset-state` loses
@@ -151,11 +175,7 @@ impl StateFile {
         let mut aside = self.path.clone().into_os_string();
         aside.push(format!(".refused-{secs}"));
         let aside = PathBuf::from(aside);
-        std::fs::rename(&self.path, &aside).map_err(|error| StateError::Io {
-            path: self.path.display().to_string(),
-            what: "move it aside",
-            error,
-        })?;
+        std::fs::rename(&self.path, &aside).map_err(|error| self.io("move it aside", error))?;
         Ok(aside)
     }
 }
