@@ -252,18 +252,20 @@ fn a_cgroups_record_of_another_boot_removes_nothing() {
     let listed = own.join(format!("podvisor-test-boot-{}", std::process::id()));
     let _removed = Delegated(vec![listed.clone()]);
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let cases = [
-        (
-            "boot 00000000-0000-4000-8000-000000000000\n".to_string(),
-            true,
-        ),
-        (format!("boot {}\n", boot.trim()), false),
-        (String::new(), false),
+    let this_boot = format!("boot {}\n", boot.trim());
+    let cases: [(&[u8], bool); 4] = [
+        (b"boot 00000000-0000-4000-8000-000000000000\n", true),
+        // Not text, as a power loss can leave it.
+        (b"\xff\xfe\n", true),
+        (this_boot.as_bytes(), false),
+        (b"", false),
     ];
     for (first, stays) in cases {
         std::fs::create_dir_all(&listed).unwrap();
-        let record = format!("{first}{}\n", listed.display());
+        let mut record = first.to_vec();
+        record.extend_from_slice(format!("{}\n", listed.display()).as_bytes());
         std::fs::write(state.join("cgroups"), &record).unwrap();
+        let record = String::from_utf8_lossy(&record);
         let out = r.cmd(&[]).output();
         assert_eq!(out.code(), 0, "{out:?}");
         assert_eq!(

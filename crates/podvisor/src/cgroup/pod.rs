@@ -18,7 +18,7 @@ use super::fs::{procs_of, write_file};
 use super::{io_err, unified, CgroupError, Controller, Version};
 use crate::process::sys;
 use crate::state::processes::boot_id;
-use crate::state::StateFile;
+use crate::state::{StateError, StateFile};
 
 /// The file that records the pod cgroups a run made, in its state dir: a line `boot ID`
 /// (`/proc/sys/kernel/random/boot_id`), then one line per cgroup directory.
@@ -654,14 +654,22 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Removes the pod cgroups an earlier run on this state dir recorded in this boot (`boot`);
-/// a record of another boot goes unread (see the module's comment). A record without a boot
-/// line was written by a podvisor of before 2026-12, which synced it: it is read as it is.
+/// a record of another boot, or one that is not text, goes unread (see the module's comment).
+/// A record without a boot line was written by a podvisor of before 2026-12, which synced it:
+/// it is read as it is.
 fn clean_recorded(record: &StateFile, boot: &str) -> Result<(), CgroupError> {
-    let Some(text) = record.read()? else {
-        return Ok(());
+    let text = match record.read() {
+        Ok(Some(text)) => Some(text),
+        Ok(None) => return Ok(()),
+        // Not text: not what a podvisor wrote in this boot.
+        Err(StateError::Refused { .. }) => None,
+        Err(e) => return Err(e.into()),
     };
-    let written_in = text.lines().next().and_then(|l| l.strip_prefix(BOOT));
-    if written_in.is_none_or(|b| b == boot) {
+    let of_this_boot = |text: &String| {
+        let written_in = text.lines().next().and_then(|l| l.strip_prefix(BOOT));
+        written_in.is_none_or(|b| b == boot)
+    };
+    if let Some(text) = text.filter(of_this_boot) {
         for line in text.lines().filter(|l| !l.is_empty()) {
             let dir = Path::new(line);
             // Only a cgroup directory is ever removed.
