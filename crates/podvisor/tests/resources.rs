@@ -250,6 +250,7 @@ fn a_cgroups_record_of_another_boot_removes_nothing() {
     std::fs::create_dir_all(&state).unwrap();
     let own = cgroup_dir(std::process::id() as i32, "memory").unwrap();
     let listed = own.join(format!("podvisor-test-boot-{}", std::process::id()));
+    // Removed on drop, also when the test fails (nothing is delegated here).
     let _removed = Delegated(vec![listed.clone()]);
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let this_boot = format!("boot {}\n", boot.trim());
