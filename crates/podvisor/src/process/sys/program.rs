@@ -16,10 +16,12 @@
 //! tables, and what runs next faults back in the pages it runs, from the page cache.
 //!
 //! PID 1 does the same for every object loaded, the loader and libc too
-//! (`forget_loaded_read_only_pages`), once, before its own work: the pages the loader and libc's
-//! start touched (the loader's code, libc's symbol tables and start-up code, which nothing runs
-//! again) go, and what it then runs comes back, so that what stays resident while it waits for
-//! its child is what that work needs.
+//! (`forget_loaded_read_only_pages`), in two steps: as it begins, every object's constants and
+//! symbol tables and the loader's code (which nothing runs again) go; once its child is
+//! spawned, the rest, code included. What it then runs comes back, so that what stays resident
+//! while it waits for its child is what that work needs. (The walk itself calls into the loader,
+//! `dl_iterate_phdr` asking it for each object's thread-local block: a few of the loader's
+//! pages come back during each walk, and go again at its end.)
 
 use std::io;
 
