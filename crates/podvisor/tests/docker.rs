@@ -80,8 +80,10 @@ impl Images {
     fn build() -> Images {
         let tag = unique("img");
         // It compiles the static PID 1 build when it is not there yet (a fresh clone): minutes.
+        // `--no-cache`: the tests build at once, and with the build cache they would share one
+        // image, which one test's removal can take from under another's build.
         let out = Run::new(root().join("scripts/build-images"))
-            .args(["--tag", &tag, "--no-controller"])
+            .args(["--tag", &tag, "--no-controller", "--no-cache"])
             .output_within(std::time::Duration::from_secs(900));
         let images = Images { tag };
         assert_eq!(out.code(), 0, "scripts/build-images: {out:?}");
@@ -96,10 +98,9 @@ impl Images {
 
 impl Drop for Images {
     fn drop(&mut self) {
-        // `--no-prune`: the untagged layers beneath are the build cache another test's build
-        // may be standing on at this moment ("No such image" in its next step).
+        // With the intermediate images beneath: built without the cache, they are this test's.
         let _ = Command::new("docker")
-            .args(["rmi", "-f", "--no-prune"])
+            .args(["rmi", "-f"])
             .arg(format!("podvisor-app:{}", self.tag))
             .arg(format!("podvisor:{}", self.tag))
             .stdout(Stdio::null())
