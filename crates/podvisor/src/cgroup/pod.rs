@@ -17,15 +17,11 @@ use podvisor_core::spec::resources::{cpu_quota, cpu_shares, cpu_weight, Resource
 use super::fs::{procs_of, write_file};
 use super::{io_err, unified, CgroupError, Controller, Version};
 use crate::process::sys;
-use crate::state::processes::boot_id;
-use crate::state::{StateError, StateFile};
+use crate::state::StateFile;
 
 /// The file that records the pod cgroups a run made, in its state dir: a line `boot ID`
-/// (`/proc/sys/kernel/random/boot_id`), then one line per cgroup directory.
+/// (`StateFile::write_for_this_boot`), then one line per cgroup directory.
 const RECORD: &str = "cgroups";
-
-/// How the record's first line begins.
-const BOOT: &str = "boot ";
 
 /// The file of an instance cgroup that a child writes "0" into to join it before exec.
 ///
@@ -85,13 +81,12 @@ impl PodCgroup {
             .iter()
             .map(|(c, p)| (*c, p.join(&at.name)))
             .collect();
-        let boot = boot_id();
-        let mut text = format!("{BOOT}{boot}\n");
+        let mut text = String::new();
         for (_, d) in &dirs {
             text.push_str(&format!("{}\n", d.display()));
         }
         if keep.is_empty() {
-            clean_recorded(&record, &boot)?;
+            clean_recorded(&record)?;
         }
         record.write_for_this_boot(&text)?;
         let pod_cgroup = PodCgroup {
@@ -653,23 +648,11 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Removes the pod cgroups an earlier run on this state dir recorded in this boot (`boot`);
-/// a record of another boot, or one that is not text, goes unread (see the module's comment).
-/// A record without a boot line was written by a podvisor of before 2026-12, which synced it:
-/// it is read as it is.
-fn clean_recorded(record: &StateFile, boot: &str) -> Result<(), CgroupError> {
-    let text = match record.read() {
-        Ok(Some(text)) => Some(text),
-        Ok(None) => return Ok(()),
-        // Not text: not what a podvisor wrote in this boot.
-        Err(StateError::Refused { .. }) => None,
-        Err(e) => return Err(e.into()),
-    };
-    let of_this_boot = |text: &String| {
-        let written_in = text.lines().next().and_then(|l| l.strip_prefix(BOOT));
-        written_in.is_none_or(|b| b == boot)
-    };
-    if let Some(text) = text.filter(of_this_boot) {
+/// Removes the pod cgroups an earlier run on this state dir recorded in this boot, and the
+/// record; a record of another boot, or one that is not text, goes unread (see the module's
+/// comment). A record of a podvisor of before 2026-12 (no boot line) is read as it is.
+fn clean_recorded(record: &StateFile) -> Result<(), CgroupError> {
+    if let Some(text) = record.read_of_this_boot()? {
         for line in text.lines().filter(|l| !l.is_empty()) {
             let dir = Path::new(line);
             // Only a cgroup directory is ever removed.

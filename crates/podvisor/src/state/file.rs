@@ -1,14 +1,16 @@
 //! A state file: written atomically (write, fsync, rename, fsync the directory), so that after
 //! any crash it holds either the old contents or the new, never half; read strictly: a file
 //! that cannot be read is refused with what to do, never reset behind the user's back. A
-//! record of what dies with the machine is written atomically but not synced (its reader
-//! checks the boot it was written in instead).
+//! record of what dies with the machine is written atomically but not synced, with the boot
+//! it was written in, and read back only in that boot.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "full")]
+use super::processes::boot_id;
 use super::record::RecordError;
 
 use crate::process::errno::describe;
@@ -100,14 +102,34 @@ impl StateFile {
             .map_err(|error| self.io("fsync its directory", error))
     }
 
-    /// Replaces the file with `text` so that a crash of podvisor at any point leaves the old or
-    /// the new file, whole (a temporary file renamed over it), but syncs nothing: for a record
-    /// of what dies with the machine (cgroups), which a power loss makes moot anyway. After one,
-    /// the file may hold anything the disk had: its reader must tell (by the boot id it
-    /// records) that it is not of this boot, and not trust it.
+    /// Replaces the file with a line `boot ID` (the kernel's boot id) and `text`, so that a
+    /// crash of podvisor at any point leaves the old or the new file, whole (a temporary file
+    /// renamed over it), but syncs nothing: for a record of what dies with the machine
+    /// (cgroups), which a power loss makes moot anyway. After one, the file may hold anything
+    /// the disk had; `read_of_this_boot` tells by the boot line that it is not of this boot.
+    #[cfg(feature = "full")]
     pub fn write_for_this_boot(&self, text: &str) -> Result<(), StateError> {
-        self.write_temporary(text, false)?;
+        let text = format!("{BOOT}{}\n{text}", boot_id());
+        self.write_temporary(&text, false)?;
         self.rename_into_place()
+    }
+
+    /// The `text` that `write_for_this_boot` wrote in this boot; `None` when there is no file,
+    /// or it was written in another boot, or it is not text (whatever a power loss left in
+    /// it). A file without a boot line was written by a podvisor of before 2026-12, which
+    /// synced it: it is returned whole.
+    #[cfg(feature = "full")]
+    pub fn read_of_this_boot(&self) -> Result<Option<String>, StateError> {
+        let text = match self.read() {
+            Ok(Some(text)) => text,
+            Ok(None) | Err(StateError::Refused { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(rest) = text.strip_prefix(BOOT) else {
+            return Ok(Some(text));
+        };
+        let (boot, text) = rest.split_once('\n').unwrap_or((rest, ""));
+        Ok((boot == boot_id()).then(|| text.to_string()))
     }
 
     /// Writes `text` to the temporary file, and fsyncs its data if `sync`.
@@ -180,6 +202,10 @@ impl StateFile {
     }
 }
 
+/// How the first line of a file written by `write_for_this_boot` begins.
+#[cfg(feature = "full")]
+const BOOT: &str = "boot ";
+
 /// What to do about a refused record of `podvisor run`.
 pub const RESET_REMEDY: &str = "to start the pod from zero, run again with --reset-state (the file is moved aside, not deleted), or pass another --state-dir";
 
@@ -214,6 +240,33 @@ mod tests {
         let aside = f.set_aside().unwrap();
         assert!(aside.to_string_lossy().contains("x.state.refused-"));
         assert!(f.read().unwrap().is_none());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[cfg(feature = "full")]
+    #[test]
+    fn a_record_for_this_boot_is_read_back_only_in_this_boot() {
+        let d = temp_dir();
+        let f = StateFile::new(&d, "cgroups").unwrap();
+        assert_eq!(f.read_of_this_boot().unwrap(), None);
+        f.write_for_this_boot("/sys/fs/cgroup/a\n").unwrap();
+        let written = f.read().unwrap().unwrap();
+        assert_eq!(written, format!("boot {}\n/sys/fs/cgroup/a\n", boot_id()));
+        assert_eq!(
+            f.read_of_this_boot().unwrap().as_deref(),
+            Some("/sys/fs/cgroup/a\n")
+        );
+        // Another boot's, or not text (what a power loss may leave): nothing of it is read.
+        std::fs::write(f.path(), "boot 0123-other\n/sys/fs/cgroup/a\n").unwrap();
+        assert_eq!(f.read_of_this_boot().unwrap(), None);
+        std::fs::write(f.path(), b"\xff\x00/sys/fs/cgroup/a\n").unwrap();
+        assert_eq!(f.read_of_this_boot().unwrap(), None);
+        // An older podvisor's record (no boot line): whole.
+        std::fs::write(f.path(), "/sys/fs/cgroup/a\n").unwrap();
+        assert_eq!(
+            f.read_of_this_boot().unwrap().as_deref(),
+            Some("/sys/fs/cgroup/a\n")
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

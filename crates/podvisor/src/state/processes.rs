@@ -13,11 +13,17 @@ use std::time::{Duration, Instant};
 use crate::process::stat::{parent_of, pids, ProcStat};
 use crate::process::sys;
 
-/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), or "" if it cannot be read.
+/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), or "" if it cannot be read. It
+/// cannot change while a process lives: read once per process.
 pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    static BOOT_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        })
+        .clone()
 }
 
 /// (process group, start time in clock ticks since boot, zombie) of `pid`, from
