@@ -1,5 +1,5 @@
 //! Integration tests of the `podvisor` binary: one test binary, modules per face (ripgrep's
-//! layout), on the small harness in `harness.rs`.
+//! layout), on the small harness in `harness/`.
 
 // Test code reads top to bottom: the 120-line limit (clippy.toml) is for product code.
 #![allow(clippy::too_many_lines)]
