@@ -32,6 +32,8 @@ pub mod status;
 pub mod stdio;
 #[cfg(feature = "full")]
 pub mod supervisor;
+#[cfg(test)]
+mod testing;
 #[cfg(feature = "full")]
 pub mod time;
 #[cfg(feature = "full")]

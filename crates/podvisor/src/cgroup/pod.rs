@@ -668,11 +668,11 @@ fn clean_recorded(record: &StateFile) -> Result<(), CgroupError> {
 #[cfg(test)]
 mod tests {
     use super::held_by;
+    use crate::testing::TempDir;
 
     #[test]
     fn a_held_cgroup_names_its_processes_and_their_states() {
-        let dir = std::env::temp_dir().join(format!("podvisor-held-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("held");
         let me = std::process::id();
         std::fs::write(dir.join("cgroup.procs"), format!("{me}\n")).unwrap();
         let held = held_by(&dir);
@@ -685,6 +685,5 @@ mod tests {
             held_by(&dir),
             "no process is listed in it any more (one that was killed is still exiting)"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

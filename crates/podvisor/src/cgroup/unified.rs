@@ -209,15 +209,14 @@ pub fn remove_parent_if_empty(pod_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     #[test]
     fn not_delegated_at_the_mount_or_to_another_user() {
-        let dir = std::env::temp_dir().join(format!("podvisor-unified-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("unified");
         let e = delegation_top(&dir, &dir, 4242).unwrap_err();
         assert!(e.to_string().contains("not delegated to uid 4242"), "{e}");
         let e = delegation_top(Path::new("/"), &dir, 4242).unwrap_err();
         assert!(e.to_string().contains(&dir.display().to_string()), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

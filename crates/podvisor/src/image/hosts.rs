@@ -154,10 +154,11 @@ pub fn loopback(registry: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     #[test]
     fn mirrors_first_then_the_server_as_containerd_reads_them() {
-        let dir = std::env::temp_dir().join(format!("pv-hosts-{}", std::process::id()));
+        let dir = TempDir::new("hosts");
         std::fs::create_dir_all(dir.join("docker.io")).unwrap();
         std::fs::write(
             dir.join("docker.io/hosts.toml"),
@@ -184,6 +185,5 @@ mod tests {
         std::fs::write(dir.join("docker.io/hosts.toml"), "servr = 1\n").unwrap();
         let err = endpoints(&dir, "docker.io").unwrap_err().to_string();
         assert!(err.contains("hosts.toml") && err.contains("servr"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

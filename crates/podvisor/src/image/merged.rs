@@ -169,24 +169,23 @@ fn io_error(path: &Path, error: io::Error) -> LookupError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
     use std::os::unix::fs::symlink;
 
-    /// Three layers (top first: `l2`, `l1`, `l0`) under a fresh directory.
+    /// Three layers (top first: `l2`, `l1`, `l0`) under a fresh directory, removed with them.
     struct Layers {
-        dir: PathBuf,
+        _dir: TempDir,
         layers: Vec<PathBuf>,
     }
 
     impl Layers {
         fn new(name: &str) -> Layers {
-            let dir =
-                std::env::temp_dir().join(format!("podvisor-merged-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
+            let dir = TempDir::new(&format!("merged-{name}"));
             let layers: Vec<PathBuf> = ["l2", "l1", "l0"].iter().map(|l| dir.join(l)).collect();
             for l in &layers {
                 std::fs::create_dir_all(l).unwrap();
             }
-            Layers { dir, layers }
+            Layers { _dir: dir, layers }
         }
 
         fn file(&self, layer: usize, path: &str) {
@@ -211,12 +210,6 @@ mod tests {
 
         fn dirs(&self, layers: &[usize], path: &str) -> Found {
             Found::Dir(layers.iter().map(|&l| self.layers[l].join(path)).collect())
-        }
-    }
-
-    impl Drop for Layers {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 

@@ -301,6 +301,7 @@ fn filters(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
     use std::path::Path;
 
     fn host() -> Host {
@@ -328,7 +329,7 @@ mod tests {
 
     #[test]
     fn users_and_groups_as_containerd_resolves_them() {
-        let dir = std::env::temp_dir().join(format!("podvisor-creds-{}", std::process::id()));
+        let dir = TempDir::new("creds");
         std::fs::create_dir_all(dir.join("etc")).unwrap();
         std::fs::write(
             dir.join("etc/passwd"),
@@ -360,7 +361,6 @@ mod tests {
         plan.run_as_group = None;
         let c = credentials_in(&plan, &dir).unwrap();
         assert_eq!((c.uid, c.gid), (4242, 0));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -78,11 +78,11 @@ pub fn map_this_user(etc: &Path) -> (UserMap, Option<OwnedFd>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     #[test]
     fn a_users_range_is_found_by_name_or_uid() {
-        let dir = std::env::temp_dir().join(format!("podvisor-subids-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("subids");
         let file = dir.join("subuid");
         std::fs::write(
             &file,
@@ -94,6 +94,5 @@ mod tests {
         assert_eq!(sub_ids(&file, "bob", 7), None);
         assert_eq!(sub_ids(&file, "zero", 8), None);
         assert_eq!(sub_ids(&dir.join("none"), "alice", 1000), None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

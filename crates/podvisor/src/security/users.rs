@@ -95,10 +95,11 @@ fn lines(path: &Path) -> impl Iterator<Item = Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     #[test]
     fn passwd_and_group_lines() {
-        let dir = std::env::temp_dir().join(format!("podvisor-users-{}", std::process::id()));
+        let dir = TempDir::new("users");
         std::fs::create_dir_all(dir.join("etc")).unwrap();
         std::fs::write(
             dir.join("etc/passwd"),
@@ -117,6 +118,5 @@ mod tests {
         let g = groups(etc.group.as_deref().unwrap());
         assert_eq!(g[2].members, ["web", "other"]);
         assert!(users(&dir.join("nowhere/etc/passwd")).is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

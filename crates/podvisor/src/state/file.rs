@@ -212,21 +212,11 @@ pub const RESET_REMEDY: &str = "to start the pod from zero, run again with --res
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn temp_dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "podvisor-state-unit-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::testing::TempDir;
 
     #[test]
     fn writes_replace_whole_files_and_leave_no_temporary() {
-        let d = temp_dir();
+        let d = TempDir::new("state");
         let f = StateFile::new(&d, "x.state").unwrap();
         assert!(f.read().unwrap().is_none());
         f.write("one\n").unwrap();
@@ -240,13 +230,12 @@ mod tests {
         let aside = f.set_aside().unwrap();
         assert!(aside.to_string_lossy().contains("x.state.refused-"));
         assert!(f.read().unwrap().is_none());
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[cfg(feature = "full")]
     #[test]
     fn a_record_for_this_boot_is_read_back_only_in_this_boot() {
-        let d = temp_dir();
+        let d = TempDir::new("state");
         let f = StateFile::new(&d, "cgroups").unwrap();
         assert_eq!(f.read_of_this_boot().unwrap(), None);
         f.write_for_this_boot("/sys/fs/cgroup/a\n").unwrap();
@@ -267,6 +256,5 @@ mod tests {
             f.read_of_this_boot().unwrap().as_deref(),
             Some("/sys/fs/cgroup/a\n")
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

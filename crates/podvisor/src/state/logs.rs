@@ -409,12 +409,11 @@ pub fn tail_text(dir: &Path, instance: u32, n: usize) -> io::Result<String> {
 mod tests {
     use super::*;
     use crate::process::sys;
+    use crate::testing::TempDir;
 
     /// A stream of a fresh log file in a dir of its own, and the pipe's write end.
-    fn stream(name: &str) -> (PathBuf, LogStream, File) {
-        let dir = std::env::temp_dir().join(format!("podvisor-logs-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    fn stream(name: &str) -> (TempDir, LogStream, File) {
+        let dir = TempDir::new(&format!("logs-{name}"));
         let file = LogFile::create(dir.join("0.log"), LogLimits::default());
         let (read, write) = sys::pipe().unwrap();
         let id = InstanceId {
@@ -471,7 +470,6 @@ mod tests {
             lines[1100],
             ("stdout".into(), "P".into(), "and half a line".into())
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -497,6 +495,5 @@ mod tests {
                 ("P", 3)
             ]
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -372,11 +372,12 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     #[test]
     fn long_layer_lists_get_short_links_made_once_and_mended() {
-        let dir = std::env::temp_dir().join(format!("podvisor-lowers-unit-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = TempDir::new("lowers");
+        let dir = tmp.join("lowers");
         let few = vec![PathBuf::from("/a"), PathBuf::from("/b")];
         assert!(short_lowers(&dir, &few).unwrap().is_none());
         assert!(!dir.exists());
@@ -396,6 +397,5 @@ mod tests {
         assert_eq!(short_lowers(&dir, &many).unwrap().unwrap().0, chain);
         assert_eq!(std::fs::read_link(chain.join("39")).unwrap(), many[39]);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -249,6 +249,7 @@ impl LogView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     fn write(dir: &Path, name: &str, text: &str) {
         std::fs::create_dir_all(dir).unwrap();
@@ -257,7 +258,7 @@ mod tests {
 
     #[test]
     fn reads_follows_and_searches() {
-        let d = std::env::temp_dir().join(format!("podvisor-top-logs-{}", std::process::id()));
+        let d = TempDir::new("top-logs");
         let logs = d.join("logs").join("app");
         write(&logs, "1.log", "T stdout F one\nT stderr F two error\n");
         write(&logs, "2.log", "T stdout F three\nT stdout P fo");
@@ -286,12 +287,11 @@ mod tests {
         let p = LogView::open(&d, "app", true).unwrap();
         assert_eq!(p.instance, 2);
         assert!(!p.follow);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
     fn heavy_output_is_read_from_its_end() {
-        let d = std::env::temp_dir().join(format!("podvisor-top-heavy-{}", std::process::id()));
+        let d = TempDir::new("top-heavy");
         let logs = d.join("logs").join("app");
         let line = format!("T stdout F {}\n", "x".repeat(89));
         let mut text = line.repeat(60_000);
@@ -302,6 +302,5 @@ mod tests {
         assert_eq!(v.lines.len(), LINES_KEPT);
         assert_eq!(v.lines.last().unwrap().1, "the end");
         assert!(v.lines[..LINES_KEPT - 1].iter().all(|l| l.1.len() == 89));
-        let _ = std::fs::remove_dir_all(&d);
     }
 }
