@@ -215,6 +215,29 @@ fn start(c: &mut Cleanup, init: &(&str, Vec<String>), script: &str) -> String {
 }
 
 #[test]
+fn images_built_at_the_same_time_share_nothing_and_outlive_each_other() {
+    // The tests build at once and remove their images when done: two builds of the same files
+    // must not share an image, or one test's removal takes it from under the other (its tag
+    // then names nothing and its next `FROM` looks for the image on Docker Hub).
+    require_docker!();
+    let first = Images::build();
+    let second = Images::build();
+    let id = |image: &str| {
+        let out = docker(&["image", "inspect", "-f", "{{.Id}}", image]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        out.stdout.trim().to_string()
+    };
+    for name in ["podvisor", "podvisor-app"] {
+        let ours = id(&format!("{name}:{}", first.tag));
+        let theirs = id(&format!("{name}:{}", second.tag));
+        assert_ne!(ours, theirs, "{name}: one image for both builds");
+    }
+    drop(first);
+    let out = docker(&["run", "--rm", "--network", "none", &second.app(), "true"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+}
+
+#[test]
 fn docker_stop_kill_and_exit_codes_as_under_tini() {
     require_docker!();
     let images = Images::build();
