@@ -1,8 +1,8 @@
 //! `podvisor-bench top`: `podvisor top` watching 10 pods of 100 containers each (one of them
 //! crash-looping every 2 s, so that statuses and events change all the time; `--idle`: none):
-//! top's own CPU and peak RSS, and the supervisors' CPU with and without top attached, in one
-//! run. top runs in a tmux terminal, and beside it `--watchers N` (default 5) `podvisor status
-//! -w -o json` on each pod.
+//! top's own CPU and peak RSS, the watchers' CPU, and the supervisors' CPU with and without top
+//! attached, in one run. top runs in a tmux terminal, and beside it `--watchers N` (default 5)
+//! `podvisor status -w -o json` on each pod.
 //!
 //! The supervisors' CPU is counted over rounds of two windows, one without and one with the
 //! watchers, in turn first (so that a drift of the machine weighs on both alike): of all their
@@ -76,7 +76,7 @@ pub fn top_bench(args: TopArgs) {
     };
     let (mut without, mut with) = (Window::default(), Window::default());
     let mut ratios = Vec::new();
-    let (mut top_cpu, mut top_hwm) = (0.0, 0.0f64);
+    let (mut top_cpu, mut top_hwm, mut watchers_cpu) = (0.0, 0.0f64, 0.0);
     for round in 0..rounds {
         let (a, b) = if round % 2 == 0 {
             let a = measure();
@@ -89,6 +89,7 @@ pub fn top_bench(args: TopArgs) {
         with += b.0;
         top_cpu += b.1 / rounds as f64;
         top_hwm = top_hwm.max(b.2);
+        watchers_cpu += b.3 / rounds as f64;
         if a.all >= 1e-3 {
             ratios.push(b.0.all / a.all);
         }
@@ -107,6 +108,7 @@ pub fn top_bench(args: TopArgs) {
         watchers,
         top_cpu,
         top_hwm,
+        watchers_cpu,
         without,
         with,
         ratios,
@@ -123,6 +125,8 @@ struct Figures {
     /// top's CPU (s per window) and peak RSS (KiB).
     top_cpu: f64,
     top_hwm: f64,
+    /// The `status -w` watchers' CPU (s per window, all of them).
+    watchers_cpu: f64,
     /// The windows without and with the watchers, summed.
     without: Window,
     with: Window,
@@ -164,6 +168,11 @@ impl Figures {
             "{:<58} {:>9.1} MiB",
             "top's peak RSS",
             self.top_hwm / 1024.0
+        );
+        println!(
+            "{:<58} {:>9.1} %",
+            format!("{} status -w' CPU, all together", self.watchers * PODS),
+            self.watchers_cpu / secs * 100.0
         );
         let n = self.rounds as f64;
         println!(
@@ -217,13 +226,13 @@ impl Figures {
 }
 
 /// One window with top in a tmux terminal of its own and `watchers` `status -w` on each pod:
-/// what `measure` counted, top's CPU and its peak RSS (KiB).
+/// what `measure` counted, top's CPU, its peak RSS (KiB) and the watchers' CPU.
 fn watched_window(
     podvisor: &Path,
     root: &Path,
     watchers: usize,
     measure: &dyn Fn() -> Window,
-) -> (Window, f64, f64) {
+) -> (Window, f64, f64, f64) {
     let socket = format!("podvisor-bench-top-{}", std::process::id());
     let tmux = |a: &[&str]| {
         Command::new("tmux")
@@ -247,9 +256,11 @@ fn watched_window(
     });
     let watching = watch_pods(podvisor, root, watchers);
     std::thread::sleep(Duration::from_secs(2));
-    let top_before = cpu_ns(top);
+    let watchers_ns = || watching.iter().map(|w| cpu_ns(w.id())).sum::<u64>();
+    let (top_before, watchers_before) = (cpu_ns(top), watchers_ns());
     let with = measure();
     let top_cpu = (cpu_ns(top) - top_before) as f64 / 1e9;
+    let watchers_cpu = watchers_ns().saturating_sub(watchers_before) as f64 / 1e9;
     let top_hwm = vm_hwm_kb(top).unwrap_or(0.0);
     tmux(&["kill-server"]);
     // The server leaves its socket file behind: it goes too ($TMUX_TMPDIR, or /tmp, then
@@ -264,7 +275,7 @@ fn watched_window(
         let _ = w.wait();
     }
     std::thread::sleep(Duration::from_secs(1));
-    (with, top_cpu, top_hwm)
+    (with, top_cpu, top_hwm, watchers_cpu)
 }
 
 /// `n` `podvisor status -w -o json` on each pod.
