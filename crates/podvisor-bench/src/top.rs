@@ -171,7 +171,10 @@ impl Figures {
         );
         println!(
             "{:<58} {:>9.1} %",
-            format!("{} status -w' CPU, all together", self.watchers * PODS),
+            format!(
+                "the {} status -w watchers' CPU, together",
+                self.watchers * PODS
+            ),
             self.watchers_cpu / secs * 100.0
         );
         let n = self.rounds as f64;
