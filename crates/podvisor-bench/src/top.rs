@@ -86,12 +86,12 @@ pub fn top_bench(args: TopArgs) {
             (measure(), b)
         };
         without += a;
-        with += b.0;
-        top_cpu += b.1 / rounds as f64;
-        top_hwm = top_hwm.max(b.2);
-        watchers_cpu += b.3 / rounds as f64;
+        with += b.window;
+        top_cpu += b.top_cpu / rounds as f64;
+        top_hwm = top_hwm.max(b.top_hwm);
+        watchers_cpu += b.watchers_cpu / rounds as f64;
         if a.all >= 1e-3 {
-            ratios.push(b.0.all / a.all);
+            ratios.push(b.window.all / a.all);
         }
     }
 
@@ -228,14 +228,24 @@ impl Figures {
     }
 }
 
-/// One window with top in a tmux terminal of its own and `watchers` `status -w` on each pod:
-/// what `measure` counted, top's CPU, its peak RSS (KiB) and the watchers' CPU.
+/// What one watched window measured.
+struct Watched {
+    /// What `measure` counted.
+    window: Window,
+    /// top's CPU (s) and peak RSS (KiB).
+    top_cpu: f64,
+    top_hwm: f64,
+    /// The `status -w` watchers' CPU (s, all of them).
+    watchers_cpu: f64,
+}
+
+/// One window with top in a tmux terminal of its own and `watchers` `status -w` on each pod.
 fn watched_window(
     podvisor: &Path,
     root: &Path,
     watchers: usize,
     measure: &dyn Fn() -> Window,
-) -> (Window, f64, f64, f64) {
+) -> Watched {
     let socket = format!("podvisor-bench-top-{}", std::process::id());
     let tmux = |a: &[&str]| {
         Command::new("tmux")
@@ -261,7 +271,7 @@ fn watched_window(
     std::thread::sleep(Duration::from_secs(2));
     let watchers_ns = || watching.iter().map(|w| cpu_ns(w.id())).sum::<u64>();
     let (top_before, watchers_before) = (cpu_ns(top), watchers_ns());
-    let with = measure();
+    let window = measure();
     let top_cpu = (cpu_ns(top) - top_before) as f64 / 1e9;
     let watchers_cpu = watchers_ns().saturating_sub(watchers_before) as f64 / 1e9;
     let top_hwm = vm_hwm_kb(top).unwrap_or(0.0);
@@ -278,7 +288,12 @@ fn watched_window(
         let _ = w.wait();
     }
     std::thread::sleep(Duration::from_secs(1));
-    (with, top_cpu, top_hwm, watchers_cpu)
+    Watched {
+        window,
+        top_cpu,
+        top_hwm,
+        watchers_cpu,
+    }
 }
 
 /// `n` `podvisor status -w -o json` on each pod.
