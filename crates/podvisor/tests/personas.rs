@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
+use crate::require_pid_namespace;
 
 fn ours(name: &str) -> PathBuf {
     persona_dir().join(name)
@@ -170,6 +171,54 @@ fn dumb_init_command_line_side_by_side() {
             &["--bogus", "true"],
         ],
     );
+}
+
+/// dumb-init's debug lines side by side: what `-v` and the environment variables each say at
+/// the start, and, as PID 1 with zombies left by the child, nothing after the goodbye
+/// (dumb-init leaves as soon as its child is reaped).
+#[test]
+fn dumb_init_debug_lines_side_by_side() {
+    require_pid_namespace!();
+    let Some(real) = real("dumb-init") else {
+        return;
+    };
+    const DEBUG: (&str, &str) = ("DUMB_INIT_DEBUG", "1");
+    const NO_SETSID: (&str, &str) = ("DUMB_INIT_SETSID", "0");
+    /// (environment, options, whether it runs as PID 1 a child that leaves 5 zombies)
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static [&'static str],
+        bool,
+    );
+    let cases: [Case; 5] = [
+        (&[], &["-v"], false),
+        (&[DEBUG], &[], false),
+        (&[NO_SETSID], &["-v"], false),
+        (&[DEBUG, NO_SETSID], &[], false),
+        (&[], &["-v"], true),
+    ];
+    for (env, flags, zombies) in cases {
+        let lines = |init: &Path| {
+            let mut run = match zombies {
+                true => Run::pid1(init)
+                    .args(flags)
+                    .arg(testbin())
+                    .args(["zombies", "5"]),
+                false => Run::new(init).args(flags).arg("true"),
+            };
+            for (k, v) in env {
+                run = run.env(k, v);
+            }
+            let out = run.output();
+            assert_eq!(out.code(), 0, "{init:?} {env:?} {flags:?}: {out:?}");
+            dumb_debug_lines(&out.stderr)
+        };
+        let (mine, theirs) = (lines(&ours("dumb-init")), lines(&real));
+        assert_eq!(
+            mine, theirs,
+            "{env:?} {flags:?} zombies {zombies}: ours, then dumb-init's"
+        );
+    }
 }
 
 /// Runs `init testbin signals ... --spawn-peer`, sends USR1 then USR2 (which ends the child) to

@@ -48,8 +48,8 @@ pub fn main(persona: Persona, prog: &str, args: &[OsString]) -> i32 {
         persona,
         verbosity: config.verbosity,
     };
-    if persona == Persona::DumbInit {
-        log.debug("Running in debug mode.");
+    for line in &config.debug_at_start {
+        log.debug(line);
     }
     if let Some(staged) = &config.staged {
         if let Err(message) = stage(staged, &log) {
@@ -432,6 +432,11 @@ impl Init {
                     if pid == self.child && self.exit_code.is_none() =>
                 {
                     self.on_child_exit(exit);
+                    if self.dumb() {
+                        // dumb-init leaves as soon as its child is reaped: whatever else is
+                        // waiting to be reaped is its parent's (as PID 1, the kernel's).
+                        return Ok(false);
+                    }
                 }
                 Ok(Reaped::Exited { .. }) if self.dumb() => {}
                 Ok(Reaped::Exited { pid, exit }) => {

@@ -119,11 +119,15 @@ pub(super) fn parse_dumb_init(
         return Err(try_help(String::new()));
     }
     c.command = command;
+    // dumb-init says these two only when they come from the environment (`-v` and `-c` are
+    // silent), each at debug level: the second is said after `-v` too.
     if env("DUMB_INIT_DEBUG").is_some_and(|v| v == "1") {
         c.verbosity = 1;
+        c.debug_at_start.push("Running in debug mode.");
     }
     if env("DUMB_INIT_SETSID").is_some_and(|v| v == "0") {
         c.new_session = false;
+        c.debug_at_start.push("Not running in setsid mode.");
     }
     c.signal_group = c.new_session;
     c.on_child_exit = OnChildExit::TermGroupAndExit;

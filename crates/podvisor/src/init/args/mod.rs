@@ -76,6 +76,9 @@ pub struct Config {
     pub on_child_exit: OnChildExit,
     /// Staged instrumentation (`--supervision`, podvisor persona only).
     pub staged: Option<StagedArgs>,
+    /// Debug lines that reading the command line and environment gave, said once it is done
+    /// (dumb-init's "Running in debug mode." when `DUMB_INIT_DEBUG=1` turned debugging on).
+    pub debug_at_start: Vec<&'static str>,
 }
 
 impl Config {
@@ -94,6 +97,7 @@ impl Config {
             stop_delay: None,
             staged: None,
             on_child_exit: OnChildExit::Exit,
+            debug_at_start: Vec::new(),
         }
     }
 
