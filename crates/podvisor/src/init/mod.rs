@@ -121,13 +121,18 @@ enum Level {
     Warn = 1,
     Info = 2,
     Debug = 3,
+    /// tini's `-vvv` (verbosity 4): each turn of its loop.
+    Trace = 4,
 }
 
 impl Log {
     /// Whether a message at `level` would be printed, so that hot paths skip formatting it.
     fn enabled(&self, level: Level) -> bool {
         match self.persona {
-            Persona::DumbInit => level == Level::Fatal || self.verbosity >= 1,
+            // dumb-init has errors and debug lines (with -v), nothing between and no trace.
+            Persona::DumbInit => {
+                level == Level::Fatal || (self.verbosity >= 1 && level != Level::Trace)
+            }
             _ => level == Level::Fatal || (level as u32) <= self.verbosity,
         }
     }
@@ -138,14 +143,12 @@ impl Log {
         }
         match self.persona {
             Persona::Tini => {
-                if level != Level::Fatal && (level as u32) > self.verbosity {
-                    return;
-                }
                 let tag = match level {
                     Level::Fatal => "FATAL",
                     Level::Warn => "WARN ",
                     Level::Info => "INFO ",
                     Level::Debug => "DEBUG",
+                    Level::Trace => "TRACE",
                 };
                 let line = format!("[{tag} tini ({})] {msg}\n", sys::getpid());
                 // tini prints info and debug on stdout, warnings and errors on stderr.
@@ -158,15 +161,9 @@ impl Log {
                 }
             }
             Persona::DumbInit => {
-                // dumb-init has errors and debug output (with -v), nothing between.
-                if level == Level::Fatal || self.verbosity >= 1 {
-                    let _ = std::io::stderr().write_all(format!("[dumb-init] {msg}\n").as_bytes());
-                }
+                let _ = std::io::stderr().write_all(format!("[dumb-init] {msg}\n").as_bytes());
             }
             Persona::Podvisor => {
-                if level != Level::Fatal && (level as u32) > self.verbosity {
-                    return;
-                }
                 let line = match level {
                     Level::Fatal => format!("error: {msg}\n"),
                     Level::Warn => format!("podvisor init: warning: {msg}\n"),
@@ -187,6 +184,9 @@ impl Log {
     }
     fn debug(&self, msg: &str) {
         self.emit(Level::Debug, msg)
+    }
+    fn trace(&self, msg: &str) {
+        self.emit(Level::Trace, msg)
     }
 }
 
@@ -267,6 +267,7 @@ impl Init {
                     self.log
                         .debug(&format!("Received signal {}.", libc::SIGCHLD));
                 }
+                Some(libc::SIGCHLD) if self.tini() => self.log.debug("Received SIGCHLD"),
                 Some(libc::SIGCHLD) | None => {}
                 Some(sig) => self.on_signal(sig),
             }
@@ -279,6 +280,9 @@ impl Init {
             self.on_timers();
             if let Some(code) = self.exit_code {
                 if self.finished(no_children) {
+                    if self.tini() {
+                        self.log.trace("Exiting: child has exited");
+                    }
                     return code;
                 }
             }
@@ -302,6 +306,10 @@ impl Init {
         self.config.persona == Persona::DumbInit
     }
 
+    fn tini(&self) -> bool {
+        self.config.persona == Persona::Tini
+    }
+
     fn on_signal(&mut self, received: i32) {
         if self.dumb() {
             self.log.debug(&format!("Received signal {received}."));
@@ -311,7 +319,8 @@ impl Init {
                     .debug(&format!("Ignoring tty hand-off signal {received}."));
                 return;
             }
-        } else if self.log.enabled(Level::Debug) {
+        } else if !self.tini() && self.log.enabled(Level::Debug) {
+            // (tini says "Passing signal" as it forwards.)
             self.log
                 .debug(&format!("received {}", signal_name(received)));
         }
@@ -378,6 +387,13 @@ impl Init {
         } else {
             self.child
         };
+        let tini = self.tini();
+        if tini && self.log.enabled(Level::Debug) {
+            self.log.debug(&format!(
+                "Passing signal: '{}'",
+                sys::signal_description(sig)
+            ));
+        }
         match sys::send_signal(target, sig) {
             Ok(()) if dumb => self
                 .log
@@ -387,7 +403,7 @@ impl Init {
                 .log
                 .debug(&format!("Forwarded signal {sig} to children.")),
             Ok(()) => {
-                if self.log.enabled(Level::Debug) {
+                if !tini && self.log.enabled(Level::Debug) {
                     self.log
                         .debug(&format!("forwarded {} to {target}", signal_name(sig)));
                 }
@@ -419,13 +435,8 @@ impl Init {
     fn reap(&mut self) -> Result<bool, i32> {
         loop {
             let reaped = sys::reap_one();
-            if let (true, Ok(Reaped::Exited { pid, exit })) = (self.dumb(), &reaped) {
-                self.log.debug(&match exit {
-                    Exit::Code(c) => format!("A child with PID {pid} exited with exit status {c}."),
-                    Exit::Signal(s) => {
-                        format!("A child with PID {pid} was terminated by signal {s}.")
-                    }
-                });
+            if let Ok(Reaped::Exited { pid, exit }) = reaped {
+                self.say_reaped(pid, exit);
             }
             match reaped {
                 Ok(Reaped::Exited { pid, exit })
@@ -450,20 +461,47 @@ impl Init {
                                 describe(exit)
                             )),
                         }
-                    } else if self.log.enabled(Level::Debug) {
+                    } else if !self.tini() && self.log.enabled(Level::Debug) {
                         // Checked first: this runs once per zombie, thousands of times a second.
                         self.log
                             .debug(&format!("reaped pid {pid} ({})", describe(exit)));
                     }
                 }
-                Ok(Reaped::NoneReady) => return Ok(false),
-                Ok(Reaped::NoChildren) => return Ok(true),
+                Ok(Reaped::NoneReady) => {
+                    if self.tini() {
+                        self.log.trace("No child to reap");
+                    }
+                    return Ok(false);
+                }
+                Ok(Reaped::NoChildren) => {
+                    if self.tini() {
+                        self.log.trace("No child to wait");
+                    }
+                    return Ok(true);
+                }
                 Err(e) => {
                     self.log
                         .fatal(&format!("waiting for children failed: {}", strerror(&e)));
                     return Err(1);
                 }
             }
+        }
+    }
+
+    /// dumb-init's and tini's debug line for every child reaped, the main one included, before
+    /// anything else is said about it.
+    fn say_reaped(&self, pid: i32, exit: Exit) {
+        if !self.log.enabled(Level::Debug) {
+            // Checked first: this runs once per zombie, thousands of times a second.
+            return;
+        }
+        match self.config.persona {
+            Persona::DumbInit => self.log.debug(&match exit {
+                Exit::Code(c) => format!("A child with PID {pid} exited with exit status {c}."),
+                Exit::Signal(s) => format!("A child with PID {pid} was terminated by signal {s}."),
+            }),
+            Persona::Tini => self.log.debug(&format!("Reaped child with pid: '{pid}'")),
+            Persona::Podvisor => {}
         }
     }
 
@@ -476,7 +514,7 @@ impl Init {
                 (Persona::Tini, Exit::Signal(s)) => {
                     format!(
                         "Main child exited with signal (with signal '{}')",
-                        signal_name(s)
+                        sys::signal_description(s)
                     )
                 }
                 _ => format!("main child {} {}", self.child, describe(exit)),
@@ -672,7 +710,10 @@ fn become_reaper(config: &Config, log: &Log) -> Result<(), i32> {
             });
             return Err(1);
         }
-        log.debug("registered as a child subreaper");
+        match persona {
+            Persona::Tini => log.trace("Registered as child subreaper"),
+            _ => log.debug("registered as a child subreaper"),
+        }
     }
     if !pid1 && !sys::is_child_subreaper().unwrap_or(false) {
         match persona {

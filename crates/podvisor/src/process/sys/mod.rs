@@ -310,6 +310,24 @@ pub fn is_session_leader() -> bool {
     unsafe { libc::getsid(0) == libc::getpid() }
 }
 
+/// `strsignal(3)`: the C library's words for a signal (`Terminated`, `User defined signal 1`,
+/// `Real-time signal 2`), as tini prints them. podvisor never calls `setlocale`, so they are
+/// the C locale's.
+pub fn signal_description(sig: i32) -> String {
+    // SAFETY: strsignal returns a NUL-terminated string that stays valid until the next call
+    // from this thread (a static one for known signals, a per-thread buffer for unknown ones);
+    // it is copied before anything else runs here.
+    unsafe {
+        let text = libc::strsignal(sig);
+        if text.is_null() {
+            return format!("Unknown signal {sig}");
+        }
+        std::ffi::CStr::from_ptr(text)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
 pub fn getpid() -> i32 {
     // SAFETY: getpid cannot fail.
     unsafe { libc::getpid() }
