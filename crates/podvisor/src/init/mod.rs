@@ -10,16 +10,17 @@
 //! `-p` says so).
 
 pub mod args;
+mod messages;
 pub mod staged;
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::process::descendants::descendants_of;
 use crate::process::signal::signal_name;
 use crate::process::sys::{self, ChildSetup, Exit, Inherited, Reaped, SigSet};
 use args::{Config, OnChildExit, Persona};
+use messages::{Level, Log};
 
 /// Signals that a stop delay holds back: the ones runtimes and terminals send to stop a program.
 const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT];
@@ -105,89 +106,6 @@ fn stage(args: &staged::StagedArgs, log: &Log) -> Result<(), String> {
     ));
     staged::apply_env(&staging, &start, &args.lock_dir);
     Ok(())
-}
-
-/// Messages in the shape of the persona: tini's `[WARN  tini (PID)]`, dumb-init's
-/// `[dumb-init]`, podvisor's `error:` / `podvisor init:`.
-#[derive(Debug, Clone, Copy)]
-struct Log {
-    persona: Persona,
-    verbosity: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Level {
-    Fatal = 0,
-    Warn = 1,
-    Info = 2,
-    Debug = 3,
-    /// tini's `-vvv` (verbosity 4): each turn of its loop.
-    Trace = 4,
-}
-
-impl Log {
-    /// Whether a message at `level` would be printed, so that hot paths skip formatting it.
-    fn enabled(&self, level: Level) -> bool {
-        match self.persona {
-            // dumb-init has errors and debug lines (with -v), nothing between and no trace.
-            Persona::DumbInit => {
-                level == Level::Fatal || (self.verbosity >= 1 && level != Level::Trace)
-            }
-            _ => level == Level::Fatal || (level as u32) <= self.verbosity,
-        }
-    }
-
-    fn emit(&self, level: Level, msg: &str) {
-        if !self.enabled(level) {
-            return;
-        }
-        match self.persona {
-            Persona::Tini => {
-                let tag = match level {
-                    Level::Fatal => "FATAL",
-                    Level::Warn => "WARN ",
-                    Level::Info => "INFO ",
-                    Level::Debug => "DEBUG",
-                    Level::Trace => "TRACE",
-                };
-                let line = format!("[{tag} tini ({})] {msg}\n", sys::getpid());
-                // tini prints info and debug on stdout, warnings and errors on stderr.
-                if level <= Level::Warn {
-                    let _ = std::io::stderr().write_all(line.as_bytes());
-                } else {
-                    let mut out = std::io::stdout();
-                    let _ = out.write_all(line.as_bytes());
-                    let _ = out.flush();
-                }
-            }
-            Persona::DumbInit => {
-                let _ = std::io::stderr().write_all(format!("[dumb-init] {msg}\n").as_bytes());
-            }
-            Persona::Podvisor => {
-                let line = match level {
-                    Level::Fatal => format!("error: {msg}\n"),
-                    Level::Warn => format!("podvisor init: warning: {msg}\n"),
-                    _ => format!("podvisor init: {msg}\n"),
-                };
-                let _ = std::io::stderr().write_all(line.as_bytes());
-            }
-        }
-    }
-    fn fatal(&self, msg: &str) {
-        self.emit(Level::Fatal, msg)
-    }
-    fn warn(&self, msg: &str) {
-        self.emit(Level::Warn, msg)
-    }
-    fn info(&self, msg: &str) {
-        self.emit(Level::Info, msg)
-    }
-    fn debug(&self, msg: &str) {
-        self.emit(Level::Debug, msg)
-    }
-    fn trace(&self, msg: &str) {
-        self.emit(Level::Trace, msg)
-    }
 }
 
 /// The phase after the main child has exited, for `--kill-descendants` and `--wait-all`.
