@@ -181,12 +181,8 @@ impl Init {
                 }
             };
             match signal {
-                Some(libc::SIGCHLD) if self.dumb() => {
-                    self.log
-                        .debug(&format!("Received signal {}.", libc::SIGCHLD));
-                }
-                Some(libc::SIGCHLD) if self.tini() => self.log.debug("Received SIGCHLD"),
-                Some(libc::SIGCHLD) | None => {}
+                Some(libc::SIGCHLD) => self.log.got_sigchld(),
+                None => {}
                 Some(sig) => self.on_signal(sig),
             }
             // Reap after every wake-up, not only on SIGCHLD: SIGCHLD is one pending bit for
@@ -198,9 +194,7 @@ impl Init {
             self.on_timers();
             if let Some(code) = self.exit_code {
                 if self.finished(no_children) {
-                    if self.tini() {
-                        self.log.trace("Exiting: child has exited");
-                    }
+                    self.log.exiting();
                     return code;
                 }
             }
@@ -354,7 +348,7 @@ impl Init {
         loop {
             let reaped = sys::reap_one();
             if let Ok(Reaped::Exited { pid, exit }) = reaped {
-                self.say_reaped(pid, exit);
+                self.log.reaped(pid, exit);
             }
             match reaped {
                 Ok(Reaped::Exited { pid, exit })
@@ -367,34 +361,15 @@ impl Init {
                         return Ok(false);
                     }
                 }
-                Ok(Reaped::Exited { .. }) if self.dumb() => {}
                 Ok(Reaped::Exited { pid, exit }) => {
-                    if self.config.warn_on_reap {
-                        match self.config.persona {
-                            Persona::Tini => self
-                                .log
-                                .warn(&format!("Reaped zombie process with pid={pid}")),
-                            _ => self.log.warn(&format!(
-                                "reaped adopted zombie pid {pid} ({})",
-                                describe(exit)
-                            )),
-                        }
-                    } else if !self.tini() && self.log.enabled(Level::Debug) {
-                        // Checked first: this runs once per zombie, thousands of times a second.
-                        self.log
-                            .debug(&format!("reaped pid {pid} ({})", describe(exit)));
-                    }
+                    self.log.reaped_adopted(pid, exit, self.config.warn_on_reap);
                 }
                 Ok(Reaped::NoneReady) => {
-                    if self.tini() {
-                        self.log.trace("No child to reap");
-                    }
+                    self.log.reaped_all(true);
                     return Ok(false);
                 }
                 Ok(Reaped::NoChildren) => {
-                    if self.tini() {
-                        self.log.trace("No child to wait");
-                    }
+                    self.log.reaped_all(false);
                     return Ok(true);
                 }
                 Err(e) => {
@@ -403,23 +378,6 @@ impl Init {
                     return Err(1);
                 }
             }
-        }
-    }
-
-    /// dumb-init's and tini's debug line for every child reaped, the main one included, before
-    /// anything else is said about it.
-    fn say_reaped(&self, pid: i32, exit: Exit) {
-        if !self.log.enabled(Level::Debug) {
-            // Checked first: this runs once per zombie, thousands of times a second.
-            return;
-        }
-        match self.config.persona {
-            Persona::DumbInit => self.log.debug(&match exit {
-                Exit::Code(c) => format!("A child with PID {pid} exited with exit status {c}."),
-                Exit::Signal(s) => format!("A child with PID {pid} was terminated by signal {s}."),
-            }),
-            Persona::Tini => self.log.debug(&format!("Reaped child with pid: '{pid}'")),
-            Persona::Podvisor => {}
         }
     }
 
@@ -628,10 +586,7 @@ fn become_reaper(config: &Config, log: &Log) -> Result<(), i32> {
             });
             return Err(1);
         }
-        match persona {
-            Persona::Tini => log.trace("Registered as child subreaper"),
-            _ => log.debug("registered as a child subreaper"),
-        }
+        log.registered_subreaper();
     }
     if !pid1 && !sys::is_child_subreaper().unwrap_or(false) {
         match persona {
