@@ -132,7 +132,8 @@ fn tini_command_line_side_by_side() {
 /// tini's INFO, DEBUG and TRACE lines (`-v` to `-vvv`, or `TINI_VERBOSITY`) side by side: the
 /// subreaper, a signal passed on, each child reaped, how the main child ended (a signal in the
 /// C library's words), the loop's end. tini also wakes up each second to say "No child to
-/// reap" (podvisor does not wake up for nothing): that line is compared by presence only.
+/// reap" (podvisor does not wake up for nothing): that line is left out of the comparison, and
+/// podvisor's saying it at all must be matched by tini.
 #[test]
 fn tini_verbose_lines_side_by_side() {
     let Some(real) = real("tini") else {
@@ -161,7 +162,17 @@ fn tini_verbose_lines_side_by_side() {
             (out.code(), normalise(&out.stderr), lines, waited)
         };
         let (mine, theirs) = (run(&ours("tini")), run(&real));
-        assert_eq!(mine, theirs, "{verbosity:?} {args:?}: ours, then tini's");
+        assert_eq!(
+            (mine.0, &mine.1, &mine.2),
+            (theirs.0, &theirs.1, &theirs.2),
+            "{verbosity:?} {args:?}: ours, then tini's"
+        );
+        // tini's once-a-second wake-up can add the line on a slow machine, so only ours is
+        // held to it: podvisor says it after a turn that found nothing, which tini says too.
+        assert!(
+            !mine.3 || theirs.3,
+            "{verbosity:?} {args:?}: No child to reap"
+        );
     }
 }
 
