@@ -214,6 +214,11 @@ pub fn answers(dir: &StateDir) -> bool {
     UnixStream::connect(dir.socket()).is_ok()
 }
 
+/// Whether keepers hold containers of the pod in `dir` (live restore): one answers.
+pub fn kept(dir: &StateDir) -> bool {
+    (dir.keeper_sockets().into_iter()).any(|s| UnixStream::connect(s).is_ok())
+}
+
 /// How long a client waits for the socket of a run that has begun (holds its lock) but does
 /// not listen yet.
 const STARTING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -235,6 +240,14 @@ fn connect(dir: &Path) -> Result<UnixStream, ClientError> {
         connected = UnixStream::connect(&path);
     }
     connected.map_err(|e| {
+        let gone = matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED));
+        if gone && kept(&state) {
+            // Live restore: the run went, its keepers hold the containers on.
+            return ClientError(format!(
+                "no run serves the pod in {}: its containers run on under their keepers (--live-restore) until `podvisor run --live-restore` of its manifest takes them over",
+                dir.display()
+            ));
+        }
         ClientError(match e.raw_os_error() {
             Some(libc::ENOENT) => format!(
                 "no pod is running in {} (no {})",

@@ -1,7 +1,7 @@
 //! Many pods, the kubectl way, through the binary: pods found by name and namespace under the
 //! state base, `get pods` over running and ended pods, an ended pod's logs, events and status,
 //! a client right after `run … &`, `stop` that deletes the pod (the next run is a new pod)
-//! beside a kill -9 that keeps it, and `delete`.
+//! beside a kill -9 that keeps it, and `delete` (with what a killed run left).
 
 use serde_json::Value;
 
@@ -281,6 +281,16 @@ fn delete_refuses_a_pod_whose_containers_live_on_under_keepers() {
             .contains("still run under its keepers (--live-restore)"),
         "{out:?}"
     );
+    // With no run, what needs one says where the containers are and what takes them over
+    // (not that no pod runs).
+    let out = b.out(&["stop", "kept/web"]);
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr.contains(
+            "its containers run on under their keepers (--live-restore) until `podvisor run --live-restore` of its manifest takes them over"
+        ),
+        "{out:?}"
+    );
     // Taken over, stopped (deleted), then removed: nothing is left.
     let mut again = b.run("web.yaml", &manifest).arg("--live-restore").start();
     wait_until("web adopted", || {
@@ -290,6 +300,86 @@ fn delete_refuses_a_pod_whose_containers_live_on_under_keepers() {
     assert!(again.wait().success());
     assert_eq!(b.out(&["delete", "kept/web"]).code(), 0);
     again.assert_no_leftovers();
+}
+
+#[test]
+fn delete_removes_the_cgroups_a_killed_run_left_and_what_is_in_them() {
+    if !is_root() {
+        skip("the pods' private roots need root");
+        return;
+    }
+    let b = Base::new();
+    // The container starts a sleep of its own, which no parent-death signal reaches and, in
+    // the host's PID namespace, no namespace's end either: it outlives the run in the pod's
+    // cgroup.
+    let manifest = pod(
+        "gone",
+        "web",
+        "Always",
+        "  - name: app\n    command: [sh, -c, 'sleep 600 & echo started; wait']\n",
+    )
+    .replace("spec:\n", "spec:\n  hostPID: true\n");
+    let mut run = b.run("web.yaml", &manifest).start();
+    wait_until("app started", || {
+        b.out(&["logs", "gone/web"]).stdout.contains("started")
+    });
+    run.signal("KILL");
+    run.wait();
+    let dir = b.dir.file("base").join("gone").join("web");
+    let cgroups = cgroups_of_state_dirs(std::slice::from_ref(&dir));
+    let held = |cg: &std::path::PathBuf| {
+        let mut procs = String::new();
+        for e in walkdir(cg) {
+            procs += &std::fs::read_to_string(e.join("cgroup.procs")).unwrap_or_default();
+        }
+        !procs.trim().is_empty()
+    };
+    let left_held = !cgroups.is_empty() && cgroups.iter().all(held);
+    // Something mounted below the state dir: refused, its files untouched.
+    let mnt = dir.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Run::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&mnt)
+        .output();
+    assert_eq!(mounted.code(), 0, "{mounted:?}");
+    std::fs::write(mnt.join("keep"), "mine").unwrap();
+    let refused = b.out(&["delete", "gone/web"]);
+    let kept = std::fs::read_to_string(mnt.join("keep"));
+    let unmounted = Run::new("umount").arg(&mnt).output();
+    assert_eq!(unmounted.code(), 0, "{unmounted:?}");
+    let out = b.out(&["delete", "gone/web"]);
+    let left = cgroups_of_state_dirs(std::slice::from_ref(&dir));
+    // Taken back here whatever the outcome, so that a failure leaves nothing either.
+    for cg in &left {
+        remove_cgroup(cg);
+    }
+    assert_eq!(refused.code(), 1, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("{} is mounted below its state dir", mnt.display())),
+        "{refused:?}"
+    );
+    assert_eq!(kept.ok().as_deref(), Some("mine"));
+    assert!(left_held, "the killed run's cgroups, held: {cgroups:?}");
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert_eq!(out.stdout, "pod \"web\" deleted", "{out:?}");
+    assert!(!dir.exists());
+    assert_eq!(left, Vec::<std::path::PathBuf>::new());
+    // The sleep went with them.
+    run.assert_no_leftovers();
+}
+
+/// `dir` and every directory below it.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut all = vec![dir.to_path_buf()];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            all.extend(walkdir(&e.path()));
+        }
+    }
+    all
 }
 
 #[test]

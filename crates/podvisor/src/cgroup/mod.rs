@@ -23,7 +23,9 @@ pub mod unified;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use pod::{instance_dir, oom_kills_in, InstanceCgroup, PodCgroup, Resource, Usage, UsageFiles};
+pub use pod::{
+    instance_dir, oom_kills_in, remove_left, InstanceCgroup, PodCgroup, Resource, Usage, UsageFiles,
+};
 
 use crate::mountinfo::{self, Mount};
 use crate::process::sys;

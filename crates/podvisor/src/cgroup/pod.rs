@@ -648,21 +648,36 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// What the last run on `state_dir` left of its pod's cgroups (a run killed with -9, or one
+/// under live restore whose keepers hold nothing), as `podvisor delete` removes an ended pod:
+/// what is still in them is killed, and they go with their record. On v2, podvisor's parent
+/// cgroup too when no other pod is in it.
+pub fn remove_left(state_dir: &Path) -> Result<(), CgroupError> {
+    let record = StateFile::new(state_dir, RECORD)?;
+    let dirs = clean_recorded(&record)?;
+    for dir in dirs {
+        unified::remove_parent_if_empty(&dir);
+    }
+    Ok(())
+}
+
 /// Removes the pod cgroups an earlier run on this state dir recorded in this boot, and the
-/// record; a record of another boot, or one that is not text, goes unread (see the module's
+/// record, and says which they were; a record of another boot, or one that is not text, goes unread (see the module's
 /// comment). A record of a podvisor of before 2026-12 (no boot line) is read as it is.
-fn clean_recorded(record: &StateFile) -> Result<(), CgroupError> {
+fn clean_recorded(record: &StateFile) -> Result<Vec<PathBuf>, CgroupError> {
+    let mut removed = Vec::new();
     if let Some(text) = record.read_of_this_boot()? {
         for line in text.lines().filter(|l| !l.is_empty()) {
             let dir = Path::new(line);
             // Only a cgroup directory is ever removed.
             if dir.starts_with("/sys/fs/cgroup") {
                 remove_tree(dir)?;
+                removed.push(dir.to_path_buf());
             }
         }
     }
     record.remove_for_this_boot()?;
-    Ok(())
+    Ok(removed)
 }
 
 #[cfg(test)]

@@ -198,7 +198,8 @@ fn print_list(pods: &[Listed], format: Option<&str>) -> Result<(), ClientError> 
 }
 
 /// Removes ended pods' state dirs (logs, record, last status and events), as `kubectl delete`
-/// removes a pod that has ended; a running pod is refused (`podvisor stop` deletes it).
+/// removes a pod that has ended, and the cgroups a run killed with -9 left; a running pod is
+/// refused (`podvisor stop` deletes it), and so is one whose containers live on under keepers.
 pub fn delete(a: DeleteArgs) -> i32 {
     exit_code((|| {
         for wanted in &a.pods {
@@ -210,15 +211,31 @@ pub fn delete(a: DeleteArgs) -> i32 {
                 )));
             }
             // Live restore: containers a killed run left to its keepers still run.
-            let kept = state
-                .keeper_sockets()
-                .into_iter()
-                .any(|s| std::os::unix::net::UnixStream::connect(s).is_ok());
-            if kept {
+            if client::kept(&state) {
                 return Err(ClientError(format!(
                     "containers of pod {wanted:?} still run under its keepers (--live-restore): run its manifest again, then `podvisor stop {wanted}`"
                 )));
             }
+            // A mount below it (none of podvisor's: a pod's are made in its own namespaces) is
+            // not reached through: its files are not the pod's to remove.
+            let canonical = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+            if let Some(m) = crate::mountinfo::read()
+                .into_iter()
+                .find(|m| m.point.starts_with(&canonical) && m.point != canonical)
+            {
+                return Err(ClientError(format!(
+                    "pod {wanted:?}: {} is mounted below its state dir {}: unmount it first",
+                    m.point.display(),
+                    dir.display()
+                )));
+            }
+            // What a run killed with -9 left (the next run would remove it first): the pod's
+            // cgroups, with what is still in them, as the kubelet removes an orphaned pod's.
+            crate::cgroup::remove_left(&dir).map_err(|e| {
+                ClientError(format!(
+                    "pod {wanted:?}: its cgroups cannot be removed: {e}"
+                ))
+            })?;
             std::fs::remove_dir_all(&dir)
                 .map_err(|e| ClientError(format!("{}: {e}", dir.display())))?;
             println!("pod \"{}\" deleted", state.name());

@@ -317,7 +317,7 @@ fn supervise(a: RunArgs, run_plan: RunPlan, info: PodInfo) -> i32 {
         Ok(outcome) if outcome.detached => {
             if !a.quiet {
                 super::write_err(
-                    "podvisor: live restore: the pod's containers run on under their keepers; `podvisor run` on this state dir takes them over, `podvisor stop` stops them\n",
+                    "podvisor: live restore: the pod's containers run on under their keepers; `podvisor run --live-restore` of the manifest on this state dir takes them over (then `podvisor stop` stops them)\n",
                 );
             }
             0

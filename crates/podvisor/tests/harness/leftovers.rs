@@ -90,7 +90,7 @@ fn lock_is_held(file: &Path) -> bool {
 }
 
 /// Kills what is in cgroup `dir` and its children and removes them, deepest first.
-fn remove_cgroup(dir: &Path) {
+pub fn remove_cgroup(dir: &Path) {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if e.file_type().is_ok_and(|t| t.is_dir()) {
             remove_cgroup(&e.path());
@@ -135,7 +135,11 @@ pub(super) fn ends_a_pod(cmd: &Command) -> Option<StateDirs> {
 /// The cgroups (pod and container cgroups, systemd scopes) of pods kept in `state`'s dirs:
 /// their names end with the hash of the state dir (`podvisor::cgroup::pod_cgroup_name`).
 fn leftover_cgroups(state: &StateDirs) -> Vec<PathBuf> {
-    let dirs = ended_state_dirs(state);
+    cgroups_of_state_dirs(&ended_state_dirs(state))
+}
+
+/// The cgroups of the pods kept in state dirs `dirs`, whatever the runs on them are doing.
+pub fn cgroups_of_state_dirs(dirs: &[PathBuf]) -> Vec<PathBuf> {
     let suffixes: Vec<String> = dirs
         .iter()
         .map(|d| {

@@ -21,6 +21,7 @@ mod leftovers;
 mod pods;
 mod procfs;
 
+pub use leftovers::{cgroups_of_state_dirs, remove_cgroup};
 use leftovers::{ends_a_pod, StateDirs};
 pub use pods::*;
 pub use procfs::*;
