@@ -662,8 +662,9 @@ pub fn remove_left(state_dir: &Path) -> Result<(), CgroupError> {
 }
 
 /// Removes the pod cgroups an earlier run on this state dir recorded in this boot, and the
-/// record, and says which they were; a record of another boot, or one that is not text, goes unread (see the module's
-/// comment). A record of a podvisor of before 2026-12 (no boot line) is read as it is.
+/// record, and says which they were; a record of another boot, or one that is not text, goes
+/// unread (see the module's comment). A record of a podvisor of before 2026-12 (no boot line)
+/// is read as it is.
 fn clean_recorded(record: &StateFile) -> Result<Vec<PathBuf>, CgroupError> {
     let mut removed = Vec::new();
     if let Some(text) = record.read_of_this_boot()? {
