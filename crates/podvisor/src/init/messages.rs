@@ -4,7 +4,8 @@
 use std::io::Write;
 
 use super::args::Persona;
-use super::describe;
+use super::{describe, strerror};
+use crate::process::signal::signal_name;
 use crate::process::sys::{self, Exit};
 
 /// Messages in the shape of the persona: tini's `[WARN  tini (PID)]`, dumb-init's
@@ -150,6 +151,89 @@ impl Log {
     pub(super) fn exiting(&self) {
         if self.persona == Persona::Tini {
             self.trace("Exiting: child has exited");
+        }
+    }
+
+    /// The main child was reaped (dumb-init says nothing more than `reaped` did).
+    pub(super) fn main_child_exited(&self, child: i32, exit: Exit) {
+        if !self.enabled(Level::Info) {
+            return;
+        }
+        match (self.persona, exit) {
+            (Persona::DumbInit, _) => {}
+            (Persona::Tini, Exit::Code(c)) => {
+                self.info(&format!("Main child exited normally (with status '{c}')"))
+            }
+            (Persona::Tini, Exit::Signal(s)) => self.info(&format!(
+                "Main child exited with signal (with signal '{}')",
+                sys::signal_description(s)
+            )),
+            (Persona::Podvisor, _) => self.info(&format!("main child {child} {}", describe(exit))),
+        }
+    }
+
+    /// A signal was taken from the blocked ones (tini says so only as it passes it on).
+    pub(super) fn received(&self, sig: i32) {
+        match self.persona {
+            Persona::DumbInit => self.debug(&format!("Received signal {sig}.")),
+            Persona::Podvisor if self.enabled(Level::Debug) => {
+                self.debug(&format!("received {}", signal_name(sig)))
+            }
+            _ => {}
+        }
+    }
+
+    /// `received` is rewritten to `sig` (`0`: dropped) before it is passed on.
+    pub(super) fn translating(&self, received: i32, sig: i32) {
+        if self.persona == Persona::DumbInit {
+            self.debug(&format!("Translating signal {received} to {sig}."));
+        }
+    }
+
+    /// `received` is rewritten to nothing and not passed on.
+    pub(super) fn dropped(&self, received: i32) {
+        match self.persona {
+            Persona::DumbInit => self.debug("Not forwarding signal 0 to children (ignored)."),
+            _ if self.enabled(Level::Debug) => self.debug(&format!(
+                "not forwarding {} (dropped)",
+                signal_name(received)
+            )),
+            _ => {}
+        }
+    }
+
+    /// `sig` is about to be sent on: tini's line.
+    pub(super) fn passing(&self, sig: i32) {
+        if self.persona == Persona::Tini && self.enabled(Level::Debug) {
+            self.debug(&format!(
+                "Passing signal: '{}'",
+                sys::signal_description(sig)
+            ));
+        }
+    }
+
+    /// What became of `sig` sent on to `target` (the child, or its group when negative).
+    pub(super) fn forwarded(&self, target: i32, sig: i32, sent: &std::io::Result<()>) {
+        let gone = |e: &std::io::Error| e.raw_os_error() == Some(libc::ESRCH);
+        match (self.persona, sent) {
+            // dumb-init sends and says so whether or not anyone was left to receive it.
+            (Persona::DumbInit, _) => self.debug(&format!("Forwarded signal {sig} to children.")),
+            (Persona::Podvisor, Ok(())) if self.enabled(Level::Debug) => {
+                self.debug(&format!("forwarded {} to {target}", signal_name(sig)))
+            }
+            (_, Ok(())) => {}
+            (Persona::Tini, Err(e)) if gone(e) => {
+                self.warn("Child was dead when forwarding signal")
+            }
+            (_, Err(e)) if gone(e) => self.warn(&format!(
+                "{target} was gone when forwarding {}",
+                signal_name(sig)
+            )),
+            (_, Err(e)) => self.warn(&format!(
+                "forwarding {} failed: {}",
+                signal_name(sig),
+                strerror(e)
+            )),
         }
     }
 

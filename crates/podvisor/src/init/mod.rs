@@ -20,7 +20,7 @@ use crate::process::descendants::descendants_of;
 use crate::process::signal::signal_name;
 use crate::process::sys::{self, ChildSetup, Exit, Inherited, Reaped, SigSet};
 use args::{Config, OnChildExit, Persona};
-use messages::{Level, Log};
+use messages::Log;
 
 /// Signals that a stop delay holds back: the ones runtimes and terminals send to stop a program.
 const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT];
@@ -218,23 +218,14 @@ impl Init {
         self.config.persona == Persona::DumbInit
     }
 
-    fn tini(&self) -> bool {
-        self.config.persona == Persona::Tini
-    }
-
     fn on_signal(&mut self, received: i32) {
-        if self.dumb() {
-            self.log.debug(&format!("Received signal {received}."));
-            if let Some(i) = self.hand_off.iter().position(|&s| s == received) {
-                self.hand_off.remove(i);
-                self.log
-                    .debug(&format!("Ignoring tty hand-off signal {received}."));
-                return;
-            }
-        } else if !self.tini() && self.log.enabled(Level::Debug) {
-            // (tini says "Passing signal" as it forwards.)
+        self.log.received(received);
+        if let Some(i) = self.hand_off.iter().position(|&s| s == received) {
+            // dumb-init's (the only persona with hand-off signals).
+            self.hand_off.remove(i);
             self.log
-                .debug(&format!("received {}", signal_name(received)));
+                .debug(&format!("Ignoring tty hand-off signal {received}."));
+            return;
         }
         if self.exit_code.is_some() {
             // The main child is gone; what remains are descendants we wait for.
@@ -275,23 +266,11 @@ impl Init {
     /// Forwards a received signal through the rewrite table to the child or its group.
     fn forward(&self, received: i32) {
         let sig = self.config.translate(received);
-        let dumb = self.dumb();
-        if dumb
-            && self
-                .config
-                .rewrite
-                .iter()
-                .any(|(from, _)| *from == received)
-        {
-            self.log
-                .debug(&format!("Translating signal {received} to {sig}."));
+        if (self.config.rewrite.iter()).any(|(from, _)| *from == received) {
+            self.log.translating(received, sig);
         }
         if sig == 0 {
-            self.log.debug(&if dumb {
-                "Not forwarding signal 0 to children (ignored).".to_string()
-            } else {
-                format!("not forwarding {} (dropped)", signal_name(received))
-            });
+            self.log.dropped(received);
             return;
         }
         let target = if self.config.signal_group {
@@ -299,40 +278,9 @@ impl Init {
         } else {
             self.child
         };
-        let tini = self.tini();
-        if tini && self.log.enabled(Level::Debug) {
-            self.log.debug(&format!(
-                "Passing signal: '{}'",
-                sys::signal_description(sig)
-            ));
-        }
-        match sys::send_signal(target, sig) {
-            Ok(()) if dumb => self
-                .log
-                .debug(&format!("Forwarded signal {sig} to children.")),
-            // dumb-init sends and says so whether or not anyone was left to receive it.
-            Err(_) if dumb => self
-                .log
-                .debug(&format!("Forwarded signal {sig} to children.")),
-            Ok(()) => {
-                if !tini && self.log.enabled(Level::Debug) {
-                    self.log
-                        .debug(&format!("forwarded {} to {target}", signal_name(sig)));
-                }
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => match self.config.persona {
-                Persona::Tini => self.log.warn("Child was dead when forwarding signal"),
-                _ => self.log.warn(&format!(
-                    "{target} was gone when forwarding {}",
-                    signal_name(sig)
-                )),
-            },
-            Err(e) => self.log.warn(&format!(
-                "forwarding {} failed: {}",
-                signal_name(sig),
-                strerror(&e)
-            )),
-        }
+        self.log.passing(sig);
+        let sent = sys::send_signal(target, sig);
+        self.log.forwarded(target, sig, &sent);
     }
 
     fn signal_descendants(&self, sig: i32) -> usize {
@@ -382,20 +330,7 @@ impl Init {
     }
 
     fn on_child_exit(&mut self, exit: Exit) {
-        if !self.dumb() {
-            self.log.info(&match (self.config.persona, exit) {
-                (Persona::Tini, Exit::Code(c)) => {
-                    format!("Main child exited normally (with status '{c}')")
-                }
-                (Persona::Tini, Exit::Signal(s)) => {
-                    format!(
-                        "Main child exited with signal (with signal '{}')",
-                        sys::signal_description(s)
-                    )
-                }
-                _ => format!("main child {} {}", self.child, describe(exit)),
-            });
-        }
+        self.log.main_child_exited(self.child, exit);
         let code = (exit.code() % 256) as u8;
         let code = if self.config.expect_zero.contains(&code) {
             0
