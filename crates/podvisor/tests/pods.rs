@@ -352,7 +352,7 @@ fn delete_removes_the_cgroups_a_killed_run_left_and_what_is_in_them() {
     let left = cgroups_of_state_dirs(std::slice::from_ref(&dir));
     // Taken back here whatever the outcome, so that a failure leaves nothing either.
     for cg in &left {
-        remove_cgroup(cg);
+        remove_cgroup_tree(cg);
     }
     assert_eq!(refused.code(), 1, "{refused:?}");
     assert!(

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{describe, is_zombie, mount_points, ppid, send, Proc};
+use super::{describe, is_zombie, mount_points, ppid, remove_cgroup_tree, send, Proc};
 
 /// Where a `podvisor run` keeps its pod's state: what names its cgroups (their names end
 /// with a hash of the state dir), so that a test can look for the ones it left.
@@ -53,7 +53,7 @@ impl Proc {
             if Instant::now() > deadline {
                 // Removed here, so that a failing test leaves nothing either.
                 for dir in &left {
-                    remove_cgroup(dir);
+                    remove_cgroup_tree(dir);
                 }
                 panic!(
                     "cgroups left behind: {left:?} (the run's stderr: {:?})",
@@ -87,25 +87,6 @@ fn lock_is_held(file: &Path) -> bool {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
-}
-
-/// Kills what is in cgroup `dir` and its children and removes them, deepest first.
-pub fn remove_cgroup(dir: &Path) {
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_cgroup(&e.path());
-        }
-    }
-    for _ in 0..250 {
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.split_whitespace().filter_map(|p| p.parse().ok()) {
-            send(pid, "KILL");
-        }
-        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The state dirs of `cmd` when it is a `podvisor run` that ends its pod when it ends (not

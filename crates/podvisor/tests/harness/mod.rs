@@ -21,7 +21,7 @@ mod leftovers;
 mod pods;
 mod procfs;
 
-pub use leftovers::{cgroups_of_state_dirs, remove_cgroup};
+pub use leftovers::cgroups_of_state_dirs;
 use leftovers::{ends_a_pod, StateDirs};
 pub use pods::*;
 pub use procfs::*;
