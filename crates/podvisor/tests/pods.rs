@@ -323,6 +323,14 @@ fn delete_removes_the_cgroups_a_killed_run_left_and_what_is_in_them() {
     wait_until("app started", || {
         b.out(&["logs", "gone/web"]).stdout.contains("started")
     });
+    // While the run holds the state dir, delete is refused.
+    let out = b.out(&["delete", "gone/web"]);
+    assert_eq!(out.code(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("pod \"gone/web\" is running: `podvisor stop gone/web` stops and deletes it"),
+        "{out:?}"
+    );
     run.signal("KILL");
     run.wait();
     let dir = b.dir.file("base").join("gone").join("web");

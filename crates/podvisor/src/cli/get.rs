@@ -205,10 +205,20 @@ pub fn delete(a: DeleteArgs) -> i32 {
         for wanted in &a.pods {
             let dir = client::find_pod(None, Some(wanted), a.namespace.as_deref())?;
             let state = StateDir::new(&dir);
-            if state.is_running() || client::answers(&state) {
-                return Err(ClientError(format!(
+            let running = || {
+                ClientError(format!(
                     "pod {wanted:?} is running: `podvisor stop {wanted}` stops and deletes it"
-                )));
+                ))
+            };
+            // Held until the pod is gone: a run of it started meanwhile is turned away, and
+            // its new cgroups (of the same names) are not taken for the old run's.
+            let _lock = match state.lock() {
+                Ok(lock) => lock,
+                Err(state::LockError::InUse(_)) => return Err(running()),
+                Err(e) => return Err(ClientError(format!("{}: {e}", dir.display()))),
+            };
+            if client::answers(&state) {
+                return Err(running());
             }
             // Live restore: containers a killed run left to its keepers still run.
             if client::kept(&state) {
