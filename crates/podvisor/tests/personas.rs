@@ -277,13 +277,14 @@ fn dumb_init_debug_lines_side_by_side() {
 
 /// Runs `init testbin signals ... --spawn-peer`, sends USR1 then USR2 (which ends the child) to
 /// the init, and returns (what the child recorded, what the peer recorded) once they match
-/// `want` or a few seconds have passed.
+/// `want` or a few seconds have passed, with dumb-init's debug lines the init printed (as
+/// `dumb_debug_lines` gives them).
 fn route(
     init: &Path,
     flags: &[&str],
     env: &[(&str, &str)],
     want: &(Vec<i32>, Vec<i32>),
-) -> (Vec<i32>, Vec<i32>) {
+) -> ((Vec<i32>, Vec<i32>), Vec<String>) {
     let dir = TempDir::new();
     let (main, peer) = (dir.file("main"), dir.file("peer"));
     let mut run = Run::new(init).args(flags);
@@ -317,8 +318,10 @@ fn route(
         }
         std::thread::sleep(Duration::from_millis(10));
     };
+    p.drain();
+    let lines = dumb_debug_lines(&p.stderr.join("\n"));
     drop(p);
-    got
+    (got, lines)
 }
 
 /// Flags, environment, and what (the child, its peer) should record.
@@ -341,15 +344,27 @@ fn dumb_init_signal_routing_side_by_side() {
         (&[], &[("DUMB_INIT_SETSID", "0")], (vec![10, 12], vec![])),
         // rewriting USR1 to USR2 makes the first signal end the child.
         (&["-r", "10:12"], &[], (vec![12], vec![12, 15])),
+        // The same with `-v`: each signal received, translated and forwarded, in dumb-init's
+        // words.
+        (&["-v"], &[], (vec![10, 12], vec![10, 12, 15])),
+        (&["-v", "-r", "10:12"], &[], (vec![12], vec![12, 15])),
     ];
     for (flags, env, want) in cases {
-        let got = route(&mine, flags, env, want);
+        let (got, lines) = route(&mine, flags, env, want);
         assert_eq!(&got, want, "ours, flags {flags:?} env {env:?}");
+        if flags.contains(&"-v") {
+            let forwarded = "[dumb-init] Forwarded signal 12 to children.";
+            assert!(lines.iter().any(|l| l == forwarded), "{lines:?}");
+        }
         if let Some(real) = &real {
-            let theirs = route(real, flags, env, want);
+            let (theirs, their_lines) = route(real, flags, env, want);
             assert_eq!(
                 theirs, got,
                 "dumb-init and ours differ for flags {flags:?} env {env:?}"
+            );
+            assert_eq!(
+                lines, their_lines,
+                "debug lines, flags {flags:?} env {env:?}: ours, then dumb-init's"
             );
         }
     }
@@ -369,10 +384,10 @@ fn tini_signal_routing_side_by_side() {
         ),
     ];
     for (flags, env, want) in cases {
-        let got = route(&mine, flags, env, want);
+        let (got, _) = route(&mine, flags, env, want);
         assert_eq!(&got, want, "ours, flags {flags:?} env {env:?}");
         if let Some(real) = &real {
-            let theirs = route(real, flags, env, want);
+            let (theirs, _) = route(real, flags, env, want);
             assert_eq!(
                 theirs, got,
                 "tini and ours differ for flags {flags:?} env {env:?}"

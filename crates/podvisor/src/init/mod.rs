@@ -186,10 +186,14 @@ impl Init {
                 Some(sig) => self.on_signal(sig),
             }
             // Reap after every wake-up, not only on SIGCHLD: SIGCHLD is one pending bit for
-            // many exits, and draining costs one syscall when nothing is there.
-            let no_children = match self.reap() {
-                Ok(none_left) => none_left,
-                Err(code) => return code,
+            // many exits, and draining costs one syscall when nothing is there. dumb-init reaps
+            // on SIGCHLD alone (a child that exits as a signal is passed on is reaped, and
+            // said, once its SIGCHLD is taken), and so does its persona.
+            let reaping = signal == Some(libc::SIGCHLD) || !self.dumb();
+            let no_children = match reaping.then(|| self.reap()) {
+                Some(Ok(none_left)) => none_left,
+                Some(Err(code)) => return code,
+                None => false,
             };
             self.on_timers();
             if let Some(code) = self.exit_code {
