@@ -235,7 +235,7 @@ impl Init {
             // The main child is gone; what remains are descendants we wait for.
             let sig = self.config.translate(received);
             if sig != 0 {
-                self.signal_descendants(sig);
+                self.signal_descendants(&[sig]);
             }
             return;
         }
@@ -287,10 +287,14 @@ impl Init {
         self.log.forwarded(target, sig, &sent);
     }
 
-    fn signal_descendants(&self, sig: i32) -> usize {
+    /// Sends each of `sigs`, in order, to every descendant found in one walk of /proc;
+    /// returns how many there were.
+    fn signal_descendants(&self, sigs: &[i32]) -> usize {
         let pids = descendants_of(sys::getpid());
         for &pid in &pids {
-            let _ = sys::send_signal(pid, sig);
+            for &sig in sigs {
+                let _ = sys::send_signal(pid, sig);
+            }
         }
         pids.len()
     }
@@ -353,10 +357,10 @@ impl Init {
             }
             OnChildExit::WaitAll => self.draining = Some(Draining::Waiting),
             OnChildExit::KillDescendants(grace) => {
-                let n = self.signal_descendants(libc::SIGTERM);
+                // A stopped process only acts on SIGTERM once continued: each gets SIGCONT
+                // right after it (as systemd does).
+                let n = self.signal_descendants(&[libc::SIGTERM, libc::SIGCONT]);
                 if n > 0 {
-                    // A stopped process only acts on SIGTERM once continued (as systemd does).
-                    self.signal_descendants(libc::SIGCONT);
                     self.log.info(&format!(
                         "sent SIGTERM to {n} remaining descendant(s); SIGKILL in {}",
                         podvisor_core::duration::format_duration(grace)
@@ -386,7 +390,7 @@ impl Init {
             | Some(Draining::Killing {
                 recheck_at: kill_at,
             }) if now >= kill_at => {
-                let n = self.signal_descendants(libc::SIGKILL);
+                let n = self.signal_descendants(&[libc::SIGKILL]);
                 if n > 0 {
                     self.log
                         .info(&format!("sent SIGKILL to {n} remaining descendant(s)"));
