@@ -182,10 +182,18 @@ pub fn pod_text(dir: &Path) -> Result<String, ClientError> {
     match state.last_pod().and_then(|f| f.read()) {
         Ok(Some(text)) => Ok(text),
         // A run killed before it could say how the pod ended.
-        Ok(None) if state.record().is_ok_and(|f| f.path().is_file()) => Err(ClientError(format!(
-            "the run of the pod in {} ended without saying how the pod was (killed?): its logs and events remain; run its manifest again to resume it",
-            dir.display()
-        ))),
+        Ok(None) if state.record().is_ok_and(|f| f.path().is_file()) => {
+            Err(ClientError(match left_behind(dir) {
+                Some(left) => format!(
+                    "the run of the pod in {} ended without saying how the pod was: {left}; its logs and events remain",
+                    dir.display()
+                ),
+                None => format!(
+                    "the run of the pod in {} ended without saying how the pod was (killed?): its logs and events remain; run its manifest again to resume it",
+                    dir.display()
+                ),
+            }))
+        }
         Ok(None) => asked,
         Err(e) => Err(ClientError(e.to_string())),
     }
@@ -219,6 +227,24 @@ pub fn kept(dir: &StateDir) -> bool {
     (dir.keeper_sockets().into_iter()).any(|s| UnixStream::connect(s).is_ok())
 }
 
+/// What a killed run left running in its pod's cgroups, said for the user, if anything: a
+/// process a container started in the background, which no parent-death signal reaches.
+fn left_behind(dir: &Path) -> Option<String> {
+    let pids = crate::cgroup::left_processes(dir);
+    let (first, more) = pids.split_at(pids.len().min(5));
+    let listed: Vec<String> = first.iter().map(i32::to_string).collect();
+    let (processes, them) = match pids.len() {
+        0 => return None,
+        1 => ("1 process".to_string(), "it"),
+        n => (format!("{n} processes"), "them"),
+    };
+    Some(format!(
+        "its run was killed and left {processes} running in the pod's cgroups (pid {}{}): `podvisor delete` of the pod ends {them}, and so does the next `podvisor run` of its manifest, which resumes the pod",
+        listed.join(", "),
+        if more.is_empty() { "" } else { ", ..." }
+    ))
+}
+
 /// How long a client waits for the socket of a run that has begun (holds its lock) but does
 /// not listen yet.
 const STARTING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -247,6 +273,9 @@ fn connect(dir: &Path) -> Result<UnixStream, ClientError> {
                 "no run serves the pod in {}: its containers run on under their keepers (--live-restore) until `podvisor run --live-restore` of its manifest takes them over",
                 dir.display()
             ));
+        }
+        if let Some(left) = gone.then(|| left_behind(dir)).flatten() {
+            return ClientError(format!("no run serves the pod in {}: {left}", dir.display()));
         }
         ClientError(match e.raw_os_error() {
             Some(libc::ENOENT) => format!(

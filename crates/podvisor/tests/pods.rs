@@ -343,6 +343,9 @@ fn delete_removes_the_cgroups_a_killed_run_left_and_what_is_in_them() {
         !procs.trim().is_empty()
     };
     let left_held = !cgroups.is_empty() && cgroups.iter().all(held);
+    // Clients say what the killed run left running, and how it ends.
+    let stop = b.out(&["stop", "gone/web"]);
+    let status = b.out(&["status", "gone/web"]);
     // Something mounted below the state dir: refused, its files untouched.
     let mnt = dir.join("mnt");
     std::fs::create_dir(&mnt).unwrap();
@@ -371,6 +374,15 @@ fn delete_removes_the_cgroups_a_killed_run_left_and_what_is_in_them() {
     );
     assert_eq!(kept.ok().as_deref(), Some("mine"));
     assert!(left_held, "the killed run's cgroups, held: {cgroups:?}");
+    let left_said = "its run was killed and left 1 process running in the pod's cgroups (pid ";
+    let ends = "): `podvisor delete` of the pod ends it, and so does the next `podvisor run` of its manifest, which resumes the pod";
+    assert_eq!(stop.code(), 1, "{stop:?}");
+    let no_run = format!("no run serves the pod in {}: {left_said}", dir.display());
+    assert!(stop.stderr.contains(&no_run), "{stop:?}");
+    assert!(stop.stderr.contains(ends), "{stop:?}");
+    assert_eq!(status.code(), 1, "{status:?}");
+    assert!(status.stderr.contains(left_said), "{status:?}");
+    assert!(status.stderr.contains(ends), "{status:?}");
     assert_eq!(out.code(), 0, "{out:?}");
     assert_eq!(out.stdout, "pod \"web\" deleted", "{out:?}");
     assert!(!dir.exists());

@@ -24,7 +24,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use pod::{
-    instance_dir, oom_kills_in, remove_left, InstanceCgroup, PodCgroup, Resource, Usage, UsageFiles,
+    instance_dir, left_processes, oom_kills_in, remove_left, InstanceCgroup, PodCgroup, Resource,
+    Usage, UsageFiles,
 };
 
 use crate::mountinfo::{self, Mount};

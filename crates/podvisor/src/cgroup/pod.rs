@@ -661,6 +661,29 @@ pub fn remove_left(state_dir: &Path) -> Result<(), CgroupError> {
     Ok(())
 }
 
+/// The processes still in the pod cgroups the last run on `state_dir` recorded in this boot
+/// and did not remove (a run killed with -9 leaves there what a container started in the
+/// background, which no parent-death signal reaches, until `podvisor delete` or the next run
+/// ends it), in pid order. Only for what a client tells the user: a record that cannot be
+/// read counts as none.
+pub fn left_processes(state_dir: &Path) -> Vec<i32> {
+    let text = StateFile::new(state_dir, RECORD).map(|r| r.read_of_this_boot());
+    let Ok(Ok(Some(text))) = text else {
+        return Vec::new();
+    };
+    let mut dirs = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("/sys/fs/cgroup/")) {
+        if Path::new(line).is_dir() {
+            collect_dirs(Path::new(line), &mut dirs);
+        }
+    }
+    // On v1 a process is in a cgroup of each hierarchy.
+    let mut pids: Vec<i32> = dirs.iter().flat_map(|d| procs_of(d)).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// Removes the pod cgroups an earlier run on this state dir recorded in this boot, and the
 /// record, and says which they were; a record of another boot, or one that is not text, goes
 /// unread (see the module's comment). A record of a podvisor of before 2026-12 (no boot line)
