@@ -711,3 +711,25 @@ fn containers_started_in_one_go_keep_their_own_start_times() {
         "each its own start time, not the batch's: {started:?}"
     );
 }
+
+#[test]
+fn a_probe_cut_short_by_its_containers_own_exit_is_not_a_failure() {
+    // The container exits on its own while its exec liveness probe runs, and the probe (in the
+    // container's PID namespace) is killed as the namespace ends. That says nothing of the
+    // container's health: no Unhealthy event, no kill for a failed liveness probe; what the pod
+    // shows is the container's own exit.
+    let r = PodRun::new(&pod_with(
+        "Never",
+        1,
+        "  containers:\n  - name: app\n    command: [sh, -c, 'sleep 1.5; exit 3']\n    livenessProbe: {exec: {command: [sleep, '5']}, timeoutSeconds: 10, periodSeconds: 1, failureThreshold: 1}\n",
+    ));
+    let mut p = r.cmd(&[]).start();
+    assert_eq!(p.wait().code(), Some(1), "stderr: {:?}", p.stderr);
+    p.assert_no_leftovers();
+    let said: Vec<String> = (r.events().iter())
+        .map(|e| format!("{} {}", e["reason"], e["message"]))
+        .collect();
+    assert!(r.find("app", "Unhealthy").is_empty(), "{said:#?}");
+    assert!(r.find("app", "Killing").is_empty(), "{said:#?}");
+    assert_eq!(r.find("app", "Error").len(), 1, "{said:#?}");
+}

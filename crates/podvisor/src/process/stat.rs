@@ -13,6 +13,8 @@ pub struct ProcStat {
     pub ppid: i32,
     /// Field 5: the process group.
     pub pgrp: i32,
+    /// Field 9: the kernel's flags of its (main) thread.
+    pub flags: u32,
     /// Fields 14 to 17: user and system time, its own and that of the children it reaped,
     /// in clock ticks.
     pub cpu_ticks: u64,
@@ -44,6 +46,7 @@ impl ProcStat {
             state: state.next().filter(|_| state.next().is_none())?,
             ppid: num(4)?.try_into().ok()?,
             pgrp: num(5)?.try_into().ok()?,
+            flags: field(9)?.parse().ok()?,
             cpu_ticks: cpu.max(0) as u64,
             start_ticks: field(22)?.parse().ok()?,
             rss_pages: num(24)?.max(0) as u64,
@@ -52,6 +55,14 @@ impl ProcStat {
 
     pub fn zombie(&self) -> bool {
         self.state == 'Z'
+    }
+
+    /// Whether its (main) thread has begun to exit (the kernel's `PF_EXITING`): it is on its
+    /// way out, though not yet a zombie (the init of a PID namespace, say, while the kernel
+    /// kills and waits for what else runs in it).
+    pub fn exiting(&self) -> bool {
+        const PF_EXITING: u32 = 0x4;
+        self.flags & PF_EXITING != 0
     }
 }
 
@@ -81,6 +92,7 @@ mod tests {
                 state: 'S',
                 ppid: 17,
                 pgrp: 4242,
+                flags: 4194560,
                 cpu_ticks: 13,
                 start_ticks: 987654,
                 rss_pages: 321,

@@ -8,7 +8,9 @@ use podvisor_core::clock::Clock;
 use podvisor_core::lifecycle::{Input, InstanceId};
 
 use super::{PidOwner, Supervisor};
+use crate::probe::Owner;
 use crate::process::failpoint;
+use crate::process::stat::ProcStat;
 use crate::process::sys::{self, Exit, Reaped};
 
 impl Supervisor {
@@ -92,10 +94,17 @@ impl Supervisor {
             None => return Ok(()), // an adopted orphan, or a timed-out exec task
             Some(PidOwner::Task(slot)) => {
                 let now = self.clock.now();
-                if let Some(done) = self.tasks.on_exit(slot, pid, exit, now) {
-                    self.task_done(done)?;
+                let Some(done) = self.tasks.on_exit(slot, pid, exit, now) else {
+                    return Ok(());
+                };
+                if exit == Exit::Signal(libc::SIGKILL) && self.ending_with_its_container(done.0) {
+                    // Killed as its container ends by itself (the kernel kills what runs in
+                    // the PID namespace of an init that exits, and that init's exit waits for
+                    // this reap): the probe says nothing of the container's health, and the
+                    // container's exit, which comes next, ends its probes.
+                    return Ok(());
                 }
-                return Ok(());
+                return self.task_done(done);
             }
             Some(PidOwner::Keeper) => return self.keeper_gone(pid),
             Some(PidOwner::Exec(slot)) => {
@@ -118,6 +127,15 @@ impl Supervisor {
                 oom_killed,
             },
         ))
+    }
+
+    /// Whether `owner` is a probe whose container's main process has begun to exit.
+    fn ending_with_its_container(&self, owner: Owner) -> bool {
+        let Owner::Probe(id, _) = owner else {
+            return false;
+        };
+        let instance = self.instances.get(id);
+        instance.is_some_and(|i| ProcStat::read(i.pid).is_some_and(|s| s.exiting()))
     }
 
     /// What goes when an instance's process has ended: its probes and hooks, namespaces,
