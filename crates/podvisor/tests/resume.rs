@@ -185,11 +185,14 @@ fn a_stopped_run_resumes_and_an_ended_pod_starts_anew() {
     let r = PodRun::new(&pod_with(
         "Never",
         1,
-        "  containers:\n  - {name: app, command: [sh, -c, 'exit 0']}\n",
+        "  containers:\n  - {name: app, command: [sh, -c, 'echo ran; exit 0']}\n",
     ));
     assert_eq!(r.cmd(&[]).output().code(), 0);
     assert_eq!(r.cmd(&[]).output().code(), 0);
     assert!(r.find("pod", "Resumed").is_empty());
+    // Its logs are its own: the last pod's instance 1 wrote to the same file name.
+    let logs = client(&r, &["logs", "app"]);
+    assert_eq!((logs.code(), logs.stdout.as_str()), (0, "ran"), "{logs:?}");
     let counts: Vec<Value> = r
         .find("app", "Started")
         .iter()

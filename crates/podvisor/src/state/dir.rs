@@ -169,6 +169,28 @@ impl StateDir {
         self.root.join("logs")
     }
 
+    /// Removes every container's log files: a new pod on this state dir numbers its
+    /// instances from the start again, and the last pod's lines are not its own (as a new pod
+    /// of the kubelet's has logs of its own).
+    pub fn clear_logs(&self) -> Result<(), StateError> {
+        let dir = self.logs_dir();
+        let io = |error| StateError::Io {
+            path: dir.display().to_string(),
+            what: "remove the last pod's logs",
+            error,
+        };
+        for entry in std::fs::read_dir(&dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.map_err(io)?;
+        }
+        Ok(())
+    }
+
     /// `logs/NAME/`: a container's log files, `N.log` per instance (`logs`).
     pub fn container_logs(&self, container: &str) -> PathBuf {
         self.logs_dir().join(container)

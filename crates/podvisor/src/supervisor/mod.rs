@@ -168,6 +168,9 @@ pub fn run(
     persist::forget_last_word(&dir)?;
     events.keep_in(&dir.events_path())?;
     let mut taken = persist::take_up(&dir, &state, &mut plan, &mut info, settings.reset_state)?;
+    if !taken.resumed {
+        dir.clear_logs()?;
+    }
     // A resumed pod keeps the resources its resizes allocated.
     resize::take_up(&dir, &mut info.spec, &mut plan, taken.resumed)?;
     let epoll = Epoll::new()?;
