@@ -672,10 +672,8 @@ pub fn left_processes(state_dir: &Path) -> Vec<i32> {
         return Vec::new();
     };
     let mut dirs = Vec::new();
-    for line in text.lines().filter(|l| l.starts_with("/sys/fs/cgroup/")) {
-        if Path::new(line).is_dir() {
-            collect_dirs(Path::new(line), &mut dirs);
-        }
+    for dir in recorded_dirs(&text).filter(|d| d.is_dir()) {
+        collect_dirs(dir, &mut dirs);
     }
     // On v1 a process is in a cgroup of each hierarchy.
     let mut pids: Vec<i32> = dirs.iter().flat_map(|d| procs_of(d)).collect();
@@ -691,17 +689,19 @@ pub fn left_processes(state_dir: &Path) -> Vec<i32> {
 fn clean_recorded(record: &StateFile) -> Result<Vec<PathBuf>, CgroupError> {
     let mut removed = Vec::new();
     if let Some(text) = record.read_of_this_boot()? {
-        for line in text.lines().filter(|l| !l.is_empty()) {
-            let dir = Path::new(line);
-            // Only a cgroup directory is ever removed.
-            if dir.starts_with("/sys/fs/cgroup") {
-                remove_tree(dir)?;
-                removed.push(dir.to_path_buf());
-            }
+        for dir in recorded_dirs(&text) {
+            remove_tree(dir)?;
+            removed.push(dir.to_path_buf());
         }
     }
     record.remove_for_this_boot()?;
     Ok(removed)
+}
+
+/// The pod cgroups a record's text lists, one per line: only cgroup directories, whatever
+/// else the file may hold.
+fn recorded_dirs(text: &str) -> impl Iterator<Item = &Path> {
+    (text.lines().map(Path::new)).filter(|dir| dir.starts_with("/sys/fs/cgroup"))
 }
 
 #[cfg(test)]
