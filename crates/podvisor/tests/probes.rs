@@ -717,12 +717,14 @@ fn a_probe_cut_short_by_its_containers_own_exit_is_not_a_failure() {
     // The container exits on its own while its exec liveness probe runs, and the probe (in the
     // container's PID namespace) is killed as the namespace ends. That says nothing of the
     // container's health: no Unhealthy event, no kill for a failed liveness probe; what the pod
-    // shows is the container's own exit.
-    let r = PodRun::new(&pod_with(
-        "Never",
-        1,
-        "  containers:\n  - name: app\n    command: [sh, -c, 'sleep 1.5; exit 3']\n    livenessProbe: {exec: {command: [sleep, '5']}, timeoutSeconds: 10, periodSeconds: 1, failureThreshold: 1}\n",
-    ));
+    // shows is the container's own exit. The container waits for its probe to have begun.
+    let dir = TempDir::new();
+    let probed = dir.file("probed");
+    let spec = format!(
+        "  containers:\n  - name: app\n    command: [sh, -c, 'until [ -e {p} ]; do sleep 0.05; done; sleep 0.2; exit 3']\n    livenessProbe: {{exec: {{command: [sh, -c, 'touch {p}; sleep 5']}}, timeoutSeconds: 10, periodSeconds: 1, failureThreshold: 1}}\n",
+        p = probed.display()
+    );
+    let r = PodRun::new(&pod_with("Never", 1, &spec));
     let mut p = r.cmd(&[]).start();
     assert_eq!(p.wait().code(), Some(1), "stderr: {:?}", p.stderr);
     p.assert_no_leftovers();
