@@ -201,6 +201,38 @@ fn a_stopped_run_resumes_and_an_ended_pod_starts_anew() {
     assert_eq!(counts, [0, 0]);
 }
 
+#[test]
+fn last_pods_logs_that_cannot_be_removed_refuse_the_new_pod_naming_what() {
+    if !is_root() {
+        skip("mounting below the state dir needs root");
+        return;
+    }
+    // Something mounted on a container's log dir: its removal fails, and the run says which.
+    let r = PodRun::new(&pod_with(
+        "Never",
+        1,
+        "  containers:\n  - {name: app, command: ['true']}\n",
+    ));
+    let logs = r.dir.file("state").join("logs").join("app");
+    std::fs::create_dir_all(&logs).unwrap();
+    let mounted = Run::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&logs)
+        .output();
+    assert_eq!(mounted.code(), 0, "{mounted:?}");
+    let mut p = r.cmd(&[]).start();
+    let status = p.wait();
+    p.drain();
+    // The test's own mount goes before the check that the run left none.
+    let unmounted = Run::new("umount").arg(&logs).output();
+    assert_eq!(unmounted.code(), 0, "{unmounted:?}");
+    p.assert_no_leftovers();
+    let stderr = p.stderr.join("\n");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let said = format!("{}: cannot remove the last pod's logs: ", logs.display());
+    assert!(stderr.contains(&said), "{stderr}");
+}
+
 /// FNV-1a, 64 bits: the record checksum of formats 1 and 2.
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, &b| {

@@ -174,19 +174,22 @@ impl StateDir {
     /// of the kubelet's has logs of its own).
     pub fn clear_logs(&self) -> Result<(), StateError> {
         let dir = self.logs_dir();
-        let io = |error| StateError::Io {
-            path: dir.display().to_string(),
-            what: "remove the last pod's logs",
-            error,
+        let io = |path: &Path| {
+            let path = path.display().to_string();
+            move |error| StateError::Io {
+                path,
+                what: "remove the last pod's logs",
+                error,
+            }
         };
-        for entry in std::fs::read_dir(&dir).map_err(io)? {
-            let path = entry.map_err(io)?.path();
+        for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let path = entry.map_err(io(&dir))?.path();
             let removed = if path.is_dir() {
                 std::fs::remove_dir_all(&path)
             } else {
                 std::fs::remove_file(&path)
             };
-            removed.map_err(io)?;
+            removed.map_err(io(&path))?;
         }
         Ok(())
     }
