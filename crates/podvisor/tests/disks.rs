@@ -4,50 +4,8 @@
 //! and the run recovers when it can write again. (A filesystem cannot be made read-only while
 //! files are open on it for writing: that case is a refusal at the start.)
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use crate::harness::*;
 use crate::probes::stop;
-
-/// A tmpfs of `size` mounted on `dir` for the length of a test (unmounted also when it fails).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "cannot mount a tmpfs on {}", dir.display());
-        Tmpfs(dir.to_path_buf())
-    }
-
-    fn remount(&self, option: &str) {
-        let ok = Command::new("mount")
-            .args(["-o", &format!("remount,{option}")])
-            .arg(&self.0)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "cannot remount {} {option}", self.0.display());
-    }
-}
-
-impl Drop for Tmpfs {
-    /// The cgroups the state dir records go first (a run killed by a failing test leaves
-    /// them, and the record is on this tmpfs), then the tmpfs.
-    fn drop(&mut self) {
-        let record = std::fs::read_to_string(self.0.join("cgroups")).unwrap_or_default();
-        for line in record.lines().filter(|l| l.starts_with("/sys/fs/cgroup/")) {
-            remove_cgroup_tree(Path::new(line));
-        }
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 /// The talker asks for CPU: a BestEffort container's share (cpu.shares 2) starves on a
 /// loaded machine, and the disk would not fill within the tests' patience.
@@ -65,7 +23,7 @@ fn on_a_tmpfs() -> Option<(PodRun, Tmpfs)> {
         return None;
     }
     let r = PodRun::new(&pod_of(TALKER));
-    let disk = Tmpfs::mount(&r.dir.file("state"), "1m");
+    let disk = Tmpfs::mount(&r.dir.file("state"), Some("1m"));
     Some((r, disk))
 }
 

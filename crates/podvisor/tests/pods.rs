@@ -348,17 +348,11 @@ fn delete_removes_the_cgroups_a_killed_run_left_and_what_is_in_them() {
     let status = b.out(&["status", "gone/web"]);
     // Something mounted below the state dir: refused, its files untouched.
     let mnt = dir.join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = Run::new("mount")
-        .args(["-t", "tmpfs", "tmpfs"])
-        .arg(&mnt)
-        .output();
-    assert_eq!(mounted.code(), 0, "{mounted:?}");
+    let tmpfs = Tmpfs::mount(&mnt, None);
     std::fs::write(mnt.join("keep"), "mine").unwrap();
     let refused = b.out(&["delete", "gone/web"]);
     let kept = std::fs::read_to_string(mnt.join("keep"));
-    let unmounted = Run::new("umount").arg(&mnt).output();
-    assert_eq!(unmounted.code(), 0, "{unmounted:?}");
+    tmpfs.unmount();
     let out = b.out(&["delete", "gone/web"]);
     let left = cgroups_of_state_dirs(std::slice::from_ref(&dir));
     // Taken back here whatever the outcome, so that a failure leaves nothing either.

@@ -214,18 +214,12 @@ fn last_pods_logs_that_cannot_be_removed_refuse_the_new_pod_naming_what() {
         "  containers:\n  - {name: app, command: ['true']}\n",
     ));
     let logs = r.dir.file("state").join("logs").join("app");
-    std::fs::create_dir_all(&logs).unwrap();
-    let mounted = Run::new("mount")
-        .args(["-t", "tmpfs", "tmpfs"])
-        .arg(&logs)
-        .output();
-    assert_eq!(mounted.code(), 0, "{mounted:?}");
+    let tmpfs = Tmpfs::mount(&logs, None);
     let mut p = r.cmd(&[]).start();
     let status = p.wait();
     p.drain();
     // The test's own mount goes before the check that the run left none.
-    let unmounted = Run::new("umount").arg(&logs).output();
-    assert_eq!(unmounted.code(), 0, "{unmounted:?}");
+    tmpfs.unmount();
     p.assert_no_leftovers();
     let stderr = p.stderr.join("\n");
     assert_eq!(status.code(), Some(2), "{stderr}");

@@ -25,6 +25,7 @@ mod hooks;
 mod images;
 mod init;
 mod init_staged;
+mod keeper_memory;
 mod keeper_protocol;
 mod live_restore;
 mod namespaces;

@@ -1,7 +1,7 @@
 //! A `podvisor run` with its own state dir and events file, the pod manifests the lifecycle
 //! tests run, and what they read back (events, logs, the saved record).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -156,4 +156,58 @@ pub fn saved_record(path: &Path) -> serde_json::Value {
     assert!(lines[0].starts_with("podvisor-state 3 "), "{text}");
     assert!(lines.last().unwrap().starts_with("checksum "), "{text}");
     serde_json::from_str(&lines[1..lines.len() - 1].join("\n")).unwrap()
+}
+
+/// A tmpfs mounted on a directory for the length of a test, unmounted on drop, also when the
+/// test fails. On drop the cgroups a state dir on it records go first (a run killed by a
+/// failing test leaves them, and the record is on this tmpfs), then the tmpfs.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs on `dir` (made if missing), of `size` (e.g. `1m`) or the default size.
+    pub fn mount(dir: &Path, size: Option<&str>) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut mount = Command::new("mount");
+        mount.args(["-t", "tmpfs"]);
+        if let Some(size) = size {
+            mount.args(["-o", &format!("size={size}")]);
+        }
+        let ok = mount.arg("tmpfs").arg(dir).status().unwrap().success();
+        assert!(ok, "cannot mount a tmpfs on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    pub fn remount(&self, option: &str) {
+        let ok = Command::new("mount")
+            .args(["-o", &format!("remount,{option}")])
+            .arg(&self.0)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot remount {} {option}", self.0.display());
+    }
+
+    /// Unmounts it now (a test whose run must find it gone), failing the test if that fails.
+    pub fn unmount(self) {
+        let out = Command::new("umount").arg(&self.0).output().unwrap();
+        assert!(
+            out.status.success(),
+            "cannot unmount {}: {out:?}",
+            self.0.display()
+        );
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let record = std::fs::read_to_string(self.0.join("cgroups")).unwrap_or_default();
+        for line in record
+            .lines()
+            .filter(|l| Path::new(l).starts_with("/sys/fs/cgroup"))
+        {
+            remove_cgroup_tree(Path::new(line));
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
 }
