@@ -230,11 +230,13 @@ fn an_exit_while_away_is_reported_with_its_time_and_backed_off_from_it() {
     let dir = TempDir::new();
     let count = dir.file("count");
     // The first instance crashes at once (restarted at once), the second after 1 s: while no
-    // podvisor runs.
+    // podvisor runs. What it said last is its termination message (read from the log its
+    // keeper wrote).
     let spec = format!(
         "  containers:
   - name: app
-    command: [sh, -c, 'n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; [ $n = 1 ] && exit 3; [ $n = 2 ] && sleep 1 && exit 3; exec sleep 600']
+    command: [sh, -c, 'n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo \"crash $n\"; [ $n = 1 ] && exit 3; [ $n = 2 ] && sleep 1 && exit 3; exec sleep 600']
+    terminationMessagePolicy: FallbackToLogsOnError
 ",
         c = count.display()
     );
@@ -261,6 +263,7 @@ fn an_exit_while_away_is_reported_with_its_time_and_backed_off_from_it() {
     let c = &s["status"]["containerStatuses"][0];
     let last = &c["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 3, "{c}");
+    assert_eq!(last["message"], "crash 2\n", "{c}");
     let at = last["finishedAt"].as_str().unwrap();
     let ms = event_ms(&serde_json::json!({ "time": at })) % DAY;
     assert_eq!(

@@ -42,6 +42,7 @@ mod run;
 mod run_reading;
 mod security;
 mod subids;
+mod termination;
 mod top;
 mod validate;
 mod vm;

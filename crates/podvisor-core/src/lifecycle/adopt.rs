@@ -20,7 +20,7 @@ use super::{
 };
 
 /// What the shell found of a container the record says was running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Survivor {
     /// Its process still runs, held by its keeper.
     Running,

@@ -31,12 +31,14 @@ impl ExitStatus {
     }
 }
 
-/// How an instance ended: its status, and whether the kernel's OOM killer struck in its
-/// cgroup (the runtime then reports `OOMKilled`, as containerd does from the OOM event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How an instance ended: its status, whether the kernel's OOM killer struck in its cgroup
+/// (the runtime then reports `OOMKilled`, as containerd does from the OOM event), and its
+/// termination message (`terminationMessagePath`, or its log's end), if it left one.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exit {
     pub status: ExitStatus,
     pub oom_killed: bool,
+    pub message: Option<String>,
 }
 
 impl From<ExitStatus> for Exit {
@@ -44,6 +46,7 @@ impl From<ExitStatus> for Exit {
         Exit {
             status,
             oom_killed: false,
+            message: None,
         }
     }
 }

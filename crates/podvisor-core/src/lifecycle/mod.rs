@@ -356,7 +356,11 @@ impl Pod {
     /// The process of instance `id` ended: its terminated state and events (and in stage
     /// Debug, how it ended and its log's tail).
     fn exited(&mut self, now: Instant, id: InstanceId, exit: Exit, fx: &mut Vec<Effect>) {
-        let Exit { status, oom_killed } = exit;
+        let Exit {
+            status,
+            oom_killed,
+            message,
+        } = exit;
         if let Some(c) = self.current(id) {
             let started_at = c.up_since();
             c.process = Process::Down;
@@ -376,7 +380,7 @@ impl Pod {
                     ExitStatus::Code(_) => None,
                 },
                 reason,
-                message: None,
+                message: message.filter(|m| !m.is_empty()),
                 started_at,
                 finished_at: now,
             };

@@ -162,7 +162,7 @@ impl Pod {
                         };
                         c.next = Next::ByPolicy;
                         c.ever_started = true;
-                        adopted.push((i, *found));
+                        adopted.push((i, found.clone()));
                         continue;
                     }
                     c.last_state = Some(ContainerState::Terminated {

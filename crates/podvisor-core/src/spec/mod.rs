@@ -15,6 +15,7 @@ pub mod plan;
 pub mod resize;
 pub mod resources;
 pub mod security;
+pub mod termination;
 pub mod validate;
 pub mod volumes;
 

@@ -205,6 +205,12 @@ impl StateDir {
             .join(super::logs::file_name(instance))
     }
 
+    /// `termination/NAME`: the file container NAME's current instance may write its
+    /// termination message in (bound at its `terminationMessagePath`).
+    pub fn termination_file(&self, container: &str) -> PathBuf {
+        self.root.join("termination").join(container)
+    }
+
     /// `keepers/`: the keepers' sockets and exit notes (`keeper`).
     pub fn keepers_dir(&self) -> PathBuf {
         self.root.join("keepers")

@@ -387,6 +387,13 @@ pub fn last_lines(files: &[PathBuf], n: usize) -> io::Result<(VecDeque<Vec<u8>>,
 /// The text of an instance's last `n` output lines (stdout and stderr as they came), without
 /// the CRI prefix: what a Debug exit leaves in its `DebugLogTail` event.
 pub fn tail_text(dir: &Path, instance: u32, n: usize) -> io::Result<String> {
+    let text = tail_lines(dir, instance, n)?;
+    Ok(text.trim_end_matches('\n').to_string())
+}
+
+/// The text of an instance's last `n` output lines as they were written, each whole line
+/// with its newline (as `logs --tail N` prints them).
+pub fn tail_lines(dir: &Path, instance: u32, n: usize) -> io::Result<String> {
     let (lines, _) = last_lines(&instance_files(dir, instance), n)?;
     let mut text = String::new();
     for line in &lines {
@@ -402,7 +409,7 @@ pub fn tail_text(dir: &Path, instance: u32, n: usize) -> io::Result<String> {
             text.push('\n');
         }
     }
-    Ok(text.trim_end_matches('\n').to_string())
+    Ok(text)
 }
 
 #[cfg(test)]

@@ -530,6 +530,17 @@ fn state_lines(o: &mut String, label: &str, st: &ContainerState) {
         let _ = writeln!(o, "    {label}:{pad}Terminated");
         let reason = t.reason.as_deref().unwrap_or_default();
         let _ = writeln!(o, "      Reason:       {reason}");
+        // Its termination message (or why it could not start), as kubectl shows it, its
+        // lines under the first.
+        if let Some(m) = t
+            .message
+            .as_deref()
+            .map(|m| m.trim_end())
+            .filter(|m| !m.is_empty())
+        {
+            let m = m.replace('\n', "\n                    ");
+            let _ = writeln!(o, "      Message:      {m}");
+        }
         let _ = writeln!(o, "      Exit Code:    {}", t.exit_code);
         if let Some(sig) = t.signal {
             let _ = writeln!(o, "      Signal:       {sig}");

@@ -268,7 +268,7 @@ pub fn find(dir: &StateDir, record: &PodRecord, names: &[String]) -> Result<Foun
             remedy: RESET_REMEDY,
         })?;
         if let Some(note) = note {
-            let exit = lifecycle_exit(&note, false);
+            let exit = lifecycle_exit(&note, false, None);
             let finished_at = Instant::from_millis(note.finished);
             let found_exit = Survivor::Exited { exit, finished_at };
             found.survivors.insert(c.name.clone(), found_exit);
@@ -358,10 +358,15 @@ fn read_note(file: &StateFile) -> Result<Option<ExitNote>, String> {
 }
 
 /// A recorded exit as the core takes it; `oom`: the cgroup also says OOM killer.
-fn lifecycle_exit(note: &ExitNote, oom: bool) -> podvisor_core::lifecycle::Exit {
+fn lifecycle_exit(
+    note: &ExitNote,
+    oom: bool,
+    message: Option<String>,
+) -> podvisor_core::lifecycle::Exit {
     podvisor_core::lifecycle::Exit {
         status: note.exit,
         oom_killed: note.oom_killed || oom,
+        message,
     }
 }
 
@@ -551,9 +556,13 @@ impl Supervisor {
         let Some(keeper) = self.instances.get(id).and_then(|i| i.keeper) else {
             return Ok(());
         };
+        let message = match &note {
+            Ok(Some(n)) => self.termination_message(id, n.exit.code())?,
+            _ => None,
+        };
         let oom = self.instance_ended(id);
         let input = match note {
-            Ok(Some(n)) => Input::Exited(id, lifecycle_exit(&n, oom)),
+            Ok(Some(n)) => Input::Exited(id, lifecycle_exit(&n, oom, message)),
             Ok(None) => Input::Lost(
                 id,
                 format!(

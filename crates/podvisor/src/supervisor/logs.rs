@@ -36,6 +36,18 @@ impl Supervisor {
         Ok(())
     }
 
+    /// Takes what the log streams of instance `id` have now.
+    pub(super) fn drain_logs_of(&mut self, id: InstanceId) -> io::Result<()> {
+        let slots: Vec<usize> = (self.logs.iter())
+            .filter(|(_, l)| l.owner == id)
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in slots {
+            self.drain_log(slot)?;
+        }
+        Ok(())
+    }
+
     /// Events for what happened to container `container`'s log writes (here, or in the keeper
     /// that writes them).
     pub(super) fn tell_log_news(&mut self, container: usize, news: Vec<LogNews>) {
@@ -83,13 +95,7 @@ impl Supervisor {
     /// first, so that its last lines are there. A log that cannot be read is said instead (a
     /// Warning), and the pod goes on.
     pub(super) fn log_tail(&mut self, id: InstanceId) -> io::Result<Event> {
-        let slots: Vec<usize> = (self.logs.iter())
-            .filter(|(_, l)| l.owner == id)
-            .map(|(slot, _)| slot)
-            .collect();
-        for slot in slots {
-            self.drain_log(slot)?;
-        }
+        self.drain_logs_of(id)?;
         let c = &self.pod.containers()[id.container];
         let dir = self.dir.container_logs(&c.name);
         let (kind, message) = match tail_text(&dir, id.instance, LOG_TAIL_LINES) {

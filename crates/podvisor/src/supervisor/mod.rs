@@ -30,6 +30,7 @@ pub mod sandbox;
 mod setup;
 mod spawn;
 mod tasks;
+mod termination;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap};

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use podvisor_core::lifecycle::{Event, EventType, InstanceId, Pod};
+use podvisor_core::lifecycle::{Event, EventType, InstanceId, Pod, Survivor};
 use podvisor_core::record::{PodRecord, StateRecord};
 use podvisor_core::spec::plan::RunPlan;
 
@@ -102,6 +102,16 @@ pub fn take_up(
         let names: Vec<String> = plan.pod.containers.iter().map(|c| c.name.clone()).collect();
         // Before anything is killed: a keeper this podvisor cannot adopt refuses the run.
         found = super::keep::find(dir, &record, &names)?;
+        // An exit while no podvisor ran: the instance's termination message is in its file.
+        for (c, exec) in plan.pod.containers.iter().zip(&plan.exec) {
+            let instance = record.containers.iter().find(|r| r.name == c.name);
+            let survivor = found.survivors.get_mut(&c.name);
+            if let (Some(Survivor::Exited { exit, .. }), Some(r)) = (survivor, instance) {
+                let code = exit.status.code();
+                let how = &exec.termination;
+                exit.message = super::termination::read(dir, &c.name, r.instance, code, how);
+            }
+        }
         found.number_after_strays(&mut record);
         // What the dead run's containers left (those under keepers live on), all at once.
         let left: Vec<_> = (record.containers.iter())

@@ -119,12 +119,14 @@ impl Supervisor {
             Some(PidOwner::Container(id)) => id,
         };
         failpoint::stall("run.exit");
+        let message = self.termination_message(id, exit.code())?;
         let oom_killed = self.instance_ended(id);
         self.feed(Input::Exited(
             id,
             podvisor_core::lifecycle::Exit {
                 status: exit,
                 oom_killed,
+                message,
             },
         ))
     }

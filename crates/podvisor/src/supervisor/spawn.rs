@@ -418,6 +418,12 @@ impl Supervisor {
                 .filter(|f| !mounts.iter().any(|m| f.target.starts_with(&m.target)));
             mounts.splice(0..0, files.cloned().collect::<Vec<_>>());
         }
+        // Its termination message file, last, as the kubelet binds it.
+        let name = &self.plan.pod.containers[i].name;
+        let file =
+            super::termination::fresh_file(&self.dir, name, &exec.termination, root.as_ref())
+                .map_err(|e| format!("make its termination message file: {e}"))?;
+        mounts.extend(file);
         let mut root = root;
         self.shorten_lowers(root.as_mut(), &mut mounts)
             .map_err(|e| format!("link the layers of an overlay: {e}"))?;

@@ -43,8 +43,10 @@ fn adopt(
     survivors: &[(&str, Survivor)],
     at: u64,
 ) -> Sim {
-    let found: BTreeMap<String, Survivor> =
-        survivors.iter().map(|(n, s)| (n.to_string(), *s)).collect();
+    let found: BTreeMap<String, Survivor> = survivors
+        .iter()
+        .map(|(n, s)| (n.to_string(), s.clone()))
+        .collect();
     let scripts = vec![runs(&[(Some(10), 0)]), forever(), forever()];
     let mut next = Sim::new(p.clone(), scripts);
     next.pod = Pod::resume_adopting(p, record, &found).unwrap();
@@ -113,6 +115,7 @@ fn an_exit_while_away_counts_from_its_own_finish_time() {
     let exit = Exit {
         status: ExitStatus::Code(3),
         oom_killed: false,
+        message: Some("told before it ended".into()),
     };
     let finished_at = Instant::from_millis(6_000);
     let mut next = adopt(
@@ -141,10 +144,12 @@ fn an_exit_while_away_counts_from_its_own_finish_time() {
             reason,
             finished_at: f,
             started_at,
+            message,
             ..
         }) => {
             assert_eq!(*exit_code, 3);
             assert_eq!(*reason, TerminatedReason::Error);
+            assert_eq!(message.as_deref(), Some("told before it ended"));
             assert_eq!(*f, finished_at);
             assert_eq!(*started_at, Some(Instant::from_millis(110)));
         }

@@ -424,6 +424,49 @@ fn restart_the_whole_pod_reruns_init_containers() {
 }
 
 #[test]
+fn an_exits_termination_message_is_its_terminated_states_and_stays_in_last_state() {
+    let mut pod = Pod::new(plan(RestartPolicy::Always, &[("app", Kind::Main)]));
+    pod.step(Instant::ZERO, Input::Admit);
+    let id = |instance| InstanceId {
+        container: 0,
+        instance,
+    };
+    pod.step(Instant::ZERO, Input::Started(id(1), Instant::ZERO));
+    let exit = |message: &str| Exit {
+        status: ExitStatus::Code(2),
+        oom_killed: false,
+        message: Some(message.to_string()),
+    };
+    pod.step(
+        Instant::from_millis(50),
+        Input::Exited(id(1), exit("no config\n")),
+    );
+    let message_of = |s: Option<&ContainerState>| match s {
+        Some(ContainerState::Terminated { message, .. }) => message.clone(),
+        other => panic!("{other:?}"),
+    };
+    // Restarted at once (a first crash is): the message is the last state's, and stays it
+    // while the next instance runs.
+    let c = &pod.containers()[0];
+    assert_eq!(
+        message_of(c.last_state.as_ref()),
+        Some("no config\n".into())
+    );
+    pod.step(
+        Instant::from_millis(60),
+        Input::Started(id(2), Instant::from_millis(60)),
+    );
+    let c = &pod.containers()[0];
+    assert_eq!(
+        message_of(c.last_state.as_ref()),
+        Some("no config\n".into())
+    );
+    // An empty message is none.
+    pod.step(Instant::from_millis(90), Input::Exited(id(2), exit("")));
+    assert_eq!(message_of(pod.containers()[0].last_state.as_ref()), None);
+}
+
+#[test]
 fn an_oom_kill_is_oomkilled_137_and_restarts_by_policy_with_backoff() {
     let mut pod = Pod::new(plan(RestartPolicy::OnFailure, &[("app", Kind::Main)]));
     pod.step(Instant::ZERO, Input::Admit);
@@ -435,8 +478,9 @@ fn an_oom_kill_is_oomkilled_137_and_restarts_by_policy_with_backoff() {
     let oom = Exit {
         status: ExitStatus::Signal(9),
         oom_killed: true,
+        message: None,
     };
-    let fx = pod.step(Instant::from_millis(50), Input::Exited(first, oom));
+    let fx = pod.step(Instant::from_millis(50), Input::Exited(first, oom.clone()));
     let event = fx
         .iter()
         .find_map(|e| match e {

@@ -13,6 +13,7 @@ use crate::probe::ProbeKind;
 use crate::security::SecurityPlan;
 use crate::spec::env::resolve_env;
 use crate::spec::resources::Resources;
+use crate::spec::termination::TerminationMessage;
 use crate::spec::volumes::MountPlan;
 use crate::spec::Manifest;
 
@@ -78,6 +79,9 @@ pub struct ContainerExec {
     /// `lifecycle.stopSignal` (KEP-4960).
     #[cfg_attr(feature = "spec", serde(default))]
     pub stop_signal: Option<String>,
+    /// `terminationMessagePath` and `terminationMessagePolicy`.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub termination: TerminationMessage,
 }
 
 impl ContainerExec {
@@ -228,6 +232,10 @@ pub(super) fn container_exec(
         resources: Resources::of(c.resources.as_ref()),
         security: crate::spec::security::plan(&manifest.workload.spec, c, pod.host),
         stop_signal: lifecycle.and_then(|l| l.stop_signal.clone()),
+        termination: TerminationMessage::of(
+            c.termination_message_path.as_deref(),
+            c.termination_message_policy.as_deref(),
+        ),
     }
 }
 

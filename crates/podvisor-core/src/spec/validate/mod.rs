@@ -241,6 +241,7 @@ fn validate_container(
     }
     validate_env_from(c, path, manifest, p);
     validate_mounts(c, path, volumes, p);
+    validate_termination_message(c, path, p);
     let os = (w.spec.os.as_ref()).map(|o| o.name.as_str());
     validate_probes_and_hooks(c, path, plain_init, os, p);
 }
@@ -420,6 +421,26 @@ fn validate_image_volumes(spec: &PodSpec, p: &mut Problems<'_>) {
                 format!("Unsupported value: {policy:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\""),
             );
         }
+    }
+}
+
+/// `terminationMessagePolicy` as the API server checks it; `terminationMessagePath` must be
+/// absolute, as runc refuses a mount whose destination is not (the API server lets it by).
+fn validate_termination_message(c: &Container, path: &str, p: &mut Problems<'_>) {
+    // "" is defaulted to File, as the API server does.
+    let policy = c.termination_message_policy.as_deref();
+    if let Some(policy) = policy.filter(|v| !["", "File", "FallbackToLogsOnError"].contains(v)) {
+        p.push(
+            &format!("{path}.terminationMessagePolicy"),
+            format!("Unsupported value: {policy:?}: supported values: \"File\", \"FallbackToLogsOnError\""),
+        );
+    }
+    let file = c.termination_message_path.as_deref().unwrap_or_default();
+    if !file.is_empty() && !file.starts_with('/') {
+        p.push(
+            &format!("{path}.terminationMessagePath"),
+            format!("Invalid value: {file:?}: must be an absolute path (the file is bound there in the container)"),
+        );
     }
 }
 
