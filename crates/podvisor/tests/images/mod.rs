@@ -120,6 +120,7 @@ macro_rules! require_registry {
 
 mod fuse;
 mod layout;
+mod links;
 mod local;
 mod pulls;
 mod registry;

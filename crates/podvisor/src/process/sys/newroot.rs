@@ -28,6 +28,13 @@ pub(super) struct MountSpec {
     /// the kernel will not, or, with `fuse_only`, instead of it (rootless).
     pub(super) fuse_argv: *const *const libc::c_char,
     pub(super) fuse_only: bool,
+    /// Not null: the target is inside a private root, this directory, as `in_root` (relative
+    /// to it): the mount point is looked up and made there with the root as `/` (openat2's
+    /// RESOLVE_IN_ROOT), so that a symbolic link on the way (an image's `/var/run -> /run`, or
+    /// one a container left in a volume) leads where the container will see it, never to the
+    /// host's files; `make_dirs` and `target` are the way of kernels without openat2.
+    pub(super) root: *const libc::c_char,
+    pub(super) in_root: *const libc::c_char,
 }
 
 /// One step of building a rootless root, as the child reads it.
@@ -225,8 +232,15 @@ pub(super) unsafe fn build_dev(d: &DevSpec) -> libc::c_int {
 /// Plain syscalls on C strings that the suspended parent keeps alive.
 pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
     let none = std::ptr::null();
-    // SAFETY: mkdir(2), open(2), mount(2), mount_setattr(2) on the parent's prepared paths.
+    // SAFETY: mkdir(2), open(2), mount(2), mount_setattr(2) on the parent's prepared paths;
+    // `place_in_root` on the same.
     unsafe {
+        if !m.root.is_null() {
+            match place_in_root(m) {
+                NO_OPENAT2 => {}
+                ret => return ret,
+            }
+        }
         for j in 0..m.make_dir_count {
             let d = *m.make_dirs.add(j);
             if libc::mkdir(d, 0o755) == -1 && *libc::__errno_location() != libc::EEXIST {
@@ -273,6 +287,190 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
         }
     }
     0
+}
+
+/// What `place_in_root` returns where the kernel has no openat2(2) (before Linux 5.6).
+const NO_OPENAT2: libc::c_int = -4;
+
+/// `path` (relative) opened with `root` as `/`: symbolic links on the way, absolute or with
+/// `..`, stay inside it (openat2's RESOLVE_IN_ROOT). -1 on error (errno set).
+///
+/// # Safety
+/// `path` is a C string.
+unsafe fn open_in_root(
+    root: libc::c_int,
+    path: *const libc::c_char,
+    flags: libc::c_int,
+) -> libc::c_int {
+    // SAFETY: open_how is plain data; openat2(2) reads it and the C string.
+    unsafe {
+        let mut how: libc::open_how = std::mem::zeroed();
+        how.flags = (flags | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+        let size = std::mem::size_of::<libc::open_how>();
+        loop {
+            let fd = libc::syscall(libc::SYS_openat2, root, path, &how, size) as libc::c_int;
+            // EAGAIN: a rename or mount elsewhere raced the lookup; it is tried again.
+            if fd != -1 || *libc::__errno_location() != libc::EAGAIN {
+                return fd;
+            }
+        }
+    }
+}
+
+/// `/proc/self/fd/N` of descriptor `fd`, as a C string in `buf`: the path through which a
+/// mount lands on what `fd` is, whatever is at its name now.
+fn fd_path(fd: libc::c_int, buf: &mut [u8; 32]) -> *const libc::c_char {
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 10];
+    let (mut n, mut count) = (fd.max(0) as u32, 0);
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..count {
+        buf[prefix.len() + i] = digits[count - 1 - i];
+    }
+    buf[prefix.len() + count] = 0;
+    buf.as_ptr().cast()
+}
+
+/// `place_mount` of a mount point inside a private root: each directory on the way to it is
+/// looked up with the root as `/` and made where it is missing, the target too (an empty file
+/// for a file's mount), and the mount lands on what the lookup found (by its descriptor).
+/// `NO_OPENAT2` where the kernel has no openat2; -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn place_in_root(m: &MountSpec) -> libc::c_int {
+    // SAFETY: open(2), openat2(2), mkdirat(2), openat(2), mount(2) and close(2) on the
+    // parent's strings, a copy of one on the stack, and descriptors opened here.
+    unsafe {
+        let root = libc::open(m.root, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        if root == -1 {
+            return -1;
+        }
+        let ret = place_below(m, root);
+        libc::close(root);
+        ret
+    }
+}
+
+/// `place_in_root` with the root open as `root`.
+///
+/// # Safety
+/// As `place_in_root`; `root` is an open directory.
+unsafe fn place_below(m: &MountSpec, root: libc::c_int) -> libc::c_int {
+    // SAFETY: as `place_in_root`.
+    unsafe {
+        let len = libc::strlen(m.in_root);
+        let mut path = [0u8; libc::PATH_MAX as usize];
+        if len == 0 || len >= path.len() {
+            *libc::__errno_location() = libc::ENAMETOOLONG;
+            return -1;
+        }
+        std::ptr::copy_nonoverlapping(m.in_root.cast::<u8>(), path.as_mut_ptr(), len);
+        let at = |p: &[u8]| p.as_ptr().cast::<libc::c_char>();
+        // Each directory on the way, then the target: its prefix of `path` opened in the
+        // root, made in the directory before it (itself opened in the root) if missing.
+        let mut parent = libc::dup(root);
+        let mut start = 0;
+        while start < len {
+            let end = (start..len).find(|&i| path[i] == b'/').unwrap_or(len);
+            let last = end == len;
+            if end == start {
+                start += 1;
+                continue;
+            }
+            let kept = path[end];
+            path[end] = 0;
+            let dir = if last && m.make_file {
+                0
+            } else {
+                libc::O_DIRECTORY
+            };
+            let mut fd = open_in_root(root, at(&path), libc::O_PATH | dir);
+            // No openat2 in this kernel, or a seccomp filter (podvisor's own container's)
+            // that refuses it.
+            if fd == -1 && matches!(*libc::__errno_location(), libc::ENOSYS | libc::EPERM) {
+                libc::close(parent);
+                return NO_OPENAT2;
+            }
+            if fd == -1 && *libc::__errno_location() == libc::ENOENT {
+                let name = at(&path[start..]);
+                let made = if last && m.make_file {
+                    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+                    let f = libc::openat(parent, name, flags, 0o644);
+                    if f != -1 {
+                        libc::close(f);
+                    }
+                    f
+                } else {
+                    libc::mkdirat(parent, name, 0o755)
+                };
+                if made == -1 && *libc::__errno_location() != libc::EEXIST {
+                    libc::close(parent);
+                    return -1;
+                }
+                fd = open_in_root(root, at(&path), libc::O_PATH | dir);
+            }
+            path[end] = kept;
+            libc::close(parent);
+            if fd == -1 {
+                return -1;
+            }
+            parent = fd;
+            start = end + 1;
+        }
+        // `parent` is the target now.
+        let mut buf = [0u8; 32];
+        let target = fd_path(parent, &mut buf);
+        let none = std::ptr::null();
+        let ret = if !m.overlay.is_null() && m.fuse_argv.is_null() {
+            let data = m.overlay.cast::<libc::c_void>();
+            match m.overlay_base.is_null() {
+                true => libc::mount(
+                    c"overlay".as_ptr(),
+                    target,
+                    c"overlay".as_ptr(),
+                    libc::MS_RDONLY,
+                    data,
+                ),
+                // Relative layer names: the way of kernels without openat2 handles them.
+                false => NO_OPENAT2,
+            }
+        } else if !m.overlay.is_null() {
+            // fuse-overlayfs mounts at the path it was given: the mount point is made now.
+            NO_OPENAT2
+        } else {
+            libc::mount(
+                m.source,
+                target,
+                none,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        };
+        libc::close(parent);
+        if ret != 0 || !m.read_only {
+            return ret;
+        }
+        // Read-only: the mount just made, found again by the same lookup.
+        let fd = open_in_root(root, at(&path), libc::O_PATH);
+        if fd == -1 {
+            return -1;
+        }
+        let target = fd_path(fd, &mut buf);
+        let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+        let ret = libc::mount(none, target, none, ro, std::ptr::null());
+        libc::close(fd);
+        ret
+    }
 }
 
 /// A read-only overlay at `m.target`; with relative layer names, mounted from their

@@ -132,6 +132,10 @@ pub(super) struct MountString {
     /// Rootless: fuse-overlayfs's argv for the overlay, where the kernel's is refused or
     /// not wanted (`MountStrings::fuse_only`); empty: the kernel's alone.
     pub(super) fuse_argv: Vec<CString>,
+    /// A mount point inside a private root: (the root's directory, the target relative to
+    /// it), which the child resolves inside the root, its symbolic links followed as the
+    /// container will see them, never out of it (`place_mount`).
+    pub(super) in_root: Option<(CString, CString)>,
 }
 
 /// What the parent prepares for a container's mounts, kept alive until the child has exec'd.
@@ -287,6 +291,7 @@ impl MountStrings {
                     overlay: overlay_option(m, false)?,
                     overlay_base: lower_base(m.lower_base.as_deref())?,
                     fuse_argv: Vec::new(),
+                    in_root: None,
                 });
             }
             return Ok(out);
@@ -346,10 +351,13 @@ impl MountStrings {
                 overlay: None,
                 overlay_base: None,
                 fuse_argv: Vec::new(),
+                in_root: None,
             });
         }
         for m in mounts {
             let mut mount = volume_in_root(m, &inside, root.rootless.is_some())?;
+            let relative = m.target.strip_prefix("/").unwrap_or(&m.target);
+            mount.in_root = Some((c(&merged)?, c(relative)?));
             // Rootless, an image volume of several layers may be fuse-overlayfs's too.
             let fuse = root
                 .rootless
@@ -425,6 +433,7 @@ fn volume_in_root(
         overlay: overlay_option(m, rootless)?,
         overlay_base: lower_base(m.lower_base.as_deref())?,
         fuse_argv: Vec::new(),
+        in_root: None,
     })
 }
 

@@ -397,6 +397,8 @@ impl MountPtrs {
                     false => fuse.as_ptr(),
                 },
                 fuse_only: strings.fuse_only,
+                root: (m.in_root.as_ref()).map_or(std::ptr::null(), |(r, _)| r.as_ptr()),
+                in_root: (m.in_root.as_ref()).map_or(std::ptr::null(), |(_, t)| t.as_ptr()),
             })
             .collect();
         let steps = strings
