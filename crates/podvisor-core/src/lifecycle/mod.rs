@@ -22,6 +22,7 @@
 
 mod adopt;
 mod container;
+mod deadline;
 mod hooks;
 mod image;
 mod image_volume;
@@ -71,6 +72,9 @@ pub struct Pod {
     phase: Phase,
     /// When the pod was admitted (`Input::Admit`); `None` before.
     admitted_at: Option<Instant>,
+    /// When the pod started (its `status.startTime`): its first admission, or the record's
+    /// creation time of a pod resumed; `activeDeadlineSeconds` counts from it.
+    active_since: Option<Instant>,
     stopping: Option<Stopping>,
     finished: bool,
     /// Whole-pod restarts so far (asked for, or by escalation).
@@ -111,6 +115,7 @@ impl Pod {
             containers,
             phase: Phase::Pending,
             admitted_at: None,
+            active_since: None,
             stopping: None,
             finished: false,
             pod_restarts: 0,
@@ -205,6 +210,9 @@ impl Pod {
                 }
             }
         }
+        if let Some(t) = self.active_deadline() {
+            consider(t);
+        }
         if self.stopping.is_some() {
             return at;
         }
@@ -259,6 +267,7 @@ impl Pod {
         match input {
             Input::Admit => {
                 self.admitted_at.get_or_insert(now);
+                self.active_since.get_or_insert(now);
                 fx.extend(self.resumed_event(now));
                 self.admit_survivors(now, &mut fx);
             }
@@ -303,6 +312,7 @@ impl Pod {
             Input::Image(i, report) => self.image_report(now, i, report, &mut fx),
             Input::VolumeImage(v, report) => self.volume_image_report(now, v, report, &mut fx),
         }
+        self.check_active_deadline(now, &mut fx);
         self.slow_deadline = None;
         self.settle(now, &mut fx);
         fx

@@ -133,6 +133,9 @@ pub struct PodPlan {
     /// The references of the pod's image volumes (`volumes[].image.reference`), in order.
     #[cfg_attr(feature = "spec", serde(default))]
     pub image_volumes: Vec<String>,
+    /// `activeDeadlineSeconds`: how long the pod may be active before it fails.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub active_deadline: Option<Duration>,
 }
 
 /// Staged instrumentation as the state machine needs it: when stages change, and how long a

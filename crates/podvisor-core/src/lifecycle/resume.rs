@@ -111,6 +111,8 @@ impl Pod {
         survivors: &BTreeMap<String, Survivor>,
     ) -> Result<Pod, ResumeError> {
         let mut pod = Pod::new(plan);
+        // The same pod: its active deadline counts from when it was created.
+        pod.active_since = Some(Instant::from_millis(record.created));
         pod.pod_restarts = record.pod_restarts;
         pod.restarts_all = record.restarts_all;
         let saved = Instant::from_millis(record.saved);

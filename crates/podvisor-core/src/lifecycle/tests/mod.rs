@@ -13,6 +13,7 @@ use crate::stage::Stage;
 
 mod adopt;
 mod config;
+mod deadline;
 mod escalation;
 mod image_volumes;
 mod images;
@@ -343,6 +344,7 @@ fn plan(policy: RestartPolicy, containers: &[(&str, Kind)]) -> PodPlan {
         pod_restart: None,
         probe_jitter_seed: None,
         sidecars_restart_in_termination: false,
+        active_deadline: None,
         image_volumes: Vec::new(),
     }
 }

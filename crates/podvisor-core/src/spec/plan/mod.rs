@@ -245,6 +245,9 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             probe_jitter_seed: None,
             sidecars_restart_in_termination: false,
             image_volumes: image_volumes.into_iter().map(|(_, r)| r).collect(),
+            active_deadline: (w.spec.active_deadline_seconds)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(s as u64)),
         }),
         exec,
         staged_env: staged.map(|s| s.staged_env()).unwrap_or_default(),

@@ -91,6 +91,7 @@ pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
 }
 
 fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) {
+    validate_active_deadline(spec, manifest.workload.kind, p);
     if let Some(r) = &spec.resources {
         validate_requirements(r, "resources", true, p);
         validate_pod_resources(spec, p);
@@ -350,6 +351,37 @@ fn validate_ephemeral(spec: &PodSpec, p: &mut Problems<'_>) {
             &at,
             "Forbidden: ephemeral containers are added to a running pod (kubectl debug); \
              podvisor does not run them",
+        );
+    }
+}
+
+/// `activeDeadlineSeconds`: 1 to 2^32 - 1, and not in the template of a workload whose pods
+/// run for good (the apps/v1 validation of each refuses it, in its words).
+fn validate_active_deadline(spec: &PodSpec, kind: super::WorkloadKind, p: &mut Problems<'_>) {
+    use super::WorkloadKind;
+    let Some(s) = spec.active_deadline_seconds else {
+        return;
+    };
+    let refused = match kind {
+        WorkloadKind::Deployment => {
+            Some("Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported")
+        }
+        WorkloadKind::StatefulSet => {
+            Some("Forbidden: activeDeadlineSeconds in StatefulSet is not Supported")
+        }
+        WorkloadKind::DaemonSet => Some("activeDeadlineSeconds must be nil for daemon sets"),
+        WorkloadKind::Pod | WorkloadKind::Job => None,
+    };
+    if let Some(why) = refused {
+        let why = match kind {
+            WorkloadKind::DaemonSet => format!("Invalid value: {s}: {why}"),
+            _ => why.to_string(),
+        };
+        p.push("activeDeadlineSeconds", why);
+    } else if !(1..=i64::from(u32::MAX)).contains(&s) {
+        p.push(
+            "activeDeadlineSeconds",
+            format!("Invalid value: {s}: must be between 1 and 4294967295, inclusive"),
         );
     }
 }
