@@ -1,7 +1,8 @@
 //! Symbolic links on the way to a mount point in a container's own root: an image's absolute
 //! link (`/var/run -> /run`, as in Debian's images) and one a container left in a volume are
 //! followed as the container sees them, inside its root: the volume is where the container
-//! looks for it, and nothing is made on the host.
+//! looks for it, and nothing is made on the host. A link that names what the image does not
+//! have (`/etc/resolv.conf -> /run/...`) has it made, as runc does.
 
 use std::path::Path;
 
@@ -26,6 +27,9 @@ fn mount_points_follow_links_inside_the_containers_root_never_the_hosts() {
                 Entry::Dir("tmp"),
                 Entry::Dir("var"),
                 Entry::Symlink("var/run", "/run"),
+                Entry::Dir("etc"),
+                Entry::Symlink("etc/resolv.conf", "/run/pvtest-resolve/stub.conf"),
+                Entry::Symlink("etc/hostname", "../run/pvtest-hostname"),
             ],
         )
         .finish(
@@ -35,7 +39,12 @@ fn mount_points_follow_links_inside_the_containers_root_never_the_hosts() {
     assert_eq!(t.load(&layout).code(), 0);
     // The init container leaves a link to /tmp in the shared volume; the app then mounts a
     // volume through it, and one through the image's /var/run.
-    let host = ["/run/pvtest-secrets", "/tmp/pvtest-mount-escape"];
+    let host = [
+        "/run/pvtest-secrets",
+        "/tmp/pvtest-mount-escape",
+        "/run/pvtest-resolve",
+        "/run/pvtest-hostname",
+    ];
     let run = t.run(
         "links",
         "  restartPolicy: Never
@@ -47,7 +56,7 @@ fn mount_points_follow_links_inside_the_containers_root_never_the_hosts() {
   containers:
   - name: app
     image: registry.test/links:v1
-    command: [sh, -c, 'echo in > /var/run/pvtest-secrets/v/f && cat /run/pvtest-secrets/v/f && echo there > /shared/out/pvtest-mount-escape/g && cat /tmp/pvtest-mount-escape/g']
+    command: [sh, -c, 'echo in > /var/run/pvtest-secrets/v/f && cat /run/pvtest-secrets/v/f && echo there > /shared/out/pvtest-mount-escape/g && cat /tmp/pvtest-mount-escape/g && test -f /run/pvtest-resolve/stub.conf && test \"$(cat /etc/hostname)\" = \"$(busybox hostname)\" && echo named']
     volumeMounts:
     - {name: v, mountPath: /var/run/pvtest-secrets/v}
     - {name: shared, mountPath: /shared}
@@ -61,6 +70,7 @@ fn mount_points_follow_links_inside_the_containers_root_never_the_hosts() {
     }
     let logs = t.out(&["logs", "links", "app"]);
     assert_eq!(run.code(), 0, "{run:?}\n{logs:?}");
-    assert_eq!(logs.stdout, "in\nthere", "{logs:?}");
+    // The pod's /etc/hostname and /etc/resolv.conf are bound where the image's links lead.
+    assert_eq!(logs.stdout, "in\nthere\nnamed", "{logs:?}");
     assert!(made.is_empty(), "made on the host: {made:?}");
 }

@@ -361,6 +361,53 @@ unsafe fn place_in_root(m: &MountSpec) -> libc::c_int {
     }
 }
 
+/// `path[..len]` with the link at `path[start..end]` (in directory `dir`; `path[end]` is 0)
+/// replaced by what it names: from the root for an absolute link, else from the directory
+/// the link is in. False (errno set) where it cannot be read or the result does not fit.
+///
+/// # Safety
+/// `dir` is an open directory.
+unsafe fn through_link(
+    path: &mut [u8; libc::PATH_MAX as usize],
+    len: &mut usize,
+    start: usize,
+    end: usize,
+    dir: libc::c_int,
+) -> bool {
+    // SAFETY: readlinkat(2) into a buffer of ours, of its length.
+    unsafe {
+        let mut link = [0u8; libc::PATH_MAX as usize];
+        let name = path[start..].as_ptr().cast::<libc::c_char>();
+        let n = libc::readlinkat(dir, name, link.as_mut_ptr().cast(), link.len());
+        if n <= 0 {
+            return false;
+        }
+        let link = &link[..n as usize];
+        let mut next = [0u8; libc::PATH_MAX as usize];
+        let mut at = 0;
+        let mut push = |bytes: &[u8]| {
+            let fits = at + bytes.len() < next.len();
+            if fits {
+                next[at..at + bytes.len()].copy_from_slice(bytes);
+                at += bytes.len();
+            }
+            fits
+        };
+        let fits = match link.strip_prefix(b"/") {
+            Some(absolute) => push(absolute),
+            None => push(&path[..start]) && push(link),
+        } && (end >= *len || (push(b"/") && push(&path[end + 1..*len])));
+        if !fits || at == 0 {
+            *libc::__errno_location() = libc::ENAMETOOLONG;
+            return false;
+        }
+        path[..at].copy_from_slice(&next[..at]);
+        path[at..].fill(0);
+        *len = at;
+        true
+    }
+}
+
 /// `place_in_root` with the root open as `root`.
 ///
 /// # Safety
@@ -368,7 +415,7 @@ unsafe fn place_in_root(m: &MountSpec) -> libc::c_int {
 unsafe fn place_below(m: &MountSpec, root: libc::c_int) -> libc::c_int {
     // SAFETY: as `place_in_root`.
     unsafe {
-        let len = libc::strlen(m.in_root);
+        let mut len = libc::strlen(m.in_root);
         let mut path = [0u8; libc::PATH_MAX as usize];
         if len == 0 || len >= path.len() {
             *libc::__errno_location() = libc::ENAMETOOLONG;
@@ -380,6 +427,7 @@ unsafe fn place_below(m: &MountSpec, root: libc::c_int) -> libc::c_int {
         // root, made in the directory before it (itself opened in the root) if missing.
         let mut parent = libc::dup(root);
         let mut start = 0;
+        let mut links = 0;
         while start < len {
             let end = (start..len).find(|&i| path[i] == b'/').unwrap_or(len);
             let last = end == len;
@@ -413,11 +461,28 @@ unsafe fn place_below(m: &MountSpec, root: libc::c_int) -> libc::c_int {
                 } else {
                     libc::mkdirat(parent, name, 0o755)
                 };
-                if made == -1 && *libc::__errno_location() != libc::EEXIST {
+                // EEXIST, ELOOP: a link is there (one that names nothing yet, see below).
+                let errno = *libc::__errno_location();
+                if made == -1 && !matches!(errno, libc::EEXIST | libc::ELOOP) {
                     libc::close(parent);
                     return -1;
                 }
                 fd = open_in_root(root, at(&path), libc::O_PATH | dir);
+                if fd == -1 && *libc::__errno_location() == libc::ENOENT {
+                    // A link that names what is not there yet (an image's /etc/resolv.conf ->
+                    // /run/...): the way goes on through what it names, made in the root,
+                    // as runc makes it; at most the kernel's 40 links.
+                    links += 1;
+                    let followed =
+                        links <= 40 && through_link(&mut path, &mut len, start, end, parent);
+                    libc::close(parent);
+                    if !followed {
+                        return -1;
+                    }
+                    parent = libc::dup(root);
+                    start = 0;
+                    continue;
+                }
             }
             path[end] = kept;
             libc::close(parent);
