@@ -23,6 +23,7 @@ mod fd;
 mod files;
 mod fork;
 mod heap;
+mod inroot;
 mod namespaces;
 mod newroot;
 mod passing;

@@ -1,7 +1,10 @@
 //! The child's side of a container's own root (`child.rs` calls these in order): the
 //! private layer and its overlay, its `/dev`, each bind mount, the pivot into it, and, rootless,
 //! the uid and gid maps and the root built in a user namespace; and the plans of them it
-//! reads, which the parent prepares.
+//! reads, which the parent prepares. A mount point inside a root is looked up there by
+//! `inroot`.
+
+use super::inroot::{fd_path, InRoot, NO_OPENAT2};
 
 /// A bind mount as the child reads it.
 pub(super) struct MountSpec {
@@ -236,9 +239,15 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
     // `place_in_root` on the same.
     unsafe {
         if !m.root.is_null() {
-            match place_in_root(m) {
-                NO_OPENAT2 => {}
-                ret => return ret,
+            let mut found = InRoot::new();
+            let ret = match found.make(m.root, m.in_root, m.make_file) {
+                -1 => -1,
+                NO_OPENAT2 => NO_OPENAT2,
+                target => mount_on(m, &found, target),
+            };
+            found.close();
+            if ret != NO_OPENAT2 {
+                return ret;
             }
         }
         for j in 0..m.make_dir_count {
@@ -289,250 +298,40 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
     0
 }
 
-/// What `place_in_root` returns where the kernel has no openat2(2) (before Linux 5.6).
-const NO_OPENAT2: libc::c_int = -4;
-
-/// `path` (relative) opened with `root` as `/`: symbolic links on the way, absolute or with
-/// `..`, stay inside it (openat2's RESOLVE_IN_ROOT). -1 on error (errno set).
-///
-/// # Safety
-/// `path` is a C string.
-unsafe fn open_in_root(
-    root: libc::c_int,
-    path: *const libc::c_char,
-    flags: libc::c_int,
-) -> libc::c_int {
-    // SAFETY: open_how is plain data; openat2(2) reads it and the C string.
-    unsafe {
-        let mut how: libc::open_how = std::mem::zeroed();
-        how.flags = (flags | libc::O_CLOEXEC) as u64;
-        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-        let size = std::mem::size_of::<libc::open_how>();
-        loop {
-            let fd = libc::syscall(libc::SYS_openat2, root, path, &how, size) as libc::c_int;
-            // EAGAIN: a rename or mount elsewhere raced the lookup; it is tried again.
-            if fd != -1 || *libc::__errno_location() != libc::EAGAIN {
-                return fd;
-            }
-        }
-    }
-}
-
-/// `/proc/self/fd/N` of descriptor `fd`, as a C string in `buf`: the path through which a
-/// mount lands on what `fd` is, whatever is at its name now.
-fn fd_path(fd: libc::c_int, buf: &mut [u8; 32]) -> *const libc::c_char {
-    let prefix = b"/proc/self/fd/";
-    buf[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 10];
-    let (mut n, mut count) = (fd.max(0) as u32, 0);
-    loop {
-        digits[count] = b'0' + (n % 10) as u8;
-        count += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..count {
-        buf[prefix.len() + i] = digits[count - 1 - i];
-    }
-    buf[prefix.len() + count] = 0;
-    buf.as_ptr().cast()
-}
-
-/// `place_mount` of a mount point inside a private root: each directory on the way to it is
-/// looked up with the root as `/` and made where it is missing, the target too (an empty file
-/// for a file's mount), and the mount lands on what the lookup found (by its descriptor).
-/// `NO_OPENAT2` where the kernel has no openat2; -1 on error (errno set).
+/// `place_mount` on the mount point `found` inside a root (`target`, open, closed here): the
+/// mount lands on what the lookup found, by its descriptor. `NO_OPENAT2` for an overlay the
+/// way of kernels without openat2 mounts (relative layer names, fuse-overlayfs, which mounts
+/// at the path it was given: its mount point is made now). -1 on error (errno set).
 ///
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
-unsafe fn place_in_root(m: &MountSpec) -> libc::c_int {
-    // SAFETY: open(2), openat2(2), mkdirat(2), openat(2), mount(2) and close(2) on the
-    // parent's strings, a copy of one on the stack, and descriptors opened here.
+unsafe fn mount_on(m: &MountSpec, found: &InRoot, target: libc::c_int) -> libc::c_int {
+    // SAFETY: mount(2) and close(2) on the parent's strings and descriptors of `found`.
     unsafe {
-        let root = libc::open(m.root, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
-        if root == -1 {
-            return -1;
-        }
-        let ret = place_below(m, root);
-        libc::close(root);
-        ret
-    }
-}
-
-/// `path[..len]` with the link at `path[start..end]` (in directory `dir`; `path[end]` is 0)
-/// replaced by what it names: from the root for an absolute link, else from the directory
-/// the link is in. False (errno set) where it cannot be read or the result does not fit.
-///
-/// # Safety
-/// `dir` is an open directory.
-unsafe fn through_link(
-    path: &mut [u8; libc::PATH_MAX as usize],
-    len: &mut usize,
-    start: usize,
-    end: usize,
-    dir: libc::c_int,
-) -> bool {
-    // SAFETY: readlinkat(2) into a buffer of ours, of its length.
-    unsafe {
-        let mut link = [0u8; libc::PATH_MAX as usize];
-        let name = path[start..].as_ptr().cast::<libc::c_char>();
-        let n = libc::readlinkat(dir, name, link.as_mut_ptr().cast(), link.len());
-        if n <= 0 {
-            return false;
-        }
-        let link = &link[..n as usize];
-        let mut next = [0u8; libc::PATH_MAX as usize];
-        let mut at = 0;
-        let mut push = |bytes: &[u8]| {
-            let fits = at + bytes.len() < next.len();
-            if fits {
-                next[at..at + bytes.len()].copy_from_slice(bytes);
-                at += bytes.len();
-            }
-            fits
-        };
-        let fits = match link.strip_prefix(b"/") {
-            Some(absolute) => push(absolute),
-            None => push(&path[..start]) && push(link),
-        } && (end >= *len || (push(b"/") && push(&path[end + 1..*len])));
-        if !fits || at == 0 {
-            *libc::__errno_location() = libc::ENAMETOOLONG;
-            return false;
-        }
-        path[..at].copy_from_slice(&next[..at]);
-        path[at..].fill(0);
-        *len = at;
-        true
-    }
-}
-
-/// `place_in_root` with the root open as `root`.
-///
-/// # Safety
-/// As `place_in_root`; `root` is an open directory.
-unsafe fn place_below(m: &MountSpec, root: libc::c_int) -> libc::c_int {
-    // SAFETY: as `place_in_root`.
-    unsafe {
-        let mut len = libc::strlen(m.in_root);
-        let mut path = [0u8; libc::PATH_MAX as usize];
-        if len == 0 || len >= path.len() {
-            *libc::__errno_location() = libc::ENAMETOOLONG;
-            return -1;
-        }
-        std::ptr::copy_nonoverlapping(m.in_root.cast::<u8>(), path.as_mut_ptr(), len);
-        let at = |p: &[u8]| p.as_ptr().cast::<libc::c_char>();
-        // Each directory on the way, then the target: its prefix of `path` opened in the
-        // root, made in the directory before it (itself opened in the root) if missing.
-        let mut parent = libc::dup(root);
-        let mut start = 0;
-        let mut links = 0;
-        while start < len {
-            let end = (start..len).find(|&i| path[i] == b'/').unwrap_or(len);
-            let last = end == len;
-            if end == start {
-                start += 1;
-                continue;
-            }
-            let kept = path[end];
-            path[end] = 0;
-            let dir = if last && m.make_file {
-                0
-            } else {
-                libc::O_DIRECTORY
-            };
-            let mut fd = open_in_root(root, at(&path), libc::O_PATH | dir);
-            // No openat2 in this kernel, or a seccomp filter (podvisor's own container's)
-            // that refuses it.
-            if fd == -1 && matches!(*libc::__errno_location(), libc::ENOSYS | libc::EPERM) {
-                libc::close(parent);
-                return NO_OPENAT2;
-            }
-            if fd == -1 && *libc::__errno_location() == libc::ENOENT {
-                let name = at(&path[start..]);
-                let made = if last && m.make_file {
-                    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-                    let f = libc::openat(parent, name, flags, 0o644);
-                    if f != -1 {
-                        libc::close(f);
-                    }
-                    f
-                } else {
-                    libc::mkdirat(parent, name, 0o755)
-                };
-                // EEXIST, ELOOP: a link is there (one that names nothing yet, see below).
-                let errno = *libc::__errno_location();
-                if made == -1 && !matches!(errno, libc::EEXIST | libc::ELOOP) {
-                    libc::close(parent);
-                    return -1;
-                }
-                fd = open_in_root(root, at(&path), libc::O_PATH | dir);
-                if fd == -1 && *libc::__errno_location() == libc::ENOENT {
-                    // A link that names what is not there yet (an image's /etc/resolv.conf ->
-                    // /run/...): the way goes on through what it names, made in the root,
-                    // as runc makes it; at most the kernel's 40 links.
-                    links += 1;
-                    let followed =
-                        links <= 40 && through_link(&mut path, &mut len, start, end, parent);
-                    libc::close(parent);
-                    if !followed {
-                        return -1;
-                    }
-                    parent = libc::dup(root);
-                    start = 0;
-                    continue;
-                }
-            }
-            path[end] = kept;
-            libc::close(parent);
-            if fd == -1 {
-                return -1;
-            }
-            parent = fd;
-            start = end + 1;
-        }
-        // `parent` is the target now.
         let mut buf = [0u8; 32];
-        let target = fd_path(parent, &mut buf);
+        let path = fd_path(target, &mut buf);
         let none = std::ptr::null();
-        let ret = if !m.overlay.is_null() && m.fuse_argv.is_null() {
-            let data = m.overlay.cast::<libc::c_void>();
-            match m.overlay_base.is_null() {
-                true => libc::mount(
-                    c"overlay".as_ptr(),
-                    target,
-                    c"overlay".as_ptr(),
-                    libc::MS_RDONLY,
-                    data,
-                ),
-                // Relative layer names: the way of kernels without openat2 handles them.
-                false => NO_OPENAT2,
-            }
-        } else if !m.overlay.is_null() {
-            // fuse-overlayfs mounts at the path it was given: the mount point is made now.
-            NO_OPENAT2
+        let ret = if m.overlay.is_null() {
+            let bind = libc::MS_BIND | libc::MS_REC;
+            libc::mount(m.source, path, none, bind, std::ptr::null())
+        } else if m.fuse_argv.is_null() && m.overlay_base.is_null() {
+            let (overlay, data) = (c"overlay".as_ptr(), m.overlay.cast::<libc::c_void>());
+            libc::mount(overlay, path, overlay, libc::MS_RDONLY, data)
         } else {
-            libc::mount(
-                m.source,
-                target,
-                none,
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
+            NO_OPENAT2
         };
-        libc::close(parent);
-        if ret != 0 || !m.read_only {
+        libc::close(target);
+        // An overlay is mounted read-only already.
+        if ret != 0 || !m.read_only || !m.overlay.is_null() {
             return ret;
         }
         // Read-only: the mount just made, found again by the same lookup.
-        let fd = open_in_root(root, at(&path), libc::O_PATH);
+        let fd = found.reopen();
         if fd == -1 {
             return -1;
         }
-        let target = fd_path(fd, &mut buf);
         let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
-        let ret = libc::mount(none, target, none, ro, std::ptr::null());
+        let ret = libc::mount(none, fd_path(fd, &mut buf), none, ro, std::ptr::null());
         libc::close(fd);
         ret
     }
