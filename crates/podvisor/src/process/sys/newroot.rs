@@ -236,7 +236,7 @@ pub(super) unsafe fn build_dev(d: &DevSpec) -> libc::c_int {
 pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
     let none = std::ptr::null();
     // SAFETY: mkdir(2), open(2), mount(2), mount_setattr(2) on the parent's prepared paths;
-    // `place_in_root` on the same.
+    // `InRoot::make` and `mount_on` on the same.
     unsafe {
         if !m.root.is_null() {
             let mut found = InRoot::new();
