@@ -11,6 +11,7 @@ mod architecture;
 mod cli;
 mod deadline;
 mod disks;
+mod dns;
 mod docker;
 mod docs;
 mod escalation;

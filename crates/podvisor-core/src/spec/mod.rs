@@ -7,6 +7,7 @@
 //! StatefulSet or DaemonSet, or of a batch/v1 Job), plus any number of ConfigMaps and Secrets
 //! and at most one podvisor `Supervision`.
 
+pub mod dns;
 mod env;
 pub mod exits;
 pub mod explain;

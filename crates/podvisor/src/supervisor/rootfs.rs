@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use podvisor_core::clock::{Clock, Instant};
 use podvisor_core::lifecycle::{EventType, Input};
 use podvisor_core::namespaces::PidNamespace;
+use podvisor_core::spec::dns::DnsWarning;
 use podvisor_core::spec::plan::RunPlan;
 use podvisor_core::spec::volumes::VolumePlan;
 
@@ -50,9 +51,11 @@ pub(super) struct RootLayer {
     /// them (`Rootless::user_namespace` names it), when `/etc/subuid` gives this user some.
     pub(super) user_map: security::subids::UserMap,
     pub(super) _user_ns: Option<std::os::fd::OwnedFd>,
-    /// For containers of images: the pod's `/etc/hosts`, `/etc/hostname` and
-    /// `/etc/resolv.conf`, bound into each.
-    pub(super) image_files: Vec<sys::BindMount>,
+    /// The pod's `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf`, bound into each
+    /// container with a root of its own (`pod_files`).
+    pub(super) pod_files: Vec<sys::BindMount>,
+    /// What the kubelet would warn about the pod's resolv.conf, for the pod's events.
+    pub(super) dns_warnings: Vec<DnsWarning>,
 }
 
 /// `--rootless-overlay`: what mounts an image's layers without root.
@@ -100,6 +103,7 @@ pub(super) fn root_layer(
         }
         .into());
     }
+    host_files_fit(plan)?;
     if sys::getuid() != 0 && sys::user_namespaces_work() {
         let dir = state_dir.rootfs_dir();
         let upper_dir = state_dir.rootfs_upper_dir();
@@ -113,16 +117,13 @@ pub(super) fn root_layer(
         // From images, the root is the image's overlay, with the host's /proc, /sys and /dev
         // bound in as rootless runtimes do (a user namespace cannot make device nodes).
         let mut entries = volumes::rootless_entries(&mountinfo::read());
-        let image_files = match plan.root_from_image {
-            true => {
-                entries.retain(|e| {
-                    let live = ["/proc", "/sys", "/dev"].map(std::path::Path::new);
-                    matches!(e, TopEntry::Bind { path, .. } if live.contains(&path.as_path()))
-                });
-                image_files(plan, state_dir)?
-            }
-            false => Vec::new(),
-        };
+        if plan.root_from_image {
+            entries.retain(|e| {
+                let live = ["/proc", "/sys", "/dev"].map(std::path::Path::new);
+                matches!(e, TopEntry::Bind { path, .. } if live.contains(&path.as_path()))
+            });
+        }
+        let (pod_files, dns_warnings) = pod_files(plan, state_dir)?;
         let (fuse_overlayfs, fuse_only) = match plan.root_from_image {
             true => fuse_overlayfs(plan, overlay)?,
             false => (None, false),
@@ -141,7 +142,8 @@ pub(super) fn root_layer(
             }),
             user_map,
             _user_ns: user_ns,
-            image_files,
+            pod_files,
+            dns_warnings,
         }));
     }
     if sys::getuid() != 0 {
@@ -177,10 +179,7 @@ pub(super) fn root_layer(
     }
     let dir = state_dir.rootfs_dir();
     std::fs::create_dir_all(&dir)?;
-    let image_files = match plan.root_from_image {
-        true => image_files(plan, state_dir)?,
-        false => Vec::new(),
-    };
+    let (pod_files, dns_warnings) = pod_files(plan, state_dir)?;
     Ok(Some(RootLayer {
         dir,
         carry: volumes::host_submounts(&mountinfo::read()),
@@ -189,7 +188,8 @@ pub(super) fn root_layer(
             why: "as root".into(),
         },
         _user_ns: None,
-        image_files,
+        pod_files,
+        dns_warnings,
     }))
 }
 
@@ -241,10 +241,19 @@ fn find_program(name: &str) -> Option<PathBuf> {
         })
 }
 
-/// The pod's own `/etc/hosts` (the host's, under the kubelet's header for a pod on the host's
-/// network), `/etc/hostname` and `/etc/resolv.conf` (the host's), made in its state dir for its
-/// containers of images to bind, as the kubelet and the runtime give them.
-fn image_files(plan: &RunPlan, state_dir: &StateDir) -> Result<Vec<sys::BindMount>, RunError> {
+/// The pod's own `/etc/hosts` (the host's under the kubelet's header for a pod on the host's
+/// network, then its `hostAliases`), `/etc/hostname` and `/etc/resolv.conf` (the host's
+/// servers as `dnsPolicy` and `dnsConfig` make them), made in its state dir to be bound into
+/// its containers, as the kubelet and the runtime give them. Every container of an image gets
+/// them; on the host's root, where the host's files are the container's own, only a pod whose
+/// files differ from the host's gets them (its hosts and resolv.conf, not its hostname).
+fn pod_files(
+    plan: &RunPlan,
+    state_dir: &StateDir,
+) -> Result<(Vec<sys::BindMount>, Vec<DnsWarning>), RunError> {
+    if !plan.root_from_image && !plan.dns.differs_from_host() {
+        return Ok((Vec::new(), Vec::new()));
+    }
     let dir = state_dir.path().join("etc");
     std::fs::create_dir_all(&dir)?;
     let host = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
@@ -253,18 +262,21 @@ fn image_files(plan: &RunPlan, state_dir: &StateDir) -> Result<Vec<sys::BindMoun
         .hostname
         .clone()
         .unwrap_or_else(sys::hostname);
+    let resolv = plan.dns.resolv_conf(&host("/etc/resolv.conf"));
     let contents = [
-        format!(
-            "# Kubernetes-managed hosts file (host network).\n{}",
-            host("/etc/hosts")
-        ),
-        format!("{hostname}\n"),
-        host("/etc/resolv.conf"),
+        Some(plan.dns.hosts(&host("/etc/hosts"))),
+        plan.root_from_image.then(|| format!("{hostname}\n")),
+        Some(resolv.text),
     ];
     let mut mounts = Vec::new();
     for (name, text) in crate::image::RUNTIME_FILES.iter().zip(contents) {
+        let Some(text) = text else { continue };
         let path = dir.join(name);
-        std::fs::write(&path, text)?;
+        // Written only when it changed: containers a resumed run takes over have it bound,
+        // and would read it empty while it is written again.
+        if std::fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
+            std::fs::write(&path, text)?;
+        }
         mounts.push(sys::BindMount {
             source: path,
             target: std::path::Path::new("/etc").join(name),
@@ -273,7 +285,37 @@ fn image_files(plan: &RunPlan, state_dir: &StateDir) -> Result<Vec<sys::BindMoun
             lower_base: None,
         });
     }
-    Ok(mounts)
+    Ok((mounts, resolv.warnings))
+}
+
+/// A pod on the host's root whose hosts or resolv.conf differ from the host's needs a root of
+/// its own for each container to bind them in: refused where a container would have the
+/// host's root itself (`podvisor.io/host-root: writable`, or no root and no user namespaces).
+fn host_files_fit(plan: &RunPlan) -> Result<(), RunError> {
+    if plan.root_from_image || !plan.dns.differs_from_host() {
+        return Ok(());
+    }
+    let field = match &plan.dns {
+        d if !d.host_aliases.is_empty() => "spec.hostAliases",
+        d if d.config.is_some() => "spec.dnsConfig",
+        _ => "spec.dnsPolicy",
+    };
+    let no_root = sys::getuid() != 0 && !sys::user_namespaces_work();
+    let shared = (plan.exec.iter().zip(&plan.pod.containers))
+        .find(|(x, _)| no_root || (plan.host_root_writable && !x.security.read_only_root));
+    match shared {
+        None => Ok(()),
+        Some((_, c)) => Err(Unenforceable {
+            container: c.name.clone(),
+            field,
+            needs: "a root of its own (the pod's /etc/hosts and /etc/resolv.conf are bound over the host's)",
+            why: match no_root {
+                true => "without root, that needs user namespaces, which the kernel does not give this user".into(),
+                false => "podvisor.io/host-root: writable gives the container the host's root itself, whose files are the host's".into(),
+            },
+        }
+        .into()),
+    }
 }
 
 /// Above this many bytes of layer paths, an overlay is mounted from short links to them:

@@ -72,6 +72,14 @@ pub(super) fn isolate(
     taken: &mut persist::TakenUp,
 ) -> Result<(Option<RootLayer>, PodCgroups), RunError> {
     let root_layer = root_layer(plan, dir, settings.rootless_overlay)?;
+    // What the kubelet's DNS configurer warns about at the pod's sandbox.
+    for w in root_layer.iter().flat_map(|l| &l.dns_warnings) {
+        taken.notes.push(persist::pod_note(
+            EventType::Warning,
+            w.reason,
+            w.message.clone(),
+        ));
+    }
     if root_layer.is_none() && !plan.host_root_writable {
         taken.notes.push(persist::pod_note(
             EventType::Warning,

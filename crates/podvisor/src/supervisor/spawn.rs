@@ -410,10 +410,10 @@ impl Supervisor {
             })
         });
         let mut mounts = self.volumes.mounts_for(exec, root.is_some())?;
-        if let (Some(_), Some(layer)) = (&exec.image, &self.root_layer) {
+        if let (true, Some(layer)) = (root.is_some(), &self.root_layer) {
             // The pod's /etc files first: a volume mounted over them wins, as in the kubelet.
             let files = layer
-                .image_files
+                .pod_files
                 .iter()
                 .filter(|f| !mounts.iter().any(|m| f.target.starts_with(&m.target)));
             mounts.splice(0..0, files.cloned().collect::<Vec<_>>());

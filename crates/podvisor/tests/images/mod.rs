@@ -122,6 +122,7 @@ mod fuse;
 mod layout;
 mod links;
 mod local;
+mod names;
 mod pulls;
 mod registry;
 mod volumes;

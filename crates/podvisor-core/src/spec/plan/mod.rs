@@ -96,6 +96,10 @@ pub struct RunPlan {
     /// container without a limit has the pod's in its own cgroup. Only on cgroup v2.
     #[cfg_attr(feature = "spec", serde(default))]
     pub pod_level_resources: bool,
+    /// `hostAliases`, `dnsPolicy` and `dnsConfig`: the pod's `/etc/hosts` and
+    /// `/etc/resolv.conf`.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub dns: super::dns::PodDns,
 }
 
 /// A probe's timing with the API's defaults (`SetDefaults_Probe`) for what it leaves out or
@@ -230,6 +234,7 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
         // The node's gate: its shell sets it.
         container_stop_signals: false,
         pod_level_resources: allocation.pod_level,
+        dns: super::dns::PodDns::of(&w.spec),
         namespace: namespace.clone(),
         pod: std::sync::Arc::new(PodPlan {
             name,

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
 
 use super::{Manifest, Problems, SpecError, WorkloadKind};
 
+mod dns;
 mod probes;
 mod resources;
 
@@ -114,6 +115,7 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     }
     validate_downward_volumes(spec, p);
     validate_ephemeral(spec, p);
+    dns::validate_dns(spec, p);
     super::security::validate(spec, p);
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let provided = v.empty_dir.is_some()
