@@ -10,6 +10,7 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod devices;
 #[cfg(feature = "supervision")]
 pub mod document;
 pub mod duration;

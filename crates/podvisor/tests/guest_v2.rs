@@ -294,6 +294,46 @@ mod placement {
         assert!(!pod_dir.exists(), "{}", pod_dir.display());
     }
 
+    /// As root, the device program on each instance's cgroup: a container may make any device
+    /// node but open only runc's devices; a privileged one, every device (here /dev/kmsg's
+    /// numbers, 1:11).
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn a_container_opens_only_the_devices_its_cgroup_program_allows() {
+        if !is_root() {
+            // Rootless, a user namespace cannot make a device node at all.
+            return;
+        }
+        for (sc, want) in [
+            ("", "made refused null"),
+            (
+                "    securityContext: {privileged: true}\n",
+                "made opened null",
+            ),
+        ] {
+            let r = pod_run(&pod("Never", ""));
+            let node = r.dir.file("made");
+            let script = format!(
+                "mknod {} c 1 11 && echo made; (exec 3<{}) 2>/dev/null && echo opened || echo refused; (exec 3<>/dev/null) && echo null",
+                node.display(),
+                node.display()
+            );
+            std::fs::write(
+                r.dir.file("pod.yaml"),
+                pod(
+                    "Never",
+                    &format!(
+                        "  containers:\n  - name: app\n    command: [sh, -c, '{script}']\n{sc}"
+                    ),
+                ),
+            )
+            .unwrap();
+            let out = r.cmd(&[]).output();
+            assert_eq!(out.code(), 0, "{sc}: {out:?}");
+            assert_eq!(r.log_lines("app", 1).join(" "), want, "{sc}");
+        }
+    }
+
     /// A hog past its limit: OOMKilled, 137, told by podvisor or (`extra`: `--live-restore`)
     /// by its keeper, from the cgroup's memory.events.
     fn hog_is_oomkilled(extra: &[&str]) {

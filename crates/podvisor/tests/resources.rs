@@ -182,7 +182,7 @@ fn a_cpu_limit_throttles_and_usage_comes_from_the_cgroup() {
     assert_usage(&s, "spin");
     let text = client(&r, &["describe"]).stdout;
     for line in [
-        "Cgroups:      v1 (memory, cpu, cpuacct, pids)",
+        "Cgroups:      v1 (memory, cpu, cpuacct, pids, devices)",
         "    Limits:",
         "      cpu:           100m",
         "      memory:        32Mi",

@@ -346,13 +346,13 @@ fn the_same_settings_read_the_same_under_docker() {
 }
 
 /// An image FROM scratch with Debian's static busybox, removed when dropped.
-struct BusyboxImage {
-    tag: String,
+pub(crate) struct BusyboxImage {
+    pub(crate) tag: String,
     _dir: TempDir,
 }
 
 impl BusyboxImage {
-    fn build() -> BusyboxImage {
+    pub(crate) fn build() -> BusyboxImage {
         let dir = TempDir::new();
         let ctx = dir.file("ctx");
         std::fs::create_dir_all(&ctx).unwrap();

@@ -10,6 +10,7 @@ mod api_clients;
 mod architecture;
 mod cli;
 mod deadline;
+mod devices;
 mod disks;
 mod dns;
 mod docker;

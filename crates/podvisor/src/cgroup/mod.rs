@@ -46,6 +46,9 @@ enum Controller {
     Cpu,
     CpuAcct,
     Pids,
+    /// v1's device controller: what a container may open (`podvisor_core::devices`). On v2
+    /// a program attached to the instance's cgroup does it.
+    Devices,
     Unified,
 }
 
@@ -56,6 +59,7 @@ impl Controller {
             Controller::Cpu => "cpu",
             Controller::CpuAcct => "cpuacct",
             Controller::Pids => "pids",
+            Controller::Devices => "devices",
             Controller::Unified => "",
         }
     }
@@ -210,10 +214,16 @@ impl Layout {
                 })
             }
             (_, Version::V1) => {
-                let names: Vec<_> = self.roots.iter().map(|(c, _)| c.v1_name()).collect();
+                // The devices hierarchy is root's: a user (whose cgroups are delegated) cannot
+                // make a device node, nor open one its user may not.
+                let parents: Vec<_> = (self.roots.iter())
+                    .filter(|(c, _)| *c != Controller::Devices || uid == 0)
+                    .cloned()
+                    .collect();
+                let names: Vec<_> = parents.iter().map(|(c, _)| c.v1_name()).collect();
                 Ok(Placement {
                     note: format!("v1 ({})", names.join(", ")),
-                    parents: self.roots.clone(),
+                    parents,
                     enabled: Vec::new(),
                     name,
                 })
@@ -247,7 +257,9 @@ pub fn instance_of(pid: i32, mounts: &[Mount]) -> Option<InstanceCgroup> {
         d.components()
             .any(|c| c.as_os_str().to_string_lossy().starts_with("podvisor-"))
     };
-    if !layout.roots.iter().all(|(_, d)| in_pod(d)) {
+    // (A user's containers stay in the root of v1's devices hierarchy: see `place`.)
+    let counted = |c: &Controller| *c != Controller::Devices;
+    if !(layout.roots.iter()).all(|(c, d)| !counted(c) || in_pod(d)) {
         return None;
     }
     Some(InstanceCgroup::reading(layout.version, layout.roots))
@@ -288,6 +300,7 @@ fn layout_from(mounts: &[Mount], own: &str) -> Option<Layout> {
         Controller::Cpu,
         Controller::CpuAcct,
         Controller::Pids,
+        Controller::Devices,
     ] {
         let name = c.v1_name();
         let has = |opts: &str| opts.split(',').any(|o| o == name);

@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use podvisor_core::devices;
 use podvisor_core::spec::resources::{cpu_quota, cpu_shares, cpu_weight, Resources, CPU_PERIOD_US};
 
 use super::fs::{procs_of, write_file};
@@ -136,12 +137,14 @@ impl PodCgroup {
         })
     }
 
-    /// Makes the cgroup of one container instance, limits set, ready to be joined.
+    /// Makes the cgroup of one container instance, limits and device rules (`privileged`:
+    /// every device) set, ready to be joined.
     pub fn instance(
         &mut self,
         container: &str,
         instance: u32,
         r: &Resources,
+        privileged: bool,
     ) -> Result<InstanceCgroup, CgroupError> {
         self.retry_pending();
         let mut dirs = Vec::new();
@@ -152,7 +155,7 @@ impl PodCgroup {
                 remove_tree(&dir)?;
                 std::fs::create_dir(&dir).map_err(io_err(&dir, "create"))?;
                 dirs.push((*c, dir.clone()));
-                apply(*c, &dir, r, None, Level::Instance)?;
+                apply(*c, &dir, r, None, Level::Instance { privileged })?;
                 joins.push(open_join(&dir, self.version)?);
             }
             Ok(())
@@ -520,11 +523,12 @@ fn update(c: Controller, dir: &Path, r: &Resources, what: Resource) -> Result<()
     Ok(())
 }
 
-/// Which cgroup `apply` writes: the pod's or a container instance's.
+/// Which cgroup `apply` writes: the pod's or a container instance's (`privileged`: it may
+/// use every device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
     Pod,
-    Instance,
+    Instance { privileged: bool },
 }
 
 /// Writes the limits of `r` (and `pids_max`) into a new cgroup of hierarchy `c`.
@@ -555,6 +559,15 @@ fn apply(
             }
         }
         Controller::CpuAcct => {}
+        Controller::Devices => {
+            if let Level::Instance { privileged } = level {
+                // Everything denied, then what the rules allow, as runc writes them.
+                f.set("devices.deny", "a")?;
+                for rule in devices::rules(privileged) {
+                    f.set("devices.allow", &rule.v1_line())?;
+                }
+            }
+        }
         Controller::Pids => {
             if let Some(n) = pids_max {
                 f.set("pids.max", &n.to_string())?;
@@ -566,7 +579,15 @@ fn apply(
             if let Some(limit) = r.memory_limit {
                 f.set("memory.max", &limit.to_string())?;
             }
-            if level == Level::Instance {
+            if let Level::Instance { privileged } = level {
+                // The device rules, as a program the kernel asks (only root may load one; a
+                // rootless container, in a user namespace, cannot make a device node, nor open
+                // one its user may not).
+                if sys::getuid() == 0 {
+                    let program = devices::bpf_program(devices::rules(privileged));
+                    sys::attach_device_program(dir, &program)
+                        .map_err(io_err(dir, "attach its device program (bpf)"))?;
+                }
                 // The kubelet's defaults on v2: no swap (its NoSwap behaviour), and an OOM
                 // kill takes the whole container, not one of its processes.
                 if f.exists("memory.swap.max") {

@@ -56,6 +56,8 @@ pub(super) struct RootLayer {
     pub(super) pod_files: Vec<sys::BindMount>,
     /// What the kubelet would warn about the pod's resolv.conf, for the pod's events.
     pub(super) dns_warnings: Vec<DnsWarning>,
+    /// As root, for a pod with a privileged container: the host's devices, made in its /dev.
+    pub(super) host_devices: Vec<sys::Device>,
 }
 
 /// `--rootless-overlay`: what mounts an image's layers without root.
@@ -144,6 +146,8 @@ pub(super) fn root_layer(
             _user_ns: user_ns,
             pod_files,
             dns_warnings,
+            // Rootless, /dev is the host's.
+            host_devices: Vec::new(),
         }));
     }
     if sys::getuid() != 0 {
@@ -180,6 +184,10 @@ pub(super) fn root_layer(
     let dir = state_dir.rootfs_dir();
     std::fs::create_dir_all(&dir)?;
     let (pod_files, dns_warnings) = pod_files(plan, state_dir)?;
+    let host_devices = match plan.exec.iter().any(|x| x.security.privileged) {
+        true => sys::host_devices()?,
+        false => Vec::new(),
+    };
     Ok(Some(RootLayer {
         dir,
         carry: volumes::host_submounts(&mountinfo::read()),
@@ -190,6 +198,7 @@ pub(super) fn root_layer(
         _user_ns: None,
         pod_files,
         dns_warnings,
+        host_devices,
     }))
 }
 

@@ -205,12 +205,13 @@ impl Supervisor {
                 }
             },
         };
-        let cgroup = match self.cgroups.pod.as_mut() {
-            Some(pod) => match pod.instance(name, id.instance, &exec.resources) {
-                Ok(cg) => Some(cg),
-                Err(e) => return Launch::Done(Input::StartFailed(id, e.to_string())),
-            },
-            None => None,
+        let privileged = exec.security.privileged;
+        let cgroup = (self.cgroups.pod.as_mut())
+            .map(|pod| pod.instance(name, id.instance, &exec.resources, privileged))
+            .transpose();
+        let cgroup = match cgroup {
+            Ok(cg) => cg,
+            Err(e) => return Launch::Done(Input::StartFailed(id, e.to_string())),
         };
         let resources = exec.resources;
         self.resizing.started(id.container, resources);
@@ -405,7 +406,12 @@ impl Supervisor {
                     i.lower_dirs.iter().map(PathBuf::from).collect()
                 }),
                 lower_base: None,
-                own_dev: !exec.security.privileged,
+                own_dev: true,
+                privileged: exec.security.privileged,
+                host_devices: match exec.security.privileged {
+                    true => layer.host_devices.clone(),
+                    false => Vec::new(),
+                },
                 rootless: layer.rootless.clone(),
             })
         });
@@ -485,14 +491,15 @@ fn runtime_mounts(carry: &[(PathBuf, bool)]) -> Vec<(PathBuf, bool)> {
         .collect()
 }
 
-/// The host's mounts a container's root carries: all of them for a privileged container; for
-/// the others /sys read-only and no /dev (it gets one of its own), as a runtime gives them.
+/// The host's mounts a container's root carries: all of them but /dev (every container gets
+/// one of its own, a privileged one with the host's devices in it), /sys read-only unless the
+/// container is privileged, as a runtime gives them.
 fn carried(carry: &[(PathBuf, bool)], privileged: bool) -> Vec<(PathBuf, bool)> {
     let dev = std::path::Path::new("/dev");
     let sys = std::path::Path::new("/sys");
     carry
         .iter()
-        .filter(|(p, _)| privileged || !p.starts_with(dev))
+        .filter(|(p, _)| !p.starts_with(dev))
         .map(|(p, ro)| (p.clone(), *ro || (!privileged && p.starts_with(sys))))
         .collect()
 }

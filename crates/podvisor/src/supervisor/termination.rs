@@ -19,7 +19,7 @@ use crate::state::StateDir;
 
 /// The bind of container `name`'s termination file for its next instance, made empty (the
 /// last instance's is removed); `None` where it would have to be made on one of the host's
-/// mounts carried into the root (the host's /dev of a privileged or rootless container), or
+/// mounts carried into the root (the host's /dev of a rootless container), or
 /// where the container has no root of its own to bind it in.
 pub(super) fn fresh_file(
     dir: &StateDir,

@@ -18,6 +18,8 @@ mod alloc_count;
 mod child;
 mod clone;
 mod creds;
+#[cfg(feature = "full")]
+mod devcg;
 mod fd;
 #[cfg(feature = "full")]
 mod files;
@@ -34,6 +36,8 @@ mod spawn;
 #[cfg(test)]
 pub use alloc_count::allocations;
 pub use creds::{BpfInstruction, Credentials};
+#[cfg(feature = "full")]
+pub use devcg::attach_device_program;
 pub use fd::*;
 #[cfg(feature = "full")]
 pub use files::{get_xattr, lchown, make_node, set_mtime, set_xattr};
@@ -47,7 +51,7 @@ pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
 #[cfg(test)]
 pub(crate) use program::ONE_AT_A_TIME;
 pub use program::{forget_loaded_read_only_pages, forget_read_only_pages, forget_relocations};
-pub use rootfs::{BindMount, PrivateRoot, Rootless, TopEntry};
+pub use rootfs::{host_devices, BindMount, Device, PrivateRoot, Rootless, TopEntry};
 pub use spawn::*;
 
 /// Highest signal number on Linux (`SIGRTMAX`).

@@ -83,11 +83,25 @@ pub(super) struct RootSpec {
     pub(super) fuse_only: bool,
 }
 
+/// A device node of a container's own /dev as the child reads it.
+#[derive(Clone, Copy)]
+pub(super) struct NodeSpec {
+    pub(super) path: *const libc::c_char,
+    /// Type and permission bits.
+    pub(super) mode: u32,
+    pub(super) major: u32,
+    pub(super) minor: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+}
+
 /// A container's own /dev as the child reads it: pointers into `DevStrings`.
 pub(super) struct DevSpec {
     pub(super) dir: *const libc::c_char,
-    /// (path, major, minor)
-    pub(super) nodes: *const (*const libc::c_char, u32, u32),
+    /// Directories below it to make first, parents first.
+    pub(super) dirs: *const *const libc::c_char,
+    pub(super) dir_count: usize,
+    pub(super) nodes: *const NodeSpec,
     pub(super) node_count: usize,
     /// (target, path)
     pub(super) links: *const (*const libc::c_char, *const libc::c_char),
@@ -163,14 +177,16 @@ pub(super) unsafe fn build_root(r: &RootSpec) -> libc::c_int {
     0
 }
 
-/// In the child, in its new root: a /dev of its own, as runc makes one for a container that
-/// is not privileged. -1 on error (errno set).
+/// In the child, in its new root: a /dev of its own, as runc makes one (for a privileged
+/// container with the host's devices, each made as runc's `mknodDevice` makes it: its mode
+/// whatever the umask, its owner). -1 on error (errno set).
 ///
 /// # Safety
 /// Plain syscalls on C strings that the suspended parent keeps alive.
 pub(super) unsafe fn build_dev(d: &DevSpec) -> libc::c_int {
     let tmpfs = c"tmpfs".as_ptr();
-    // SAFETY: mount(2), mknod(2), chmod(2), symlink(2), mkdir(2) on the parent's paths.
+    // SAFETY: mount(2), mknod(2), chmod(2), chown(2), symlink(2), mkdir(2) on the parent's
+    // paths.
     unsafe {
         let flags = libc::MS_NOSUID | libc::MS_STRICTATIME;
         if libc::mount(
@@ -183,11 +199,18 @@ pub(super) unsafe fn build_dev(d: &DevSpec) -> libc::c_int {
         {
             return -1;
         }
+        for i in 0..d.dir_count {
+            if libc::mkdir(*d.dirs.add(i), 0o755) == -1 {
+                return -1;
+            }
+        }
         for i in 0..d.node_count {
-            let (path, major, minor) = *d.nodes.add(i);
-            let dev = libc::makedev(major, minor);
+            let n = *d.nodes.add(i);
+            let dev = libc::makedev(n.major, n.minor);
             // The mode after mknod, whatever the umask.
-            if libc::mknod(path, libc::S_IFCHR | 0o666, dev) == -1 || libc::chmod(path, 0o666) == -1
+            if libc::mknod(n.path, n.mode, dev) == -1
+                || libc::chmod(n.path, n.mode & 0o7777) == -1
+                || ((n.uid, n.gid) != (0, 0) && libc::chown(n.path, n.uid, n.gid) == -1)
             {
                 return -1;
             }

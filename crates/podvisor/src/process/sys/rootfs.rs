@@ -29,16 +29,96 @@ pub struct PrivateRoot {
     /// Set: `lower_dirs` are relative to it, as `BindMount::lower_base` says.
     #[cfg_attr(feature = "full", serde(default))]
     pub lower_base: Option<std::path::PathBuf>,
-    /// A /dev of its own, as a runtime gives a container that is not privileged: a tmpfs
-    /// with null, zero, full, random, urandom and tty, the /proc/self/fd links, a devpts of
-    /// its own, /dev/shm and /dev/mqueue. Otherwise (`privileged`) the host's /dev is carried.
+    /// A /dev of its own, as a runtime gives every container: a tmpfs with null, zero, full,
+    /// random, urandom and tty, the /proc/self/fd links, a devpts of its own, /dev/shm and
+    /// /dev/mqueue; and containerd's masked and read-only paths of /proc and /sys. Otherwise
+    /// the host's /dev is carried (rootless, where device nodes cannot be made).
     #[cfg_attr(feature = "full", serde(default))]
     pub own_dev: bool,
+    /// `privileged`: that /dev has the host's devices too (`host_devices`), and nothing of
+    /// /proc or /sys is masked or read-only.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub privileged: bool,
+    /// The host's devices, for a privileged container's /dev.
+    #[cfg_attr(feature = "full", serde(default))]
+    pub host_devices: Vec<Device>,
     /// Without root: the container gets a user namespace of its own in which it is root
     /// (its uid and gid mapped to ours), and its root is built from the host's top level one
     /// entry at a time (an overlay cannot have `/` beneath it there: its submounts are
     /// locked), as rootless runtimes do.
     pub rootless: Option<Rootless>,
+}
+
+/// A device node as the host has it, made again in a privileged container's /dev.
+#[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// Where it is under /dev (`net/tun`).
+    pub path: std::path::PathBuf,
+    /// Its type and permission bits, as stat(2) gives them.
+    pub mode: u32,
+    pub major: u32,
+    pub minor: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Directories of the host's /dev that hold no device a privileged container gets: what the
+/// runtime mounts itself, and LXC's and udev's private ones (containerd's `HostDevices`).
+const NOT_DEVICES: [&str; 7] = ["pts", "shm", "fd", "mqueue", ".lxc", ".lxd-mounts", ".udev"];
+
+/// The host's device nodes, as containerd gives a privileged container every one of them
+/// (`HostDevices`): each character and block device under /dev, in its directories but
+/// `NOT_DEVICES`, without `console` (made only for a terminal) and `ptmx` (a link to the
+/// container's own devpts, as runc makes it). Links are not followed.
+pub fn host_devices() -> io::Result<Vec<Device>> {
+    let mut out = Vec::new();
+    walk_devices(
+        std::path::Path::new("/dev"),
+        std::path::Path::new(""),
+        &mut out,
+    )?;
+    Ok(out)
+}
+
+fn walk_devices(
+    dir: &std::path::Path,
+    under: &std::path::Path,
+    out: &mut Vec<Device>,
+) -> io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut entries = std::fs::read_dir(dir)?.collect::<io::Result<Vec<_>>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        let path = under.join(&name);
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            if !NOT_DEVICES.iter().any(|n| name == *n) {
+                walk_devices(&entry.path(), &path, out)?;
+            }
+            continue;
+        }
+        let device = kind.is_char_device() || kind.is_block_device();
+        if !device || name == "console" || path == std::path::Path::new("ptmx") {
+            continue;
+        }
+        let meta = match std::fs::symlink_metadata(entry.path()) {
+            Ok(m) => m,
+            // Gone since the directory was read (a hot-unplugged disk).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        out.push(Device {
+            path,
+            mode: meta.mode(),
+            major: libc::major(meta.rdev()),
+            minor: libc::minor(meta.rdev()),
+            uid: meta.uid(),
+            gid: meta.gid(),
+        });
+    }
+    Ok(())
 }
 
 /// What a rootless root is built from.
@@ -165,11 +245,22 @@ pub(super) struct MountStrings {
     pub(super) dev: Option<DevStrings>,
 }
 
+/// A device node of a container's own /dev, made before the clone.
+pub(super) struct NodeString {
+    pub(super) path: CString,
+    pub(super) mode: u32,
+    pub(super) major: u32,
+    pub(super) minor: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+}
+
 /// The paths of a container's own /dev, made before the clone.
 pub(super) struct DevStrings {
     pub(super) dir: CString,
-    /// (path, major, minor) of each character device.
-    pub(super) nodes: Vec<(CString, u32, u32)>,
+    /// Directories to make in it (parents first), for devices below its top.
+    pub(super) dirs: Vec<CString>,
+    pub(super) nodes: Vec<NodeString>,
     /// (target, path) of each symlink.
     pub(super) links: Vec<(CString, CString)>,
     pub(super) pts: CString,
@@ -230,15 +321,60 @@ const LINKS: [(&str, &str); 6] = [
 ];
 
 impl DevStrings {
+    /// `host_devices`: a privileged container's, made beside runc's (which win where both
+    /// name a path, as in runc); none masked or read-only then.
     fn new(
         dir: &std::path::Path,
         inside: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
+        host_devices: Option<&[Device]>,
     ) -> io::Result<DevStrings> {
         let c = |p: &std::path::Path| c_string(p.as_os_str().as_bytes());
         let mut nodes = Vec::new();
         for (name, major, minor) in DEVICES {
-            nodes.push((c(&dir.join(name))?, major, minor));
+            nodes.push(NodeString {
+                path: c(&dir.join(name))?,
+                mode: libc::S_IFCHR | 0o666,
+                major,
+                minor,
+                uid: 0,
+                gid: 0,
+            });
         }
+        let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+        for d in host_devices.unwrap_or_default() {
+            if DEVICES
+                .iter()
+                .any(|(name, _, _)| d.path == std::path::Path::new(name))
+            {
+                continue;
+            }
+            let parents: Vec<&std::path::Path> = d.path.ancestors().skip(1).collect();
+            for p in parents
+                .into_iter()
+                .rev()
+                .filter(|p| !p.as_os_str().is_empty())
+            {
+                if !dirs.iter().any(|known| known == p) {
+                    dirs.push(p.to_path_buf());
+                }
+            }
+            nodes.push(NodeString {
+                path: c(&dir.join(&d.path))?,
+                mode: d.mode,
+                major: d.major,
+                minor: d.minor,
+                uid: d.uid,
+                gid: d.gid,
+            });
+        }
+        let paths = |list: &[&str]| -> io::Result<Vec<CString>> {
+            match host_devices {
+                Some(_) => Ok(Vec::new()),
+                None => (list.iter())
+                    .map(|p| c(&inside(std::path::Path::new(p))))
+                    .collect(),
+            }
+        };
         let mut links = Vec::new();
         // /dev/core only where the kernel has a /proc/kcore, as runc makes it.
         let kcore = std::path::Path::new("/proc/kcore").exists();
@@ -250,20 +386,15 @@ impl DevStrings {
         }
         Ok(DevStrings {
             dir: c(dir)?,
+            dirs: (dirs.iter().map(|d| c(&dir.join(d)))).collect::<io::Result<_>>()?,
             nodes,
             links,
             pts: c(&dir.join("pts"))?,
             shm: c(&dir.join("shm"))?,
             mqueue: c(&dir.join("mqueue"))?,
             null: c(&dir.join("null"))?,
-            masked: MASKED
-                .iter()
-                .map(|p| c(&inside(std::path::Path::new(p))))
-                .collect::<io::Result<_>>()?,
-            read_only: READ_ONLY
-                .iter()
-                .map(|p| c(&inside(std::path::Path::new(p))))
-                .collect::<io::Result<_>>()?,
+            masked: paths(&MASKED)?,
+            read_only: paths(&READ_ONLY)?,
         })
     }
 }
@@ -376,6 +507,7 @@ impl MountStrings {
             out.dev = Some(DevStrings::new(
                 &inside(std::path::Path::new("/dev")),
                 &inside,
+                root.privileged.then_some(root.host_devices.as_slice()),
             )?);
         }
         Ok(out)

@@ -13,7 +13,7 @@ use super::clone::{
     unified_cgroup_dir,
 };
 use super::creds::{Credentials, PreparedCreds};
-use super::newroot::{DevSpec, MountSpec, RootSpec, RootlessStep};
+use super::newroot::{DevSpec, MountSpec, NodeSpec, RootSpec, RootlessStep};
 use super::rootfs::{BindMount, MountStrings, PrivateRoot};
 use super::{c_string, SigAction, SigSet};
 
@@ -350,8 +350,9 @@ struct MountPtrs {
     steps: Vec<RootlessStep>,
     /// fuse-overlayfs's argv, null-terminated (empty: none).
     fuse_argv: Vec<*const libc::c_char>,
-    /// A /dev of its own: its nodes and links.
-    dev_nodes: Vec<(*const libc::c_char, u32, u32)>,
+    /// A /dev of its own: its directories, nodes and links.
+    dev_dirs: Vec<*const libc::c_char>,
+    dev_nodes: Vec<NodeSpec>,
     dev_links: Vec<(*const libc::c_char, *const libc::c_char)>,
     masked: Vec<*const libc::c_char>,
     read_only: Vec<*const libc::c_char>,
@@ -422,10 +423,17 @@ impl MountPtrs {
             mounts,
             steps,
             fuse_argv,
+            dev_dirs: dev.map_or_else(Vec::new, |d| d.dirs.iter().map(|p| p.as_ptr()).collect()),
             dev_nodes: dev.map_or_else(Vec::new, |d| {
-                d.nodes
-                    .iter()
-                    .map(|(p, ma, mi)| (p.as_ptr(), *ma, *mi))
+                (d.nodes.iter())
+                    .map(|n| NodeSpec {
+                        path: n.path.as_ptr(),
+                        mode: n.mode,
+                        major: n.major,
+                        minor: n.minor,
+                        uid: n.uid,
+                        gid: n.gid,
+                    })
                     .collect()
             }),
             dev_links: dev.map_or_else(Vec::new, |d| {
@@ -445,6 +453,8 @@ impl MountPtrs {
     fn dev(&self, strings: &MountStrings) -> Option<DevSpec> {
         strings.dev.as_ref().map(|d| DevSpec {
             dir: d.dir.as_ptr(),
+            dirs: self.dev_dirs.as_ptr(),
+            dir_count: self.dev_dirs.len(),
             nodes: self.dev_nodes.as_ptr(),
             node_count: self.dev_nodes.len(),
             links: self.dev_links.as_ptr(),
