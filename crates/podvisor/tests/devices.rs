@@ -145,3 +145,53 @@ fn only_a_privileged_container_may_open_a_device_it_makes() {
     assert_eq!(docker.code(), 0, "{docker:?}");
     assert_eq!(docker.stdout.replace('\n', " ").trim(), "made refused null");
 }
+
+/// A container a keeper kept from a podvisor that gave containers no device cgroup (v1: its
+/// instance has no directory in the devices hierarchy) is taken over all the same.
+#[test]
+fn a_container_started_without_a_device_cgroup_is_taken_over() {
+    if !is_root() {
+        skip("the devices hierarchy is root's");
+        return;
+    }
+    let r = PodRun::new(&crate::harness::pod(
+        "Always",
+        "  containers:\n  - name: app\n    command: [sleep, '600']\n",
+    ));
+    let mut first = r.cmd(&["--live-restore"]).start();
+    let mut pid = None;
+    wait_until("the container runs", || {
+        pid = crate::resources::container_pid(&r, 0);
+        pid.is_some()
+    });
+    let pid = pid.unwrap();
+    let Some(instance) = crate::resources::cgroup_dir(pid, "devices") else {
+        first.signal("KILL");
+        first.wait();
+        let _ = client(&r, &["delete", "--force"]);
+        skip("this host has no v1 devices hierarchy");
+        return;
+    };
+    first.signal("KILL");
+    first.wait();
+    // As an older podvisor left it: the container in its pod's devices cgroup.
+    let pod_dir = instance.parent().unwrap();
+    std::fs::write(pod_dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    std::fs::remove_dir(&instance).unwrap();
+    let mut second = r.cmd(&["--live-restore"]).start();
+    wait_until("app adopted", || {
+        r.events().iter().any(|e| e["reason"] == "Adopted")
+    });
+    assert_eq!(crate::resources::container_pid(&r, 0), Some(pid));
+    // With its cgroups (its usage is read from them).
+    crate::resources::assert_usage(&crate::resources::status(&r), "app");
+    assert_eq!(client(&r, &["stop"]).code(), 0);
+    assert_eq!(second.wait().code(), Some(0));
+    second.drain();
+    assert!(
+        !second.stderr.iter().any(|l| l.contains("cgroup")),
+        "{:?}",
+        second.stderr
+    );
+    first.assert_no_leftovers();
+}
