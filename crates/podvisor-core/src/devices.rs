@@ -142,15 +142,11 @@ pub fn bpf_program(rules: &[Rule]) -> Vec<u64> {
     for rule in rules {
         // Each check jumps past the rest of the rule's block when it does not match: the
         // offsets are filled in once the block's length is known.
-        let mut checks: Vec<(u8, i32)> = Vec::new();
         let mut block = Vec::new();
         match rule.kind {
             Kind::All => {}
-            Kind::Char => checks.push((2, BPF_CHAR)),
-            Kind::Block => checks.push((2, BPF_BLOCK)),
-        }
-        for (reg, check) in checks.drain(..) {
-            block.push((true, insn(JNE_K, reg, 0, 0, check)));
+            Kind::Char => block.push((true, insn(JNE_K, 2, 0, 0, BPF_CHAR))),
+            Kind::Block => block.push((true, insn(JNE_K, 2, 0, 0, BPF_BLOCK))),
         }
         if rule.access & ALL_ACCESS != ALL_ACCESS {
             // The access asked for must hold no bit the rule leaves out.
@@ -168,7 +164,8 @@ pub fn bpf_program(rules: &[Rule]) -> Vec<u64> {
         block.push((false, insn(MOV_K, 0, 0, 0, 1)));
         block.push((false, insn(EXIT, 0, 0, 0, 0)));
         let len = block.len();
-        let matches_all = len == 2;
+        // No check: the rule matches every access.
+        let matches_all = !block.iter().any(|(jump, _)| *jump);
         for (i, (jump, code)) in block.into_iter().enumerate() {
             let skip = (len - 1 - i) as u64 & 0xffff;
             p.push(match jump {
