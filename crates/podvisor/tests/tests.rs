@@ -44,6 +44,7 @@ mod rootfs;
 mod run;
 mod run_reading;
 mod security;
+mod stdio;
 mod subids;
 mod termination;
 mod top;

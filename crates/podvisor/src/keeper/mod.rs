@@ -37,6 +37,7 @@ use slab::Slab;
 use crate::process::failpoint;
 use crate::process::settle::{self, Settling};
 use crate::process::starters::{self, Job, Starters};
+use crate::process::streams::Streams;
 use crate::process::sys::{
     self, ChildSetup, ContainerIo, Epoll, Inherited, Namespaces, PidSetup, Reaped, SigSet,
     SignalFd, EV_READ,
@@ -105,6 +106,8 @@ struct Held {
     pid: i32,
     streams: [Option<LogStream>; 2],
     oom_file: Option<PathBuf>,
+    /// The write end of its stdin (`stdin: true`), held while it runs.
+    _stdin: Option<OwnedFd>,
 }
 
 struct Keeper {
@@ -154,10 +157,12 @@ struct Making {
     container: String,
     instance: u32,
     oom_file: Option<PathBuf>,
-    out_read: std::fs::File,
-    err_read: std::fs::File,
-    /// Held open until the child has exec'd: the pipes' write ends, its cgroup files, the
-    /// pod's namespaces it joins. The child uses them by number.
+    /// The read ends of its stdout and stderr, by stream (none with a terminal).
+    read: Vec<(std::fs::File, &'static str)>,
+    /// Its streams: what the child gets, until it has exec'd, and what is kept.
+    streams: Streams,
+    /// Held open until the child has exec'd: its cgroup files, the pod's namespaces it
+    /// joins. The child uses them by number.
     _open: Vec<OwnedFd>,
     made: Option<io::Result<i32>>,
 }
@@ -439,8 +444,7 @@ impl Keeper {
 
     /// Prepares start `seq` as the run asked it and hands it to a starter.
     fn hand(&mut self, seq: u64, r: StartRequest, asker: &UnixStream) -> io::Result<Box<Making>> {
-        let (out_read, out_write) = sys::pipe()?;
-        let (err_read, err_write) = sys::pipe()?;
+        let (streams, read) = Streams::new(r.stdio.unwrap_or_default())?;
         let mut open: Vec<OwnedFd> = Vec::new();
         let mut cgroups = Vec::new();
         for path in &r.cgroups {
@@ -462,11 +466,11 @@ impl Keeper {
         };
         let uts = open_ns(&r.namespaces.join_uts)?;
         let ipc = open_ns(&r.namespaces.join_ipc)?;
-        let io = ContainerIo {
+        let mut io = ContainerIo {
             terminal: None,
             stdin: None,
-            stdout: out_write.as_raw_fd(),
-            stderr: err_write.as_raw_fd(),
+            stdout: -1,
+            stderr: -1,
             working_dir: r.working_dir,
             working_dir_optional: r.working_dir_optional,
             env: sys::Environment::new(&r.env)?,
@@ -487,8 +491,7 @@ impl Keeper {
                 },
             },
         };
-        open.push(out_write);
-        open.push(err_write);
+        streams.give(&mut io);
         let mut mask = SigSet::empty();
         for &s in &r.blocked {
             mask.add(s);
@@ -514,8 +517,8 @@ impl Keeper {
             container: r.container,
             instance: r.instance,
             oom_file: r.oom_file,
-            out_read,
-            err_read,
+            read,
+            streams,
             _open: open,
             made: None,
         }))
@@ -529,34 +532,45 @@ impl Keeper {
             container,
             instance,
             oom_file,
-            out_read,
-            err_read,
+            read,
+            streams,
             _open,
             made,
         } = m;
-        // Our copies of the write ends must go, or the pipes never reach end-of-file.
         drop(_open);
         let pid = made.unwrap_or_else(|| Err(io::Error::other("not made")))?;
         failpoint::hit("keeper.spawned");
+        // Our copies of the child's ends go here, or the pipes never reach end-of-file.
+        let kept = streams.made();
         let entry = self.held.vacant_entry();
         let slot = entry.key();
         let held = (|| -> io::Result<Held> {
+            let kept = kept?;
             let path = self.dir.instance_log(&container, instance);
             let file = LogFile::create(path, self.args.limits);
             let id = InstanceId {
                 container: slot,
                 instance,
             };
-            let out = LogStream::new(id, out_read, "stdout", file.clone());
-            let err = LogStream::new(id, err_read, "stderr", file);
-            epoll.add(out.fd(), TOKEN_STREAM | (slot as u64) << 1, EV_READ)?;
-            epoll.add(err.fd(), TOKEN_STREAM | (slot as u64) << 1 | 1, EV_READ)?;
+            // A terminal's master is its stdout.
+            let read = read.into_iter().chain(kept.terminal.map(|m| (m, "stdout")));
+            let mut streams = [None, None];
+            for ((pipe, stream), (i, held)) in read.zip(streams.iter_mut().enumerate()) {
+                let log = LogStream::new(id, pipe, stream, file.clone());
+                epoll.add(
+                    log.fd(),
+                    TOKEN_STREAM | (slot as u64) << 1 | i as u64,
+                    EV_READ,
+                )?;
+                *held = Some(log);
+            }
             Ok(Held {
                 name: container,
                 instance,
                 pid,
-                streams: [Some(out), Some(err)],
+                streams,
                 oom_file,
+                _stdin: kept.stdin,
             })
         })();
         match held {

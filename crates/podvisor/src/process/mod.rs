@@ -9,4 +9,6 @@ pub mod signal;
 #[cfg(feature = "full")]
 pub(crate) mod starters;
 pub mod stat;
+#[cfg(feature = "full")]
+pub mod streams;
 pub mod sys;

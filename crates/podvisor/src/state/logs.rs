@@ -1,6 +1,7 @@
 //! Container output into one log file per instance, in the kubelet's CRI format: one line per
 //! output line, `TIME STREAM F|P TEXT` (F a full line, P a partial one: cut at end of output, or
-//! at 16 KiB as the kubelet cuts long lines). A file past the size limit is rotated: `N.log`
+//! at 16 KiB as the kubelet cuts long lines), a line's end "\n" or "\r\n" (a terminal's) as
+//! containerd reads it. A file past the size limit is rotated: `N.log`
 //! becomes `N.log.1` (older ones shift up, the oldest beyond the count is removed), as the
 //! kubelet's containerLogMaxSize / containerLogMaxFiles do.
 
@@ -251,6 +252,8 @@ impl LogStream {
                 Ok(n) => self.write_lines(&buf[..n], scratch)?,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A terminal's master once its last slave is closed.
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => return Ok(false),
                 Err(e) => return Err(e),
             }
         }
@@ -265,7 +268,13 @@ impl LogStream {
             out.extend_from_slice(b"F ");
             out.extend_from_slice(&self.partial);
             self.partial.clear();
-            out.extend_from_slice(&data[..=nl]);
+            out.extend_from_slice(&data[..nl]);
+            // A line's end is "\n" or "\r\n" (a terminal's), as containerd reads it: the
+            // "\r" is not the line's.
+            if out.last() == Some(&b'\r') {
+                out.pop();
+            }
+            out.push(b'\n');
             data = &data[nl + 1..];
             if out.len() >= FLUSH_AT {
                 self.file.borrow_mut().write(out);
@@ -273,7 +282,10 @@ impl LogStream {
             }
         }
         self.partial.extend_from_slice(data);
-        while self.partial.len() >= MAX_LINE {
+        // A "\r" at the cut waits for the next byte: it may begin the line's end.
+        while self.partial.len() > MAX_LINE
+            || (self.partial.len() == MAX_LINE && self.partial[MAX_LINE - 1] != b'\r')
+        {
             out.extend_from_slice(head);
             out.extend_from_slice(b"P ");
             out.extend_from_slice(&self.partial[..MAX_LINE]);
@@ -437,7 +449,8 @@ mod tests {
     /// Each line of the file as (stream, tag, text), after a check of its time.
     fn lines(dir: &Path) -> Vec<(String, String, String)> {
         let text = std::fs::read_to_string(dir.join("0.log")).unwrap();
-        text.lines()
+        // Lines end at "\n" alone: a "\r" before it would be the line's.
+        text.split_terminator('\n')
             .map(|l| {
                 let mut parts = l.splitn(4, ' ');
                 let time = parts.next().unwrap();
@@ -500,6 +513,33 @@ mod tests {
                 ("P", MAX_LINE),
                 ("F", 40 * 1024 - 2 * MAX_LINE),
                 ("P", 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_lines_carriage_return_before_its_newline_is_not_the_lines() {
+        let (dir, mut log, mut pipe) = stream("crlf");
+        let mut scratch = Vec::new();
+        // A terminal's lines; a "\r" inside a line, alone at its end, and a "\r\n" split
+        // between two reads at the 16 KiB cut.
+        pipe.write_all(b"one\r\ntwo\rthree\r\n\r\n").unwrap();
+        assert!(log.drain(&mut scratch).unwrap());
+        let long = "y".repeat(MAX_LINE - 1) + "\r";
+        pipe.write_all(long.as_bytes()).unwrap();
+        assert!(log.drain(&mut scratch).unwrap());
+        pipe.write_all(b"\nlast\r").unwrap();
+        log.finish(&mut scratch).unwrap();
+        let lines = lines(&dir);
+        let texts: Vec<(&str, &str)> = lines.iter().map(|l| (&l.1[..], &l.2[..])).collect();
+        assert_eq!(
+            texts,
+            [
+                ("F", "one"),
+                ("F", "two\rthree"),
+                ("F", ""),
+                ("F", &long[..MAX_LINE - 1]),
+                ("P", "last\r"),
             ]
         );
     }

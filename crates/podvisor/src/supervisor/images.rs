@@ -303,7 +303,7 @@ impl Supervisor {
         // The image's StopSignal, unless the container names one.
         self.info.stop_signals = self.plan.stop_signal_names();
         let hostname = (self.plan.namespaces.hostname.clone()).unwrap_or_else(sys::hostname);
-        self.base_envs[i] = container_env(&hostname, &self.plan.exec[i].env);
+        self.base_envs[i] = container_env(&hostname, &self.plan.exec[i]);
         Input::Image(
             i,
             ImageReport::Ready {

@@ -40,6 +40,8 @@ pub(super) struct Instance {
     pid_ns: Option<File>,
     /// The keeper that holds it (`--live-restore`), by pid.
     pub keeper: Option<i32>,
+    /// The write end of its stdin (`stdin: true`), held while it runs: its reads wait.
+    pub stdin: Option<OwnedFd>,
 }
 
 impl Instance {
@@ -59,6 +61,7 @@ impl Instance {
             ipc_ns: None,
             pid_ns: None,
             keeper,
+            stdin: None,
         }
     }
 

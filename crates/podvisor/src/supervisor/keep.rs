@@ -14,6 +14,7 @@ use std::time::Duration;
 use podvisor_core::clock::Instant;
 use podvisor_core::lifecycle::{Event, EventType, Input, InstanceId, Survivor};
 use podvisor_core::record::{PodRecord, ProcessRecord, StateRecord};
+use podvisor_core::spec::plan::StdioPlan;
 use slab::Slab;
 
 use super::instance::Instance;
@@ -380,6 +381,7 @@ impl Supervisor {
         id: InstanceId,
         argv: &[OsString],
         io: ContainerIo,
+        stdio: StdioPlan,
         cgroups: Vec<PathBuf>,
         oom_file: Option<PathBuf>,
     ) -> Result<i32, (Option<i32>, io::Error)> {
@@ -412,6 +414,7 @@ impl Supervisor {
                 .collect(),
             credentials: io.credentials,
             namespaces: kept_namespaces(&io.namespaces),
+            stdio: (stdio != StdioPlan::default()).then_some(stdio),
         };
         if self.keepers.own.is_none() {
             self.start_keeper().map_err(|e| (None, e))?;

@@ -3,18 +3,18 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use podvisor_core::clock::Clock;
 use podvisor_core::lifecycle::{Input, InstanceId};
-use podvisor_core::spec::plan::RunPlan;
+use podvisor_core::spec::plan::{ContainerExec, RunPlan};
 use podvisor_core::stage::Stage;
 
 use super::instance::Instance;
 use super::{PidOwner, Supervisor, TOKEN_EXIT};
 use crate::cgroup::InstanceCgroup;
 use crate::process::starters::Job;
+use crate::process::streams::Streams;
 use crate::process::sys::{
     self, BindMount, ChildSetup, ContainerIo, Environment, PrivateRoot, EV_ONESHOT, EV_READ,
 };
@@ -25,16 +25,9 @@ use crate::state::logs::{LogFile, LogStream};
 /// well below full.
 const ASKED_AHEAD: usize = 16;
 
-/// A container's stdout and stderr pipes, when this process reads them: the read ends, and
-/// the write ends the child gets (ours close once it is made, or the pipes never end).
-struct Pipes {
-    read: (std::fs::File, std::fs::File),
-    write: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
-}
-
-/// The write ends of a start's output pipes, which the child gets, once their read ends'
-/// log streams are in the loop (`read_output`; found again there by their owner).
-type Output = (std::os::fd::OwnedFd, std::os::fd::OwnedFd);
+/// A start's streams when this process reads its output (`process::streams`), once the log
+/// streams of its pipes are in the loop (`read_output`; found again there by their owner).
+type Output = Streams;
 
 /// A start made, or asked of the keeper or of a starter: what its answer is matched with.
 struct Asked {
@@ -174,36 +167,20 @@ impl Supervisor {
         };
         let exec = &self.plan.exec[id.container];
         let name = &self.plan.pod.containers[id.container].name;
-        // (Its log file makes the directory too, and says so when it cannot: a full or
-        // read-only disk never stops a start.)
-        let _ = std::fs::create_dir_all(self.dir.container_logs(name));
-        // Under live restore the keeper makes the pipes and holds their read ends, and writes
-        // the log; the file is made here. The keeper makes a pod's containers one after the
-        // other while this process prepares the next ones, so what can be done here instead
-        // of there shortens every start of a batch; a new file's inode is the largest share
-        // of the keeper's own work in a start (docs/benchmarks.md). Should this fail, the
-        // keeper makes the file itself, or says why it cannot.
-        if self.live_restore {
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(self.dir.instance_log(name, id.instance));
-        }
+        self.make_log_file(id);
         // Pipes the run cannot make (out of descriptors: a pod larger than the limit on open
         // files) fail this start, as any other step of it: the pod goes on, and the container
         // is started again after its back-off.
-        let pipes = match self.live_restore {
-            true => None,
-            false => match (sys::pipe(), sys::pipe()) {
-                (Ok((out_read, out_write)), Ok((err_read, err_write))) => Some(Pipes {
-                    read: (out_read, err_read),
-                    write: (out_write, err_write),
-                }),
-                (Err(e), _) | (_, Err(e)) => {
-                    let why = format!("cannot make its output pipes: {e}");
-                    return Launch::Done(Input::StartFailed(id, why));
-                }
-            },
+        let stdio = exec.stdio;
+        let pipes = match (!self.live_restore)
+            .then(|| Streams::new(stdio))
+            .transpose()
+        {
+            Ok(pipes) => pipes,
+            Err(e) => {
+                let why = format!("cannot make its output pipes: {e}");
+                return Launch::Done(Input::StartFailed(id, why));
+            }
         };
         let privileged = exec.security.privileged;
         let cgroup = (self.cgroups.pod.as_mut())
@@ -229,7 +206,10 @@ impl Supervisor {
         }
         // Its output is in the loop before its process is made: a loop that cannot take it
         // fails this start, not the run (nor leaves a process whose output nobody reads).
-        let output = match pipes.map(|p| self.read_output(id, p)).transpose() {
+        let output = match pipes
+            .map(|(s, read)| self.read_output(id, s, read))
+            .transpose()
+        {
             Ok(output) => output,
             Err(e) => {
                 self.release_cgroup(cgroup);
@@ -237,15 +217,12 @@ impl Supervisor {
                 return Launch::Done(Input::StartFailed(id, why));
             }
         };
-        let (stdout, stderr) = output
-            .as_ref()
-            .map_or((-1, -1), |o| (o.0.as_raw_fd(), o.1.as_raw_fd()));
         let exec = &self.plan.exec[id.container];
-        let io = ContainerIo {
+        let mut io = ContainerIo {
             terminal: None,
             stdin: None,
-            stdout,
-            stderr,
+            stdout: -1,
+            stderr: -1,
             working_dir: self.working_dir(id.container),
             working_dir_optional: exec.working_dir.is_none(),
             env: self.envs[id.container].clone(),
@@ -257,6 +234,9 @@ impl Supervisor {
             credentials: self.credentials.get(id.container).cloned(),
             namespaces,
         };
+        if let Some(streams) = &output {
+            streams.give(&mut io);
+        }
         let argv: Vec<OsString> = exec.argv.iter().map(OsString::from).collect();
         let program = exec.argv.first().cloned().unwrap_or_default();
         let own = output.is_some();
@@ -272,7 +252,7 @@ impl Supervisor {
             let paths = (start.cgroup.as_ref())
                 .map(|cg| cg.join_paths())
                 .unwrap_or_default();
-            return match self.ask_keeper(id, &argv, io, paths, oom) {
+            return match self.ask_keeper(id, &argv, io, stdio, paths, oom) {
                 Ok(keeper) => Launch::Asked(start, Maker::Keeper(keeper)),
                 Err((keeper, e)) => Launch::Unasked(start, keeper, e),
             };
@@ -310,13 +290,21 @@ impl Supervisor {
             output,
             ..
         } = a;
+        let own = output.is_some();
+        let result = result.and_then(|(pid, keeper)| match output {
+            Some(streams) => {
+                (self.keep_streams(id, pid, streams)).map(|stdin| (pid, keeper, stdin))
+            }
+            None => Ok((pid, keeper, None)),
+        });
         match result {
-            Ok((pid, keeper)) => {
+            Ok((pid, keeper, stdin)) => {
                 // A child this process reads is its to reap; a keeper's, the keeper reaps.
-                if output.is_some() {
+                if own {
                     self.pids.insert(pid, PidOwner::Container(id));
                 }
                 let mut instance = Instance::new(pid, cgroup, keeper);
+                instance.stdin = stdin;
                 // Its probes and hooks run in its mount namespace, as `exec` in a container
                 // (rootless: in its user namespace first). A child of ours is watched for its
                 // exit (`reap`).
@@ -331,7 +319,7 @@ impl Supervisor {
                 Input::Started(id, self.clock.now())
             }
             Err(e) => {
-                if output.is_some() {
+                if own {
                     self.logs.retain(|_, log| log.owner != id);
                 }
                 self.release_cgroup(cgroup);
@@ -355,24 +343,75 @@ impl Supervisor {
         }
     }
 
+    /// Makes the directory of start `id`'s log, and under live restore its file. (Its log
+    /// file makes the directory too, and says so when it cannot: a full or read-only disk
+    /// never stops a start.)
+    ///
+    /// Under live restore the keeper makes the pipes and holds their read ends, and writes
+    /// the log; the file is made here. The keeper makes a pod's containers one after the
+    /// other while this process prepares the next ones, so what can be done here instead of
+    /// there shortens every start of a batch; a new file's inode is the largest share of the
+    /// keeper's own work in a start (docs/benchmarks.md). Should this fail, the keeper makes
+    /// the file itself, or says why it cannot.
+    fn make_log_file(&self, id: InstanceId) {
+        let name = &self.plan.pod.containers[id.container].name;
+        let _ = std::fs::create_dir_all(self.dir.container_logs(name));
+        if self.live_restore {
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.instance_log(name, id.instance));
+        }
+    }
+
     /// Puts the log streams of start `id`'s pipes in the loop (its log file made), before its
     /// process is made; if either cannot be, neither stays there, nor the file.
-    fn read_output(&mut self, id: InstanceId, pipes: Pipes) -> io::Result<Output> {
-        let Pipes {
-            read: (out_read, err_read),
-            write,
-        } = pipes;
+    fn read_output(
+        &mut self,
+        id: InstanceId,
+        streams: Streams,
+        read: Vec<(std::fs::File, &'static str)>,
+    ) -> io::Result<Output> {
+        if read.is_empty() {
+            return Ok(streams);
+        }
         let name = &self.plan.pod.containers[id.container].name;
         let path = self.dir.instance_log(name, id.instance);
         let file = LogFile::create(path.clone(), self.log_limits);
-        for (pipe, stream) in [(out_read, "stdout"), (err_read, "stderr")] {
+        for (pipe, stream) in read {
             if let Err(e) = self.add_log(LogStream::new(id, pipe, stream, file.clone())) {
                 self.logs.retain(|_, log| log.owner != id);
                 let _ = std::fs::remove_file(path);
                 return Err(e);
             }
         }
-        Ok(write)
+        Ok(streams)
+    }
+
+    /// Start `id`'s child `pid` is made: the child's ends of its streams close, and its
+    /// terminal's master, if it has one, is read as its stdout from now on. Returns the write
+    /// end of its stdin to hold while it runs. A terminal that cannot be read kills it: not
+    /// held, not started (its exit is reaped as an unknown child's).
+    fn keep_streams(
+        &mut self,
+        id: InstanceId,
+        pid: i32,
+        streams: Streams,
+    ) -> io::Result<Option<std::os::fd::OwnedFd>> {
+        let kept = streams.made().and_then(|kept| {
+            if let Some(master) = kept.terminal {
+                let name = &self.plan.pod.containers[id.container].name;
+                let file =
+                    LogFile::create(self.dir.instance_log(name, id.instance), self.log_limits);
+                self.add_log(LogStream::new(id, master, "stdout", file))?;
+            }
+            Ok(kept.stdin)
+        });
+        kept.map_err(|e| {
+            let _ = sys::send_signal(-pid, libc::SIGKILL);
+            let _ = sys::send_signal(pid, libc::SIGKILL);
+            io::Error::other(format!("read its terminal: {e}"))
+        })
     }
 
     /// Removes the cgroup of a start that failed, if it has one.
@@ -512,22 +551,26 @@ pub(super) fn container_envs(plan: &RunPlan) -> Vec<Env> {
     // HOSTNAME is the container's hostname (the host's on the host's network).
     let hostname = (plan.namespaces.hostname.clone()).unwrap_or_else(sys::hostname);
     (plan.exec.iter())
-        .map(|e| container_env(&hostname, &e.env))
+        .map(|e| container_env(&hostname, e))
         .collect()
 }
 
-/// A container's environment: what a container runtime provides (PATH, HOME, HOSTNAME = its
-/// hostname), then the container's own variables, which win.
-pub(super) fn container_env(hostname: &str, env: &[(String, String)]) -> Vec<(String, String)> {
+/// A container's environment: what a container runtime provides (PATH, TERM=xterm with a
+/// terminal, HOME, HOSTNAME = its hostname), then the container's own variables, which win.
+pub(super) fn container_env(hostname: &str, exec: &ContainerExec) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     let path = std::env::var("PATH")
         .unwrap_or_else(|_| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
     out.push(("PATH".into(), path));
+    if exec.stdio.tty {
+        // As containerd's `WithTTY`, before the image's and the container's variables.
+        out.push(("TERM".into(), "xterm".into()));
+    }
     if let Ok(home) = std::env::var("HOME") {
         out.push(("HOME".into(), home));
     }
     out.push(("HOSTNAME".into(), hostname.to_string()));
-    for (k, v) in env {
+    for (k, v) in &exec.env {
         match out.iter_mut().find(|(name, _)| name == k) {
             Some(slot) => slot.1 = v.clone(),
             None => out.push((k.clone(), v.clone())),

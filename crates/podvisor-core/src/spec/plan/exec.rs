@@ -82,6 +82,22 @@ pub struct ContainerExec {
     /// `terminationMessagePath` and `terminationMessagePolicy`.
     #[cfg_attr(feature = "spec", serde(default))]
     pub termination: TerminationMessage,
+    /// `stdin`, `stdinOnce` and `tty`: what its standard streams are.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub stdio: StdioPlan,
+}
+
+/// A container's standard streams, as CRI gives them: with `tty`, a terminal of its own is
+/// its stdin, stdout and stderr (and its controlling terminal), its output logged as stdout;
+/// without, pipes. With `stdin`, its stdin stays open (it is what `kubectl attach` writes
+/// to); without it (and no terminal), it is /dev/null.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
+pub struct StdioPlan {
+    pub stdin: bool,
+    /// `stdinOnce`: its stdin closes after the first attach that ends.
+    pub stdin_once: bool,
+    pub tty: bool,
 }
 
 impl ContainerExec {
@@ -236,6 +252,11 @@ pub(super) fn container_exec(
             c.termination_message_path.as_deref(),
             c.termination_message_policy.as_deref(),
         ),
+        stdio: StdioPlan {
+            stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
+            tty: c.tty.unwrap_or(false),
+        },
     }
 }
 

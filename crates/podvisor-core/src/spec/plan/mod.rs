@@ -22,7 +22,7 @@ use crate::restart::{ContainerRestart, ExitCodes, RestartPolicy, RestartRule, Ru
 use crate::security::{ImageUser, VolumeOwnership};
 use crate::stage::StagedEnv;
 use exec::container_exec;
-pub use exec::{ContainerExec, Handler, ImageRoot};
+pub use exec::{ContainerExec, Handler, ImageRoot, StdioPlan};
 
 /// Facts about the host that the downward API exposes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -146,7 +146,7 @@ pub fn cloexec_inherited() -> io::Result<()> {
 }
 
 /// A pipe whose ends close on exec, both blocking: (read, write).
-pub(super) fn blocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub fn blocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2(2) fills the two-element array.
     check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
@@ -166,6 +166,15 @@ pub fn pipe() -> io::Result<(std::fs::File, OwnedFd)> {
     // SAFETY: fcntl on a descriptor we own.
     check(unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) })?;
     Ok((std::fs::File::from(read), write))
+}
+
+/// Makes reads and writes of `fd` non-blocking (its other status flags kept).
+pub fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor the caller holds.
+    let flags = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })?;
+    Ok(())
 }
 
 /// Takes an exclusive, non-blocking `flock` on `file`. `Ok(false)` when another process holds

@@ -43,6 +43,7 @@ use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
+use podvisor_core::spec::plan::StdioPlan;
 use serde::{Deserialize, Serialize};
 
 use super::logs::LogLimits;
@@ -211,6 +212,10 @@ pub struct StartRequest {
     pub credentials: Option<Credentials>,
     /// Its UTS, IPC and PID namespaces.
     pub namespaces: KeptNamespaces,
+    /// Its `stdin`, `stdinOnce` and `tty`, when any is set (a keeper of an older podvisor
+    /// refuses the request then, rather than start it with pipes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdio: Option<StdioPlan>,
 }
 
 /// A kept container's namespaces: the pod's UTS and IPC namespaces by path (the run's
