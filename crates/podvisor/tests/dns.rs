@@ -112,13 +112,17 @@ fn a_pod_that_asks_for_nothing_keeps_the_hosts_files_and_none_keeps_only_its_own
     }
     let hosts = std::fs::read_to_string("/etc/hosts").unwrap();
     let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap();
-    let plain = PodRun::new(&pod("", SHOW));
-    let out = plain.cmd(&[]).output();
-    assert_eq!(out.code(), 0, "{out:?}");
-    assert_eq!(
-        plain.log_lines("app", 1).join("\n") + "\n",
-        format!("{hosts}---\n{resolv}")
-    );
+    // An empty `dnsPolicy` is the API's default, `ClusterFirst`.
+    for policy in ["", "  dnsPolicy: ''\n"] {
+        let plain = PodRun::new(&pod("", &format!("{policy}{SHOW}")));
+        let out = plain.cmd(&[]).output();
+        assert_eq!(out.code(), 0, "{policy:?}: {out:?}");
+        assert_eq!(
+            plain.log_lines("app", 1).join("\n") + "\n",
+            format!("{hosts}---\n{resolv}"),
+            "{policy:?}"
+        );
+    }
     let none = PodRun::new(&pod(
         "",
         &format!(

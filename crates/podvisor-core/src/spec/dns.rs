@@ -39,7 +39,8 @@ pub enum DnsPolicy {
 }
 
 impl DnsPolicy {
-    /// The manifest's value (validation refused any other).
+    /// The manifest's value (validation refused any other); none or "" is `ClusterFirst`,
+    /// as the API server defaults it.
     pub fn of(s: Option<&str>) -> DnsPolicy {
         match s {
             Some("ClusterFirstWithHostNet") => DnsPolicy::ClusterFirstWithHostNet,

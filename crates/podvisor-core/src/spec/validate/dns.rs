@@ -28,7 +28,8 @@ pub(super) fn validate_dns(spec: &PodSpec, p: &mut Problems<'_>) {
     if let Some(v) = policy {
         if !matches!(
             v,
-            "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None"
+            // "" is what the API server defaults to "ClusterFirst".
+            "" | "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None"
         ) {
             p.push(
                 "dnsPolicy",
