@@ -14,6 +14,25 @@ pub struct Mount {
     pub point: PathBuf,
     pub fs_type: String,
     pub super_options: String,
+    /// Its optional fields: its propagation (`shared:N`, `master:N`, `propagate_from:N`,
+    /// `unbindable`), none for a private mount.
+    pub optional: Vec<String>,
+}
+
+impl Mount {
+    /// Whether mounts made below it reach other mounts: it is shared, or the slave of one
+    /// (containerd's `ensureSharedOrSlave`).
+    pub fn passes_mounts_on(&self) -> bool {
+        (self.optional.iter()).any(|f| f.starts_with("shared:") || f.starts_with("master:"))
+    }
+}
+
+/// The mount of `mounts` that holds `path` (absolute, its links resolved): the last one (the
+/// top of a stack) at the longest mount point that `path` is under.
+pub fn holding<'a>(mounts: &'a [Mount], path: &std::path::Path) -> Option<&'a Mount> {
+    (mounts.iter())
+        .filter(|m| path.starts_with(&m.point))
+        .max_by_key(|m| m.point.as_os_str().len())
 }
 
 /// This process's mounts, in the kernel's order (a later mount at a point stacks on an earlier
@@ -37,6 +56,7 @@ pub fn parse(text: &str) -> Vec<Mount> {
                 point: PathBuf::from(unescape(f.get(4)?)),
                 fs_type: r.first()?.to_string(),
                 super_options: r.get(2)?.to_string(),
+                optional: f.iter().skip(6).map(|s| s.to_string()).collect(),
             })
         })
         .collect()
@@ -81,5 +101,22 @@ garbage
         assert_eq!(m[1].super_options, "rw,memory");
         assert_eq!(m[2].point, PathBuf::from("/mnt/with space"));
         assert_eq!(m[2].parent, "27");
+        assert_eq!(m[1].optional, ["shared:9"]);
+        assert!(m[1].passes_mounts_on() && !m[0].passes_mounts_on());
+    }
+
+    #[test]
+    fn the_mount_holding_a_path_is_the_top_of_the_deepest_stack() {
+        let text = "\
+1 0 8:1 / / rw - ext4 /dev/sda rw
+2 1 0:5 / /srv rw master:3 - tmpfs t rw
+3 1 0:6 / /srv rw shared:4 - tmpfs t rw
+4 1 0:7 / /srvx rw - tmpfs t rw
+";
+        let m = parse(text);
+        let at = |p: &str| holding(&m, std::path::Path::new(p)).map(|m| m.id.as_str());
+        assert_eq!(at("/srv/a/b"), Some("3"));
+        assert_eq!(at("/srvx"), Some("4"));
+        assert_eq!(at("/srvy"), Some("1"));
     }
 }

@@ -334,6 +334,48 @@ mod placement {
         }
     }
 
+    /// `mountPropagation: HostToContainer`: what the host mounts below the volume's source
+    /// once the container runs reaches the container's mount of it, and not a mount of it
+    /// without (`None`, private); started by the run and by keepers. (This kernel propagates
+    /// mounts into a new mount namespace; the host of `tests/mount_options.rs` may not.)
+    #[test]
+    #[ignore = "runs in the cgroup v2 VM (vm::cgroup_v2_in_a_vm)"]
+    fn host_to_container_receives_what_the_host_mounts_later() {
+        if !is_root() {
+            // The test mounts a tmpfs for the volume.
+            return;
+        }
+        for extra in [&[][..], &["--live-restore"][..]] {
+            let r = pod_run("");
+            let volume = r.dir.file("vol");
+            let _shared = crate::mount_options::TestMount::new(&volume, "--make-shared");
+            let script = "for i in $(seq 300); do [ -e /late/sub/marker ] && break; sleep 0.1; done; echo late: $(ls /late/sub); echo none: $(ls /none/sub)";
+            let manifest = crate::mount_options::pod(
+                &volume,
+                &format!(
+                    "  - name: app
+    command: [sh, -c, '{script}']
+    volumeMounts:
+    - {{name: d, mountPath: /late, mountPropagation: HostToContainer}}
+    - {{name: d, mountPath: /none}}
+"
+                ),
+            );
+            std::fs::write(r.dir.file("pod.yaml"), manifest).unwrap();
+            let mut p = r.cmd(extra).start();
+            running_pid(&r);
+            let _later =
+                crate::mount_options::TestMount::new(&volume.join("sub"), "--make-private");
+            std::fs::write(volume.join("sub").join("marker"), "").unwrap();
+            assert_eq!(p.wait().code(), Some(0), "{extra:?}: {:?}", p.stderr);
+            assert_eq!(
+                r.log_lines("app", 1),
+                ["late: marker", "none:"],
+                "{extra:?}"
+            );
+        }
+    }
+
     /// A hog past its limit: OOMKilled, 137, told by podvisor or (`extra`: `--live-restore`)
     /// by its keeper, from the cgroup's memory.events.
     fn hog_is_oomkilled(extra: &[&str]) {

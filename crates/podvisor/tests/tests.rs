@@ -31,6 +31,7 @@ mod init_staged;
 mod keeper_memory;
 mod keeper_protocol;
 mod live_restore;
+mod mount_options;
 mod namespaces;
 mod node;
 mod personas;

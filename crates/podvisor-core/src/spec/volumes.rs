@@ -48,6 +48,58 @@ pub struct MountPlan {
     pub path: String,
     pub sub_path: Option<String>,
     pub read_only: bool,
+    /// `mountPropagation`.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub propagation: Propagation,
+    /// `recursiveReadOnly`.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub recursive_read_only: RecursiveReadOnly,
+}
+
+/// `mountPropagation`: whether mounts made on the host below the volume's source reach the
+/// container (`HostToContainer`: its mount is a slave of the host's), and the container's
+/// reach the host too (`Bidirectional`, privileged containers only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
+pub enum Propagation {
+    #[default]
+    None,
+    HostToContainer,
+    Bidirectional,
+}
+
+impl Propagation {
+    /// The manifest's value (validation refused any other); none is `None`.
+    pub fn of(s: Option<&str>) -> Propagation {
+        match s {
+            Some("HostToContainer") => Propagation::HostToContainer,
+            Some("Bidirectional") => Propagation::Bidirectional,
+            _ => Propagation::None,
+        }
+    }
+}
+
+/// `recursiveReadOnly` of a read-only mount: whether the mounts below it are read-only too
+/// (`Enabled`: they are, or the container does not start; `IfPossible`: where the kernel can
+/// make them so), or only the mount itself (`Disabled`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
+pub enum RecursiveReadOnly {
+    #[default]
+    Disabled,
+    IfPossible,
+    Enabled,
+}
+
+impl RecursiveReadOnly {
+    /// The manifest's value (validation refused any other); none is `Disabled`.
+    pub fn of(s: Option<&str>) -> RecursiveReadOnly {
+        match s {
+            Some("IfPossible") => RecursiveReadOnly::IfPossible,
+            Some("Enabled") => RecursiveReadOnly::Enabled,
+            _ => RecursiveReadOnly::Disabled,
+        }
+    }
 }
 
 /// A pod volume as podvisor provides it.

@@ -292,6 +292,8 @@ fn pod_files(
             read_only: false,
             lower: Vec::new(),
             lower_base: None,
+            host_to_container: false,
+            recursive_read_only: false,
         });
     }
     Ok((mounts, resolv.warnings))

@@ -58,6 +58,8 @@ pub(super) fn fresh_file(
         read_only: false,
         lower: Vec::new(),
         lower_base: None,
+        host_to_container: false,
+        recursive_read_only: false,
     }))
 }
 

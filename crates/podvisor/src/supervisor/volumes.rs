@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use podvisor_core::security::VolumeOwnership;
 use podvisor_core::spec::plan::ContainerExec;
-use podvisor_core::spec::volumes::{HostPathType, VolumePlan};
+use podvisor_core::spec::volumes::{
+    HostPathType, MountPlan, Propagation, RecursiveReadOnly, VolumePlan,
+};
 
 use crate::image::merged;
 use crate::mountinfo::Mount;
@@ -309,12 +311,15 @@ impl Volumes {
                 self.create_mount_point(&target, source.is_dir())
                     .map_err(|e| format!("mountPath {}: {e}", target.display()))?;
             }
+            let (host_to_container, recursive_read_only) = mount_options(m, &source, read_only)?;
             out.push(BindMount {
                 source,
                 target,
                 read_only,
                 lower,
                 lower_base: None,
+                host_to_container,
+                recursive_read_only,
             });
         }
         Ok(out)
@@ -507,4 +512,37 @@ fn own_tree(path: &Path, gid: u32, mask: u32) -> io::Result<()> {
     }
     let mode = meta.mode() & 0o7777 | mask;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+/// A volume mount's `mountPropagation` and `recursiveReadOnly` as the runtime applies them:
+/// (a slave of the host's mount, read-only below it too). `HostToContainer` needs the host's
+/// mount holding `source` to pass mounts on, as containerd checks; `Enabled` needs a kernel
+/// that makes recursive read-only mounts, which `IfPossible` uses where there is one, as the
+/// kubelet resolves them. `Err` says why the container cannot start.
+fn mount_options(m: &MountPlan, source: &Path, read_only: bool) -> Result<(bool, bool), String> {
+    let recursive = match m.recursive_read_only {
+        RecursiveReadOnly::Disabled => false,
+        RecursiveReadOnly::IfPossible => read_only && sys::recursive_read_only_mounts(),
+        RecursiveReadOnly::Enabled if !sys::recursive_read_only_mounts() => {
+            return Err(format!(
+                "volume {:?}: recursiveReadOnly Enabled needs recursive read-only mounts (mount_setattr(2), Linux 5.12), which this kernel does not have",
+                m.volume
+            ))
+        }
+        RecursiveReadOnly::Enabled => true,
+    };
+    if m.propagation != Propagation::HostToContainer {
+        return Ok((false, recursive));
+    }
+    let real = source
+        .canonicalize()
+        .unwrap_or_else(|_| source.to_path_buf());
+    let mounts = crate::mountinfo::read();
+    match crate::mountinfo::holding(&mounts, &real) {
+        Some(host) if !host.passes_mounts_on() => Err(format!(
+            "path {:?} is mounted on {:?} but it is not a shared or slave mount",
+            real.display().to_string(),
+            host.point.display().to_string()
+        )),
+        _ => Ok((true, recursive)),
+    }
 }

@@ -14,7 +14,7 @@ use crate::security::SecurityPlan;
 use crate::spec::env::resolve_env;
 use crate::spec::resources::Resources;
 use crate::spec::termination::TerminationMessage;
-use crate::spec::volumes::MountPlan;
+use crate::spec::volumes::{MountPlan, Propagation, RecursiveReadOnly};
 use crate::spec::Manifest;
 
 /// A container started from an image: what the shell found in the image store.
@@ -227,6 +227,8 @@ pub(super) fn container_exec(
                 None
             }),
             read_only: m.read_only.unwrap_or(false),
+            propagation: Propagation::of(m.mount_propagation.as_deref()),
+            recursive_read_only: RecursiveReadOnly::of(m.recursive_read_only.as_deref()),
         });
     }
     let lifecycle = c.lifecycle.as_ref();

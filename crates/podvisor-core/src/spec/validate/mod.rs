@@ -11,9 +11,11 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
 use super::{Manifest, Problems, SpecError, WorkloadKind};
 
 mod dns;
+mod mounts;
 mod probes;
 mod resources;
 
+use mounts::validate_mounts;
 use probes::validate_probes_and_hooks;
 use resources::{
     validate_pod_resources, validate_requirements, validate_resize_policy, validate_resources,
@@ -475,52 +477,6 @@ fn validate_termination_message(c: &Container, path: &str, p: &mut Problems<'_>)
             &format!("{path}.terminationMessagePath"),
             format!("Invalid value: {file:?}: must be an absolute path (the file is bound there in the container)"),
         );
-    }
-}
-
-/// `volumeMounts`: a volume of the pod, an absolute mount path, a subPath that stays inside.
-fn validate_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, p: &mut Problems<'_>) {
-    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
-        if !volumes.contains(m.name.as_str()) {
-            p.push(
-                &format!("{path}.volumeMounts[{i}].name"),
-                format!("Not found: {:?}: no volume of that name", m.name),
-            );
-        }
-        // validateLocalDescendingPath: relative, and no `..` element; subPathExpr too, as
-        // written (what it expands to is checked at each start).
-        let sub_path = m.sub_path.as_deref().filter(|s| !s.is_empty());
-        let expr = m.sub_path_expr.as_deref().filter(|s| !s.is_empty());
-        for (field, sub) in [("subPath", sub_path), ("subPathExpr", expr)] {
-            let Some(sub) = sub else { continue };
-            let at = format!("{path}.volumeMounts[{i}].{field}");
-            if sub.starts_with('/') {
-                p.push(
-                    &at,
-                    format!("Invalid value: {sub:?}: must be a relative path"),
-                );
-            } else if sub.split('/').any(|e| e == "..") {
-                p.push(
-                    &at,
-                    format!("Invalid value: {sub:?}: must not contain '..'"),
-                );
-            }
-        }
-        if let (Some(_), Some(expr)) = (sub_path, expr) {
-            p.push(
-                &format!("{path}.volumeMounts[{i}].subPathExpr"),
-                format!("Invalid value: {expr:?}: subPathExpr and subPath are mutually exclusive"),
-            );
-        }
-        if !m.mount_path.starts_with('/') {
-            p.push(
-                &format!("{path}.volumeMounts[{i}].mountPath"),
-                format!(
-                    "Invalid value: {:?}: must be an absolute path",
-                    m.mount_path
-                ),
-            );
-        }
     }
 }
 

@@ -26,6 +26,8 @@ pub(super) struct ChildPlan {
     pub(super) cgroup_count: usize,
     pub(super) mounts: *const MountSpec,
     pub(super) mount_count: usize,
+    /// Its mounts start as slaves of the host's, not private (`MountStrings::slave_root`).
+    pub(super) slave_root: bool,
     /// A private root to build and pivot into (null: the host's).
     pub(super) root: *const RootSpec,
     /// A mount namespace to join (-1: none).
@@ -448,9 +450,15 @@ unsafe fn mounts(plan: &ChildPlan) -> Result<(), Failed> {
             c"make its mount namespace",
         )?;
         let none = std::ptr::null();
-        let private = libc::MS_REC | libc::MS_PRIVATE;
-        let ret = libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null());
-        check_step(ret, c"make its mounts private")?;
+        let (propagation, what) = match plan.slave_root {
+            true => (
+                libc::MS_REC | libc::MS_SLAVE,
+                c"make its mounts slaves of the host's",
+            ),
+            false => (libc::MS_REC | libc::MS_PRIVATE, c"make its mounts private"),
+        };
+        let ret = libc::mount(none, c"/".as_ptr(), none, propagation, std::ptr::null());
+        check_step(ret, what)?;
         if !plan.root.is_null() {
             match build_root(&*plan.root) {
                 // Rootless: the kernel may not let a user namespace mount an overlay.

@@ -45,7 +45,8 @@ pub use fork::*;
 pub use heap::{give_back_free_heap, one_heap};
 pub use namespaces::{
     command_in_user_namespace, make_pod_namespaces, mapped_user_namespace, open_namespace,
-    open_namespace_path, pidfd_open, setns_joins_processes, IdMapLine, PodNamespaceFds,
+    open_namespace_path, pidfd_open, recursive_read_only_mounts, setns_joins_processes, IdMapLine,
+    PodNamespaceFds,
 };
 pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
 #[cfg(test)]

@@ -98,6 +98,16 @@ pub fn setns_joins_processes() -> bool {
     })
 }
 
+/// Whether this kernel makes a mount read-only with everything below it (mount_setattr(2)
+/// with `AT_RECURSIVE`, Linux 5.12), as `recursiveReadOnly` asks.
+pub fn recursive_read_only_mounts() -> bool {
+    static CAN: OnceLock<bool> = OnceLock::new();
+    *CAN.get_or_init(|| {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        release_at_least(&release, (5, 12))
+    })
+}
+
 /// Whether kernel release `release` ("6.1.0-18-amd64") is `at_least` (major, minor).
 fn release_at_least(release: &str, at_least: (u32, u32)) -> bool {
     let mut parts = release.trim().split(['.', '-']);

@@ -31,6 +31,8 @@ pub(super) struct MountSpec {
     /// the kernel will not, or, with `fuse_only`, instead of it (rootless).
     pub(super) fuse_argv: *const *const libc::c_char,
     pub(super) fuse_only: bool,
+    /// Propagation flags for mount(2) once it is mounted (0: left as made).
+    pub(super) propagation: libc::c_ulong,
     /// Not null: the target is inside a private root, this directory, as `in_root` (relative
     /// to it): the mount point is looked up and made there with the root as `/` (openat2's
     /// RESOLVE_IN_ROOT), so that a symbolic link on the way (an image's `/var/run -> /run`, or
@@ -308,13 +310,31 @@ pub(super) unsafe fn place_mount(m: &MountSpec) -> libc::c_int {
             let gone = m.carried && *libc::__errno_location() == libc::ENOENT;
             return if gone { 0 } else { -1 };
         }
+        finish_bind(m, m.target)
+    }
+}
+
+/// What follows the bind of `m` at `path` (its target, or a descriptor's path to the mount
+/// just made): read-only, read-only below it too, its propagation. -1 on error (errno set).
+///
+/// # Safety
+/// Plain syscalls on C strings that the suspended parent keeps alive.
+unsafe fn finish_bind(m: &MountSpec, path: *const libc::c_char) -> libc::c_int {
+    let none = std::ptr::null();
+    // SAFETY: mount(2) and mount_setattr(2) on the given path.
+    unsafe {
         if m.read_only {
             let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
-            if libc::mount(none, m.target, none, ro, std::ptr::null()) == -1 {
+            if libc::mount(none, path, none, ro, std::ptr::null()) == -1 {
                 return -1;
             }
         }
-        if m.recursive_read_only && read_only_below(m.target) == -1 {
+        if m.recursive_read_only && read_only_below(path) == -1 {
+            return -1;
+        }
+        if m.propagation != 0
+            && libc::mount(none, path, none, m.propagation, std::ptr::null()) == -1
+        {
             return -1;
         }
     }
@@ -344,17 +364,17 @@ unsafe fn mount_on(m: &MountSpec, found: &InRoot, target: libc::c_int) -> libc::
             NO_OPENAT2
         };
         libc::close(target);
-        // An overlay is mounted read-only already.
-        if ret != 0 || !m.read_only || !m.overlay.is_null() {
+        // An overlay is mounted read-only already, and is the container's own.
+        let more = m.read_only || m.recursive_read_only || m.propagation != 0;
+        if ret != 0 || !more || !m.overlay.is_null() {
             return ret;
         }
-        // Read-only: the mount just made, found again by the same lookup.
+        // The mount just made, found again by the same lookup.
         let fd = found.reopen();
         if fd == -1 {
             return -1;
         }
-        let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
-        let ret = libc::mount(none, fd_path(fd, &mut buf), none, ro, std::ptr::null());
+        let ret = finish_bind(m, fd_path(fd, &mut buf));
         libc::close(fd);
         ret
     }

@@ -189,6 +189,19 @@ pub struct BindMount {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub lower_base: Option<std::path::PathBuf>,
+    /// `mountPropagation: HostToContainer`: a slave of the host's mount, so that what the host
+    /// mounts below `source` later reaches the container too.
+    #[cfg_attr(
+        feature = "full",
+        serde(default, skip_serializing_if = "std::ops::Not::not")
+    )]
+    pub host_to_container: bool,
+    /// `recursiveReadOnly`: read-only, the mounts below it too.
+    #[cfg_attr(
+        feature = "full",
+        serde(default, skip_serializing_if = "std::ops::Not::not")
+    )]
+    pub recursive_read_only: bool,
 }
 
 /// One mount of `MountStrings`, as C strings.
@@ -212,6 +225,9 @@ pub(super) struct MountString {
     /// Rootless: fuse-overlayfs's argv for the overlay, where the kernel's is refused or
     /// not wanted (`MountStrings::fuse_only`); empty: the kernel's alone.
     pub(super) fuse_argv: Vec<CString>,
+    /// mount(2)'s propagation flags applied once it is mounted (0: none, it stays as made):
+    /// see `MountStrings::settle_propagation`.
+    pub(super) propagation: libc::c_ulong,
     /// A mount point inside a private root: (the root's directory, the target relative to
     /// it), which the child resolves inside the root, its symbolic links followed as the
     /// container will see them, never out of it (`place_mount`).
@@ -222,6 +238,9 @@ pub(super) struct MountString {
 #[derive(Default)]
 pub(super) struct MountStrings {
     pub(super) mounts: Vec<MountString>,
+    /// The container's mounts start as slaves of the host's rather than private
+    /// (`settle_propagation`).
+    pub(super) slave_root: bool,
     pub(super) root: Option<[CString; 6]>,
     pub(super) root_read_only: bool,
     /// The directory the root's `lowerdir` names are relative to (none: absolute).
@@ -417,14 +436,16 @@ impl MountStrings {
                     read_only: m.read_only,
                     dirs: Vec::new(),
                     file: false,
-                    recursive_read_only: false,
+                    recursive_read_only: m.recursive_read_only,
                     carried: false,
                     overlay: overlay_option(m, false)?,
                     overlay_base: lower_base(m.lower_base.as_deref())?,
                     fuse_argv: Vec::new(),
+                    propagation: from_host(m),
                     in_root: None,
                 });
             }
+            out.settle_propagation();
             return Ok(out);
         };
         // As root the overlay is mounted at `merged` inside the layer's tmpfs; rootless the
@@ -482,6 +503,7 @@ impl MountStrings {
                 overlay: None,
                 overlay_base: None,
                 fuse_argv: Vec::new(),
+                propagation: 0,
                 in_root: None,
             });
         }
@@ -510,7 +532,29 @@ impl MountStrings {
                 root.privileged.then_some(root.host_devices.as_slice()),
             )?);
         }
+        out.settle_propagation();
         Ok(out)
+    }
+
+    /// With a mount that receives the host's (`HostToContainer`), the container's mounts
+    /// start as slaves of the host's (`slave_root`), as under runc's `rslave` root, and every
+    /// other one is made private once mounted (the volumes' `rprivate`); without one, they
+    /// are all private from the start and nothing more is done.
+    fn settle_propagation(&mut self) {
+        self.slave_root = self.mounts.iter().any(|m| m.propagation != 0);
+        if self.slave_root {
+            for m in self.mounts.iter_mut().filter(|m| m.propagation == 0) {
+                m.propagation = libc::MS_REC | libc::MS_PRIVATE;
+            }
+        }
+    }
+}
+
+/// The propagation a volume asks for once mounted: a slave of the host's, or as it is made.
+fn from_host(m: &BindMount) -> libc::c_ulong {
+    match m.host_to_container {
+        true => libc::MS_REC | libc::MS_SLAVE,
+        false => 0,
     }
 }
 
@@ -560,11 +604,12 @@ fn volume_in_root(
         read_only: m.read_only,
         dirs,
         file: is_file,
-        recursive_read_only: false,
+        recursive_read_only: m.recursive_read_only,
         carried: false,
         overlay: overlay_option(m, rootless)?,
         overlay_base: lower_base(m.lower_base.as_deref())?,
         fuse_argv: Vec::new(),
+        propagation: from_host(m),
         in_root: None,
     })
 }

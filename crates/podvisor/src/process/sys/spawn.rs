@@ -398,6 +398,7 @@ impl MountPtrs {
                     false => fuse.as_ptr(),
                 },
                 fuse_only: strings.fuse_only,
+                propagation: m.propagation,
                 root: (m.in_root.as_ref()).map_or(std::ptr::null(), |(r, _)| r.as_ptr()),
                 in_root: (m.in_root.as_ref()).map_or(std::ptr::null(), |(_, t)| t.as_ptr()),
             })
@@ -669,6 +670,7 @@ pub fn spawn_with_terminal(
         cgroup_count: prep.cgroups.len(),
         mounts: ptrs.mounts.as_ptr(),
         mount_count: ptrs.mounts.len(),
+        slave_root: prep.mount_strings.slave_root,
         join_user: prep.join_user.unwrap_or(-1),
         root: root_spec
             .as_ref()
