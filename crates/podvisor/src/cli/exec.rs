@@ -10,7 +10,7 @@
 //! mode, its size followed on SIGWINCH) until the command ends.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -150,11 +150,7 @@ impl Drop for RawMode {
 /// The master of the command's terminal, sent by it on the console socket (`None`: it
 /// never came: the command did not start).
 fn receive_master(socket: &UnixStream) -> Option<std::fs::File> {
-    let mut fds = Vec::new();
-    let mut byte = [0u8; 1];
-    sys::recv_with_fds(socket.as_raw_fd(), &mut byte, &mut fds).ok()?;
-    let master: OwnedFd = fds.into_iter().next()?;
-    let master = std::fs::File::from(master);
+    let master = std::fs::File::from(sys::recv_fd(socket).ok()??);
     // Keystrokes to it, and its size after this terminal's.
     if let Ok(input) = master.try_clone() {
         std::thread::spawn(move || copy_input(input));

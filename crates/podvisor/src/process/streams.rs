@@ -107,11 +107,7 @@ impl Streams {
 
 /// The master a child sent on `socket`, made non-blocking.
 fn receive_master(socket: &UnixStream) -> io::Result<File> {
-    let mut fds = Vec::new();
-    let mut byte = [0u8; 1];
-    let n = sys::recv_with_fds(socket.as_raw_fd(), &mut byte, &mut fds)?;
-    let master = (fds.into_iter().next())
-        .ok_or_else(|| io::Error::other(format!("no terminal came back ({n} bytes)")))?;
+    let master = sys::recv_fd(socket)?.ok_or_else(|| io::Error::other("no terminal came back"))?;
     sys::set_nonblocking(&master)?;
     Ok(File::from(master))
 }

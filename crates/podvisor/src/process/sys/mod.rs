@@ -48,7 +48,7 @@ pub use namespaces::{
     open_namespace_path, pidfd_open, recursive_read_only_mounts, setns_joins_processes, IdMapLine,
     PodNamespaceFds,
 };
-pub use passing::{recv_with_fds, send_with_fds, MAX_PASSED};
+pub use passing::{recv_fd, recv_with_fds, send_with_fds, MAX_PASSED};
 #[cfg(test)]
 pub(crate) use program::ONE_AT_A_TIME;
 pub use program::{forget_loaded_read_only_pages, forget_read_only_pages, forget_relocations};

@@ -90,6 +90,14 @@ pub fn recv_with_fds(socket: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> i
     Ok(n as usize)
 }
 
+/// The one descriptor a process sends with one byte on `socket` (a terminal's master on a
+/// console socket); `None` when none came (the stream ended: it never sent one).
+pub fn recv_fd(socket: &impl AsRawFd) -> io::Result<Option<OwnedFd>> {
+    let mut fds = Vec::new();
+    recv_with_fds(socket.as_raw_fd(), &mut [0u8; 1], &mut fds)?;
+    Ok(fds.into_iter().next())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
