@@ -117,11 +117,7 @@ mod tests {
     use super::*;
 
     fn plan(stdin: bool, tty: bool) -> StdioPlan {
-        StdioPlan {
-            stdin,
-            stdin_once: false,
-            tty,
-        }
+        StdioPlan { stdin, tty }
     }
 
     #[test]

@@ -90,13 +90,12 @@ pub struct ContainerExec {
 /// A container's standard streams, as CRI gives them: with `tty`, a terminal of its own is
 /// its stdin, stdout and stderr (and its controlling terminal), its output logged as stdout;
 /// without, pipes. With `stdin`, its stdin stays open (it is what `kubectl attach` writes
-/// to); without it (and no terminal), it is /dev/null.
+/// to); without it (and no terminal), it is /dev/null. (`stdinOnce` closes that stdin when
+/// the first attach ends: with no attach here, nothing reads it.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
 pub struct StdioPlan {
     pub stdin: bool,
-    /// `stdinOnce`: its stdin closes after the first attach that ends.
-    pub stdin_once: bool,
     pub tty: bool,
 }
 
@@ -256,7 +255,6 @@ pub(super) fn container_exec(
         ),
         stdio: StdioPlan {
             stdin: c.stdin.unwrap_or(false),
-            stdin_once: c.stdin_once.unwrap_or(false),
             tty: c.tty.unwrap_or(false),
         },
     }
