@@ -141,7 +141,7 @@ fn host_to_container_needs_a_host_mount_that_passes_mounts_on() {
     assert_eq!(out.code(), 1, "{out:?}");
     let real = volume.canonicalize().unwrap();
     let said = format!(
-        "path \"{}\" is mounted on \"{}\" but it is not a shared or slave mount",
+        "volume \"d\": path \"{}\" is mounted on \"{}\" but it is not a shared or slave mount",
         real.display(),
         real.display()
     );

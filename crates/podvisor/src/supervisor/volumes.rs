@@ -539,7 +539,8 @@ fn mount_options(m: &MountPlan, source: &Path, read_only: bool) -> Result<(bool,
     let mounts = crate::mountinfo::read();
     match crate::mountinfo::holding(&mounts, &real) {
         Some(host) if !host.passes_mounts_on() => Err(format!(
-            "path {:?} is mounted on {:?} but it is not a shared or slave mount",
+            "volume {:?}: path {:?} is mounted on {:?} but it is not a shared or slave mount",
+            m.volume,
             real.display().to_string(),
             host.point.display().to_string()
         )),
