@@ -94,6 +94,7 @@ pub struct ContainerExec {
 /// the first attach ends: with no attach here, nothing reads it.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "spec", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "spec", serde(deny_unknown_fields))]
 pub struct StdioPlan {
     pub stdin: bool,
     pub tty: bool,

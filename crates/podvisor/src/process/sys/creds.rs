@@ -62,6 +62,7 @@ impl From<BpfInstruction> for (u16, u8, u8, u32) {
 
 /// The credentials and restrictions a container's process gets.
 #[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "full", serde(deny_unknown_fields))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credentials {
     pub uid: u32,

@@ -13,6 +13,7 @@ use super::c_string;
 /// container writes outside its volumes is gone when it ends, as with a runtime's
 /// container layer. `/tmp` is a fresh tmpfs (empty at each start).
 #[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "full", serde(deny_unknown_fields))]
 #[derive(Debug, Clone)]
 pub struct PrivateRoot {
     /// An empty directory of the host: the layer's tmpfs is mounted on it inside the
@@ -51,6 +52,7 @@ pub struct PrivateRoot {
 
 /// A device node as the host has it, made again in a privileged container's /dev.
 #[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "full", serde(deny_unknown_fields))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
     /// Where it is under /dev (`net/tun`).
@@ -123,6 +125,7 @@ fn walk_devices(
 
 /// What a rootless root is built from.
 #[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "full", serde(deny_unknown_fields))]
 #[derive(Debug, Clone)]
 pub struct Rootless {
     pub uid: u32,
@@ -149,6 +152,7 @@ pub struct Rootless {
 
 /// One entry of the host's `/` in a rootless root.
 #[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "full", serde(deny_unknown_fields))]
 #[derive(Debug, Clone)]
 pub enum TopEntry {
     /// A directory with nothing mounted in it: an overlay, writes go to the layer.
@@ -169,6 +173,7 @@ pub enum TopEntry {
 
 /// `source` bound at `target`, read-only or not.
 #[cfg_attr(feature = "full", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "full", serde(deny_unknown_fields))]
 #[derive(Debug, Clone)]
 pub struct BindMount {
     pub source: std::path::PathBuf,

@@ -29,7 +29,9 @@
 //! refuses any other with a clear error, touching nothing. What a keeper of another release
 //! reads is its hello, its `exited` messages and its exit notes; a run never starts
 //! containers in a keeper it did not start, so `start` is only ever read by a keeper of its
-//! own release. Version 1 was lines of text (`v1`); a keeper started with protocol 1 still
+//! own release; should an install mix releases (an older `podvisor-keeper` beside a newer
+//! `podvisor`), a start request is strict at every depth: a field the keeper does not know
+//! fails the start (`failed`) rather than run the container without it. Version 1 was lines of text (`v1`); a keeper started with protocol 1 still
 //! speaks it, so that adopting a keeper of that release is tested. A run passes over a
 //! message it does not know, so one can be added without a new version (`log` was, in 2).
 //! Version 3 tells exits with the message (`ended`) to the run that started the keeper: per
@@ -679,5 +681,49 @@ mod tests {
             .unwrap();
         let hello = Channel::new(b).read_hello().unwrap();
         assert_eq!((hello.protocol, hello.keeper), (9, 5));
+    }
+
+    /// A start is read only by a keeper of the run's own release; a hand-mixed install (an
+    /// older keeper beside a newer podvisor) must refuse what it cannot honour, at any depth
+    /// of the request, rather than start the container without it.
+    #[test]
+    fn a_start_request_with_a_field_its_keeper_does_not_know_is_refused_at_any_depth() {
+        let request = StartRequest {
+            container: "app".into(),
+            instance: 1,
+            argv: vec!["/bin/true".into()],
+            env: vec![],
+            working_dir: None,
+            working_dir_optional: false,
+            mounts: vec![BindMount {
+                source: "/srv/data".into(),
+                target: "/data".into(),
+                read_only: true,
+                lower: vec![],
+                lower_base: None,
+                host_to_container: false,
+                recursive_read_only: false,
+            }],
+            root: None,
+            cgroups: vec![],
+            oom_file: None,
+            blocked: vec![],
+            credentials: None,
+            namespaces: KeptNamespaces::default(),
+            stdio: Some(StdioPlan::default()),
+        };
+        let text = serde_json::to_string(&Message::Start(Box::new(request))).unwrap();
+        assert!(serde_json::from_str::<Message>(&text).is_ok(), "{text}");
+        for (at, added) in [
+            ("\"read_only\":true", "\"read_only\":true,\"later\":1"),
+            ("\"tty\":false", "\"tty\":false,\"later\":1"),
+            ("\"new_pid\":false", "\"new_pid\":false,\"later\":1"),
+            ("\"instance\":1", "\"instance\":1,\"later\":1"),
+        ] {
+            assert!(text.contains(at), "{text}");
+            let newer = text.replacen(at, added, 1);
+            let e = serde_json::from_str::<Message>(&newer).unwrap_err();
+            assert!(e.to_string().contains("unknown field `later`"), "{at}: {e}");
+        }
     }
 }
