@@ -115,6 +115,65 @@ fn a_volume_kind_podvisor_does_not_provide_is_refused() {
     );
 }
 
+/// A pod the kubelet would not admit on this node (its OS, by field or label), or one whose
+/// resource claims no driver here could prepare, is refused where it says so; a pod for
+/// linux passes, by field and label.
+#[test]
+fn a_pod_for_another_os_or_with_resource_claims_is_refused_at_its_line() {
+    let pod = |labels: &str, spec: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  annotations: {{podvisor.io/root-from: host}}\n  labels: {{{labels}}}\nspec:\n{spec}  containers:\n  - name: c\n    command: ['true']\n")
+    };
+    let out = validate_text(
+        "w.yaml",
+        &pod("kubernetes.io/os: windows", "  os: {name: windows}\n"),
+    );
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert_eq!(
+        errors(&out),
+        [
+            "w.yaml:6:12: metadata.labels.kubernetes.io/os: PodOSSelectorNodeLabelDoesNotMatch: Failed to admit pod as the `kubernetes.io/os` label doesn't match node label: the pod's is \"windows\", this node's \"linux\"",
+            "w.yaml:8:8: spec.os.name: PodOSNotSupported: Failed to admit pod as the OS field doesn't match node OS: the pod is for \"windows\", this node runs \"linux\"",
+        ]
+    );
+    let out = validate_text("o.yaml", &pod("", "  os: {name: plan9}\n"));
+    assert_eq!(
+        errors(&out),
+        ["o.yaml:8:3: spec.os: Unsupported value: \"plan9\": supported values: \"linux\", \"windows\""]
+    );
+    let claims = "  resourceClaims: [{name: gpu, resourceClaimName: gpu-claim}]\n";
+    let text = pod("", claims).replace(
+        "command: ['true']",
+        "command: ['true']\n    resources: {claims: [{name: gpu}]}",
+    );
+    let out = validate_text("r.yaml", &text);
+    assert_eq!(
+        errors(&out),
+        [
+            "r.yaml:8:20: spec.resourceClaims[0]: Forbidden: claim \"gpu\": podvisor has no dynamic resource allocation (no driver here prepares a ResourceClaim), so the pod's containers could not get what it claims",
+            "r.yaml:12:26: spec.containers[0].resources.claims[0]: Forbidden: claim \"gpu\": podvisor has no dynamic resource allocation",
+        ]
+    );
+    // The same refusal from `run`, before anything starts.
+    let dir = TempDir::new();
+    let file = dir.file("w.yaml");
+    std::fs::write(&file, pod("", "  os: {name: windows}\n")).unwrap();
+    let out = Run::new(podvisor())
+        .arg("run")
+        .arg("--state-dir")
+        .arg(dir.file("state"))
+        .arg(&file)
+        .output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains("spec.os.name: PodOSNotSupported"),
+        "{out:?}"
+    );
+    assert!(!dir.file("state").exists(), "{out:?}");
+    let linux = pod("kubernetes.io/os: linux, app: a", "  os: {name: linux}\n");
+    let out = validate_text("l.yaml", &linux);
+    assert_eq!((out.code(), out.stderr.as_str()), (0, ""), "{out:?}");
+}
+
 #[test]
 fn malformed_yaml_and_missing_files() {
     let out = validate_text("m.yaml", "a: [1, 2\nb: c\n");

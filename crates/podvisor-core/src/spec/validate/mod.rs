@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
 
 use super::{Manifest, Problems, SpecError, WorkloadKind};
 
+mod admission;
 mod dns;
 mod mounts;
 mod probes;
@@ -70,6 +71,7 @@ pub fn validate(manifest: &Manifest, errors: &mut Vec<SpecError>) {
             );
         }
     }
+    admission::validate_os_label(w, &mut top);
     let mut p = Problems {
         doc,
         prefix: w.kind.spec_path().to_string(),
@@ -115,6 +117,7 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
     if spec.containers.is_empty() {
         p.push("containers", "Required value: at least one container");
     }
+    admission::validate_admission(spec, p);
     validate_downward_volumes(spec, p);
     validate_ephemeral(spec, p);
     dns::validate_dns(spec, p);
@@ -246,6 +249,7 @@ fn validate_container(
     }
     validate_env_from(c, path, manifest, p);
     validate_mounts(c, path, volumes, p);
+    admission::validate_container_claims(c, path, p);
     validate_termination_message(c, path, p);
     let os = (w.spec.os.as_ref()).map(|o| o.name.as_str());
     validate_probes_and_hooks(c, path, plain_init, os, p);
