@@ -81,6 +81,18 @@ fn recursive_read_only_makes_the_mounts_below_read_only_too() {
         let out = r.cmd(extra).output();
         assert_eq!(out.code(), 0, "{extra:?}: {out:?}");
         assert_eq!(r.log_lines("app", 1), want, "{extra:?}");
+        // The status names each mount as the kubelet's does, `IfPossible` resolved.
+        let status = client(&r, &["status", "-o", "json"]);
+        let pod: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+        let mounts = &pod["status"]["containerStatuses"][0]["volumeMounts"];
+        let read_only = |path: &str, mode: &str| serde_json::json!({"name": "d", "mountPath": path, "readOnly": true, "recursiveReadOnly": mode});
+        let modes = [
+            ("/ro", "Disabled"),
+            ("/rro", "Enabled"),
+            ("/rrp", "Enabled"),
+        ];
+        let modes: Vec<serde_json::Value> = modes.iter().map(|(p, m)| read_only(p, m)).collect();
+        assert_eq!(*mounts, serde_json::Value::from(modes), "{extra:?}");
     }
     if let Err(why) = crate::docker::engine() {
         skip(&why);

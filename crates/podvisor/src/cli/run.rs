@@ -221,10 +221,40 @@ fn read_manifest(a: &RunArgs) -> Result<(RunPlan, PodInfo), i32> {
             })
             .collect(),
         stop_signals: run_plan.stop_signal_names(),
+        volume_mounts: (w.spec.init_containers.iter().flatten())
+            .chain(&w.spec.containers)
+            .map(volume_mount_statuses)
+            .collect(),
         images,
         created: std::time::SystemTime::now(),
     };
     Ok((run_plan, info))
+}
+
+/// A container's `volumeMounts` as the kubelet reports them in its status (the gate
+/// RecursiveReadOnlyMounts, on since 1.31): a read-only mount's `recursiveReadOnly` resolved
+/// to `Enabled` (`Enabled`, or `IfPossible` where this kernel has recursive read-only mounts)
+/// or `Disabled`; a writable mount's left out.
+fn volume_mount_statuses(
+    c: &k8s_openapi::api::core::v1::Container,
+) -> Vec<k8s_openapi::api::core::v1::VolumeMountStatus> {
+    let status = |m: &k8s_openapi::api::core::v1::VolumeMount| {
+        let read_only = m.read_only == Some(true);
+        let recursive = match m.recursive_read_only.as_deref() {
+            Some("Enabled") => true,
+            Some("IfPossible") => sys::recursive_read_only_mounts(),
+            _ => false,
+        };
+        let mode = if recursive { "Enabled" } else { "Disabled" };
+        k8s_openapi::api::core::v1::VolumeMountStatus {
+            name: m.name.clone(),
+            mount_path: m.mount_path.clone(),
+            read_only: read_only.then_some(true),
+            recursive_read_only: read_only.then(|| mode.to_string()),
+            ..Default::default()
+        }
+    };
+    c.volume_mounts.iter().flatten().map(status).collect()
 }
 
 /// What the kubelet checks when it admits a pod or makes its sandbox: its sysctls
@@ -373,5 +403,42 @@ fn cgroup_driver(s: &str) -> Result<crate::cgroup::Driver, String> {
         "systemd" => Ok(Driver::Systemd),
         "cgroupfs" => Ok(Driver::Cgroupfs),
         _ => Err("one of auto, systemd, cgroupfs".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Container, VolumeMount};
+
+    #[test]
+    fn volume_mounts_are_reported_as_the_kubelet_reports_them() {
+        let mount = |path: &str, read_only: Option<bool>, rro: Option<&str>| VolumeMount {
+            name: "d".into(),
+            mount_path: path.into(),
+            read_only,
+            recursive_read_only: rro.map(String::from),
+            ..Default::default()
+        };
+        let c = Container {
+            name: "app".into(),
+            volume_mounts: Some(vec![
+                mount("/w", None, None),
+                mount("/w2", Some(false), None),
+                mount("/ro", Some(true), None),
+                mount("/rro", Some(true), Some("Enabled")),
+                mount("/off", Some(true), Some("Disabled")),
+            ]),
+            ..Default::default()
+        };
+        let got = serde_json::to_value(super::volume_mount_statuses(&c)).unwrap();
+        let want = serde_json::json!([
+            {"name": "d", "mountPath": "/w"},
+            {"name": "d", "mountPath": "/w2"},
+            {"name": "d", "mountPath": "/ro", "readOnly": true, "recursiveReadOnly": "Disabled"},
+            {"name": "d", "mountPath": "/rro", "readOnly": true, "recursiveReadOnly": "Enabled"},
+            {"name": "d", "mountPath": "/off", "readOnly": true, "recursiveReadOnly": "Disabled"},
+        ]);
+        assert_eq!(got, want);
+        assert!(super::volume_mount_statuses(&Container::default()).is_empty());
     }
 }

@@ -361,6 +361,7 @@ mod tests {
             image: Cow::Borrowed("busybox"),
             image_id: Cow::Borrowed(""),
             stop_signal: None,
+            volume_mounts: Cow::Borrowed(&[]),
             resources: [Resources::default(); 2],
         };
         Case {

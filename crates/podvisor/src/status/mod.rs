@@ -18,7 +18,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{
     ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod as K8sPod, PodCondition, PodIP, PodStatus,
-    ResourceRequirements,
+    ResourceRequirements, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use podvisor_core::clock::Instant;
@@ -48,6 +48,11 @@ pub struct PodInfo {
     /// ContainerStopSignals; empty without it.
     #[serde(default)]
     pub stop_signals: Vec<String>,
+    /// Each container's `containerStatuses[].volumeMounts`, in the core's container order:
+    /// its mounts as the manifest names them, a read-only one's `recursiveReadOnly`
+    /// resolved to `Enabled` or `Disabled` (what this kernel does with `IfPossible`).
+    #[serde(default)]
+    pub volume_mounts: Vec<Vec<VolumeMountStatus>>,
     pub created: SystemTime,
 }
 
@@ -151,6 +156,8 @@ pub struct ContainerInputs<'a> {
     pub image: Cow<'a, str>,
     pub image_id: Cow<'a, str>,
     pub stop_signal: Option<Cow<'a, str>>,
+    /// Its mounts (from the manifest, the same for the pod's life).
+    pub volume_mounts: Cow<'a, [VolumeMountStatus]>,
     /// The resources allocated, and those applied to the instance (its allocation when it
     /// does not run).
     pub resources: [Resources; 2],
@@ -187,12 +194,13 @@ impl<'a> ContainerInputs<'a> {
             image: text(&info.images),
             image_id: text(&info.image_ids),
             stop_signal: info.stop_signals.get(i).map(|s| Cow::Borrowed(s.as_str())),
+            volume_mounts: Cow::Borrowed(info.volume_mounts.get(i).map_or(&[][..], Vec::as_slice)),
             resources,
         }
     }
 
     /// Whether these inputs make the same status as `kept`, made for the same container of
-    /// the same pod. Its name and image come from the manifest and stay what they were for
+    /// the same pod. Its name, image and mounts come from the manifest and stay what they were for
     /// the pod's life, so they are not compared again: with 100 containers a line would read
     /// 200 more strings, each elsewhere in memory, to learn that nothing changed. The rest is
     /// compared whole (a field added to the inputs must be named here).
@@ -208,9 +216,11 @@ impl<'a> ContainerInputs<'a> {
             image,
             image_id,
             stop_signal,
+            volume_mounts,
             resources,
         } = self;
         debug_assert!(*name == kept.name && *image == kept.image);
+        debug_assert!(*volume_mounts == kept.volume_mounts);
         *ready == kept.ready
             && *restart_count == kept.restart_count
             && *started == kept.started
@@ -236,6 +246,7 @@ impl<'a> ContainerInputs<'a> {
             image: own(&self.image),
             image_id: own(&self.image_id),
             stop_signal: self.stop_signal.as_ref().map(own),
+            volume_mounts: Cow::Owned(self.volume_mounts.to_vec()),
             resources: self.resources,
         }
     }
@@ -261,6 +272,7 @@ impl<'a> ContainerInputs<'a> {
             started: Some(self.started),
             container_id: state_id,
             stop_signal: self.stop_signal.as_ref().map(|s| s.to_string()),
+            volume_mounts: Some(self.volume_mounts.to_vec()).filter(|v| !v.is_empty()),
             allocated_resources: requirements(&allocated).requests,
             resources: Some(requirements(&actual))
                 .filter(|r| *r != ResourceRequirements::default()),
