@@ -9,6 +9,7 @@ mod api;
 mod api_clients;
 mod architecture;
 mod cli;
+mod conditions;
 mod deadline;
 mod devices;
 mod disks;

@@ -169,6 +169,11 @@ fn a_pod_for_another_os_or_with_resource_claims_is_refused_at_its_line() {
         "{out:?}"
     );
     assert!(!dir.file("state").exists(), "{out:?}");
+    let gates = "  readinessGates: [{conditionType: example.com/lb}, {conditionType: 'a b'}]\n";
+    assert_eq!(
+        errors(&validate_text("g.yaml", &pod("", gates))),
+        ["g.yaml:8:54: spec.readinessGates[1].conditionType: Invalid value: \"a b\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"]
+    );
     let linux = pod("kubernetes.io/os: linux, app: a", "  os: {name: linux}\n");
     let out = validate_text("l.yaml", &linux);
     assert_eq!((out.code(), out.stderr.as_str()), (0, ""), "{out:?}");

@@ -125,8 +125,16 @@ impl Pod {
     }
 
     /// PodScheduled, Initialized, ContainersReady and Ready, as pkg/kubelet/status/generate.go
-    /// computes them (pkg/kubelet/status/generate.go; docs/kubelet.md, Pod conditions).
+    /// computes them (pkg/kubelet/status/generate.go; docs/kubelet.md, Pod conditions), for a
+    /// pod whose readiness gates' conditions nobody set.
     pub fn conditions(&self) -> Vec<Condition> {
+        self.conditions_given(&[])
+    }
+
+    /// The conditions, given those set from outside (`others`: type and status, `True`,
+    /// `False` or `Unknown`), which the pod's `readinessGates` wait for: Ready is `True` only
+    /// once every gate's condition is `True` too (else `ReadinessGatesNotReady`).
+    pub fn conditions_given(&self, others: &[(String, String)]) -> Vec<Condition> {
         let cond = |kind, status, reason: Option<&str>, message: Option<String>| Condition {
             kind,
             status,
@@ -168,9 +176,26 @@ impl Pod {
             .filter(|&i| self.plan.containers[i].kind != Kind::Init && !self.is_ready(i))
             .map(|i| self.containers[i].name.as_str())
             .collect();
+        let gates: Vec<String> = (self.plan.readiness_gates.iter())
+            .filter_map(|gate| match others.iter().find(|(kind, _)| kind == gate) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate {gate:?} does not exist."
+                )),
+                Some((_, status)) if status != "True" => Some(format!(
+                    "the status of pod readiness gate {gate:?} is not \"True\", but {status}"
+                )),
+                Some(_) => None,
+            })
+            .collect();
         let ready = |kind| match self.phase {
             Phase::Succeeded => cond(kind, false, Some("PodCompleted"), None),
             Phase::Failed => cond(kind, false, Some("PodFailed"), None),
+            _ if unready.is_empty() && kind == "Ready" && !gates.is_empty() => cond(
+                kind,
+                false,
+                Some("ReadinessGatesNotReady"),
+                Some(gates.join(", ")),
+            ),
             _ if unready.is_empty() => cond(kind, true, None, None),
             _ => cond(
                 kind,

@@ -136,6 +136,9 @@ pub struct PodPlan {
     /// `activeDeadlineSeconds`: how long the pod may be active before it fails.
     #[cfg_attr(feature = "spec", serde(default))]
     pub active_deadline: Option<Duration>,
+    /// `readinessGates`: the condition types that must be `True` too before the pod is Ready.
+    #[cfg_attr(feature = "spec", serde(default))]
+    pub readiness_gates: Vec<String>,
 }
 
 /// Staged instrumentation as the state machine needs it: when stages change, and how long a

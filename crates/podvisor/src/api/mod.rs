@@ -14,6 +14,7 @@
 //! | `POST /restart` | whole-pod restart (202) |
 //! | `POST /restart?container=NAME` | restart of one container (202; 404 if unknown) |
 //! | `PATCH /resize` | an in-place resize (KEP-1287): the body is a patch of the Pod as `kubectl patch --subresource resize` sends it (`Content-Type` strategic-merge, merge or JSON patch); answers the Pod (200) or why not (422) |
+//! | `PATCH /status` | conditions of the pod's own, of types the node does not own (what `readinessGates` wait for): the body is a patch of the Pod as `kubectl patch --subresource status` sends it; answers the Pod (200) or why not (422) |
 //! | `POST /exec?container=NAME&command=ARG&command=...` | runs the command in the container with the descriptors passed with the request (`SCM_RIGHTS`: stdin, stdout, stderr, or stdout and stderr); answers once it ended: `{"exitCode":N}` (404 unknown container, 409 not running) |
 //!
 //! A slow, vanished or hostile client never holds the pod up: at most 512 clients at once (the
@@ -28,7 +29,7 @@ pub mod metrics;
 mod request;
 
 use request::{complete, content_length, parse_metrics_request};
-pub use request::{parse_request, PatchKind, Request};
+pub use request::{parse_request, PatchKind, Request, Subresource};
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -332,7 +333,7 @@ impl Server {
         }
         let end = conn.input.windows(4).position(|w| w == b"\r\n\r\n")?;
         let head = String::from_utf8_lossy(&conn.input[..end]).into_owned();
-        // A body (a resize's patch) is read whole before the request is answered.
+        // A body (a patch) is read whole before the request is answered.
         let length = content_length(&head);
         if length > MAX_REQUEST {
             self.reply(slot, 413, "request body too large\n", epoll);
@@ -347,7 +348,10 @@ impl Server {
             Listener::Tcp(_) => parse_metrics_request(&head),
         };
         match parsed {
-            Ok(Request::Resize { kind, .. }) => Some(Request::Resize {
+            Ok(Request::Patch {
+                subresource, kind, ..
+            }) => Some(Request::Patch {
+                subresource,
                 kind,
                 body: String::from_utf8_lossy(body).into_owned(),
             }),

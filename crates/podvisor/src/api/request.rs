@@ -22,11 +22,21 @@ pub enum Request {
         terminal: Option<(u16, u16)>,
     },
     Metrics,
-    /// A patch of the pod on its `resize` subresource (the body, as sent).
-    Resize {
+    /// A patch of the pod on one of its subresources (the body, as sent).
+    Patch {
+        subresource: Subresource,
         kind: PatchKind,
         body: String,
     },
+}
+
+/// What a patch may change: as `kubectl patch pod --subresource`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// `resize`: the containers' resources, in place (KEP-1287).
+    Resize,
+    /// `status`: the pod's conditions of types the node does not own (readiness gates').
+    Status,
 }
 
 /// How a patch is written (its `Content-Type`), as the API server reads one.
@@ -99,16 +109,21 @@ pub fn parse_request(head: &str) -> Result<Request, (u16, String)> {
             _ => Err((400, "exec needs container=NAME and command=ARG...\n".into())),
         },
         ("GET", "/metrics") => Ok(Request::Metrics),
-        ("PATCH", "/resize") => {
+        ("PATCH", "/resize" | "/status") => {
+            let subresource = match path {
+                "/resize" => Subresource::Resize,
+                _ => Subresource::Status,
+            };
             let kind = match header(head, "content-type").as_deref() {
                 None | Some("application/strategic-merge-patch+json") => PatchKind::Strategic,
                 Some("application/merge-patch+json") => PatchKind::Merge,
                 Some("application/json-patch+json") => PatchKind::Json,
                 Some(other) => {
-                    return Err((415, format!("the body of a resize is a strategic-merge, merge or JSON patch, not {other:?}\n")))
+                    return Err((415, format!("the body of a patch is a strategic-merge, merge or JSON patch, not {other:?}\n")))
                 }
             };
-            Ok(Request::Resize {
+            Ok(Request::Patch {
+                subresource,
                 kind,
                 body: String::new(),
             })
@@ -250,7 +265,11 @@ mod tests {
         assert_eq!(parse_request("garbage").unwrap_err().0, 400);
         assert_eq!(parse_request("GET /status SPDY/3").unwrap_err().0, 400);
         let resize = |head: &str| match parse_request(head) {
-            Ok(Request::Resize { kind, .. }) => Ok(kind),
+            Ok(Request::Patch {
+                subresource: Subresource::Resize,
+                kind,
+                ..
+            }) => Ok(kind),
             other => Err(other.map_err(|e| e.0)),
         };
         assert_eq!(resize("PATCH /resize HTTP/1.1"), Ok(PatchKind::Strategic));
@@ -267,6 +286,14 @@ mod tests {
             Err(Err(415))
         );
         assert_eq!(resize("GET /resize HTTP/1.1"), Err(Err(405)));
+        assert!(matches!(
+            parse_request("PATCH /status HTTP/1.1\r\nContent-Type: application/merge-patch+json"),
+            Ok(Request::Patch {
+                subresource: Subresource::Status,
+                kind: PatchKind::Merge,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -67,7 +67,8 @@ enum Command {
     Stop(control::StopArgs),
     /// Restart one container, or the whole pod.
     Restart(control::RestartArgs),
-    /// Resize a running pod's containers in place, as `kubectl patch pod --subresource resize`.
+    /// Resize a running pod's containers in place, or set its conditions, as `kubectl patch
+    /// pod --subresource resize|status`.
     Patch(control::PatchArgs),
     /// List pods, running and ended, as `kubectl get pods` does.
     Get(get::GetArgs),

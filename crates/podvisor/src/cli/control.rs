@@ -35,16 +35,20 @@ pub struct StopArgs {
 }
 
 /// `podvisor patch`'s arguments: as `kubectl patch pod --subresource resize`, an in-place
-/// resize of the running pod's containers' cpu and memory.
+/// resize of the running pod's containers' cpu and memory; as `kubectl patch pod
+/// --subresource status`, the pod's conditions of types the node does not own (what its
+/// readiness gates wait for).
 #[derive(Debug, clap::Args)]
 pub struct PatchArgs {
     #[command(flatten)]
     target: super::PodTarget,
-    /// The subresource to patch: `resize` (the only one that may change a running pod)
-    #[arg(long, value_name = "NAME", value_parser = ["resize"], required = true)]
+    /// The subresource to patch: `resize` (containers' resources) or `status` (conditions
+    /// of types the node does not own)
+    #[arg(long, value_name = "NAME", value_parser = ["resize", "status"], required = true)]
     subresource: String,
     /// The patch, JSON (or YAML), e.g.
     /// '{"spec":{"containers":[{"name":"app","resources":{"limits":{"memory":"256Mi"}}}]}}'
+    /// or '{"status":{"conditions":[{"type":"example.com/ready","status":"True"}]}}'
     #[arg(short, long, value_name = "PATCH", required = true)]
     patch: String,
     /// How the patch is written: a strategic merge patch (containers merged by name), a JSON
@@ -160,7 +164,8 @@ pub fn patch(c: PatchArgs) -> i32 {
         };
         let before: serde_json::Value =
             serde_json::from_str(&client::call(&dir, "GET", "/status")?).unwrap_or_default();
-        let r = client::request_with_body(&dir, "PATCH", "/resize", kind, &value.to_string())?;
+        let path = format!("/{}", c.subresource);
+        let r = client::request_with_body(&dir, "PATCH", &path, kind, &value.to_string())?;
         let code = r.code;
         let text = r.text()?;
         if code != 200 {
@@ -169,7 +174,11 @@ pub fn patch(c: PatchArgs) -> i32 {
         let pod: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| ClientError(format!("reading the answer: {e}")))?;
         let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-        match pod["spec"] != before["spec"] {
+        let changed = match c.subresource.as_str() {
+            "status" => pod["status"]["conditions"] != before["status"]["conditions"],
+            _ => pod["spec"] != before["spec"],
+        };
+        match changed {
             true => println!("pod/{name} patched"),
             false => println!("pod/{name} patched (no change)"),
         }

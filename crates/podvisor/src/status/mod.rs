@@ -101,14 +101,16 @@ pub fn time(at: SystemTime) -> Time {
 }
 
 /// The v1 Pod without its containers' statuses (`ContainerInputs` makes each, `LineCache`
-/// keeps them). `condition_times`: when each condition last changed status.
+/// keeps them). `condition_times`: when each condition last changed status; `outside`: the
+/// conditions set from outside, type and status, which the readiness gates wait for.
 pub fn pod(
     pod: &Pod,
     info: &PodInfo,
     condition_times: &BTreeMap<&'static str, SystemTime>,
+    outside: &[(String, String)],
 ) -> K8sPod {
     let conditions = pod
-        .conditions()
+        .conditions_given(outside)
         .into_iter()
         .map(|c| PodCondition {
             type_: c.kind.to_string(),

@@ -12,7 +12,7 @@ use super::instance::Instance;
 use super::scrape::{Job, Scraper, StatusSample, Via, Work};
 use super::Supervisor;
 use crate::api::metrics::{ContainerSample, PodSample, Usage};
-use crate::api::{Request, Watch};
+use crate::api::{Request, Subresource, Watch};
 use crate::status;
 
 impl Supervisor {
@@ -67,7 +67,16 @@ impl Supervisor {
                     self.feed(Input::RestartPod)?;
                 }
             }
-            Request::Resize { kind, body } => self.resize(slot, kind, &body)?,
+            Request::Patch {
+                subresource: Subresource::Resize,
+                kind,
+                body,
+            } => self.resize(slot, kind, &body)?,
+            Request::Patch {
+                subresource: Subresource::Status,
+                kind,
+                body,
+            } => self.patch_status(slot, kind, &body)?,
             Request::RestartContainer(name) => {
                 let found = self.pod.containers().iter().position(|c| c.name == name);
                 match found {
@@ -252,9 +261,11 @@ impl Supervisor {
             .iter()
             .map(|(k, (_, t))| (*k, *t))
             .collect();
-        let mut pod = status::pod(&self.pod, &self.info, &times);
+        let outside = self.outside.statuses();
+        let mut pod = status::pod(&self.pod, &self.info, &times, &outside);
         if let Some(conditions) = pod.status.as_mut().and_then(|st| st.conditions.as_mut()) {
             self.resize_conditions(conditions);
+            self.outside.show(conditions);
         }
         pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
         // Each container's status, made again only when what it is made from changed.
@@ -301,7 +312,7 @@ impl Supervisor {
     pub(super) fn after_changes(&mut self) {
         self.resize_conditions_changed();
         let now = SystemTime::now();
-        for c in self.pod.conditions() {
+        for c in self.pod.conditions_given(&self.outside.statuses()) {
             let entry = self
                 .condition_times
                 .entry(c.kind)

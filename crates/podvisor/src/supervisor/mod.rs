@@ -11,6 +11,7 @@
 //! runtime tears down the container's cgroup. podvisor is a child subreaper, so orphans come
 //! back to it and are reaped too.
 
+mod conditions;
 mod control;
 mod effects;
 pub mod events;
@@ -172,8 +173,10 @@ pub fn run(
     if !taken.resumed {
         dir.clear_logs()?;
     }
-    // A resumed pod keeps the resources its resizes allocated.
+    // A resumed pod keeps the resources its resizes allocated, and its conditions set from
+    // outside (readiness gates').
     resize::take_up(&dir, &mut info.spec, &mut plan, taken.resumed)?;
+    let outside = conditions::take_up(&dir, &mut taken, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
     let api = Server::bind(&dir.socket(), &epoll, TOKEN_API_LISTEN, TOKEN_API)?;
@@ -276,6 +279,7 @@ pub fn run(
         scan_delay: keep::test_setting(reap::TEST_SCAN_DELAY_ENV)
             .map_or(reap::REAP_SCAN_DELAY, std::time::Duration::from_millis),
         resizing,
+        outside,
         log_failing: vec![false; containers],
     };
     if let Some(k) = keeper {
@@ -412,6 +416,8 @@ struct Supervisor {
     scan_delay: std::time::Duration,
     /// In-place resizes: what each container's cgroup has, and the resize conditions.
     resizing: resize::Resizing,
+    /// The pod's conditions set from outside (`PATCH /status`).
+    outside: conditions::Outside,
     /// Which containers' logs cannot be written now (said once, see `drain_log`).
     log_failing: Vec<bool>,
 }

@@ -124,7 +124,7 @@ pub fn take_up(
 }
 
 /// A patch applied to the pod `doc` as the API server applies one of its kind.
-fn apply_patch(doc: &mut Value, kind: PatchKind, patch: &Value) -> Result<(), String> {
+pub(super) fn apply_patch(doc: &mut Value, kind: PatchKind, patch: &Value) -> Result<(), String> {
     match kind {
         PatchKind::Json => {
             let p: json_patch::Patch =
@@ -142,9 +142,9 @@ fn apply_patch(doc: &mut Value, kind: PatchKind, patch: &Value) -> Result<(), St
     }
 }
 
-/// A strategic merge patch, for what a pod's resize touches: objects merged key by key (`null`
-/// removes), lists of containers merged by `name` (an item not there is added), other lists
-/// replaced.
+/// A strategic merge patch, for what a resize or a status patch touches: objects merged key by
+/// key (`null` removes), lists of containers merged by `name` and of conditions by `type` (an
+/// item not there is added), other lists replaced.
 fn strategic_merge(doc: &mut Value, patch: &Value) {
     let Value::Object(fields) = patch else {
         *doc = patch.clone();
@@ -158,18 +158,23 @@ fn strategic_merge(doc: &mut Value, patch: &Value) {
             doc.as_object_mut().map(|m| m.remove(k));
             continue;
         }
-        let by_name = matches!(k.as_str(), "containers" | "initContainers");
-        match (doc.get_mut(k), v) {
-            (Some(Value::Array(items)), Value::Array(patches)) if by_name => {
+        // The lists' merge keys, as the API's types declare them.
+        let key = match k.as_str() {
+            "containers" | "initContainers" => Some("name"),
+            "conditions" => Some("type"),
+            _ => None,
+        };
+        match (doc.get_mut(k), v, key) {
+            (Some(Value::Array(items)), Value::Array(patches), Some(key)) => {
                 for p in patches {
-                    let name = &p["name"];
-                    match items.iter_mut().find(|i| &i["name"] == name) {
+                    let name = &p[key];
+                    match items.iter_mut().find(|i| &i[key] == name) {
                         Some(item) => strategic_merge(item, p),
                         None => items.push(p.clone()),
                     }
                 }
             }
-            (Some(existing), _) if v.is_object() => strategic_merge(existing, v),
+            (Some(existing), _, _) if v.is_object() => strategic_merge(existing, v),
             _ => {
                 doc[k] = v.clone();
             }

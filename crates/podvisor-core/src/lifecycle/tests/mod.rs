@@ -346,6 +346,7 @@ fn plan(policy: RestartPolicy, containers: &[(&str, Kind)]) -> PodPlan {
         sidecars_restart_in_termination: false,
         active_deadline: None,
         image_volumes: Vec::new(),
+        readiness_gates: Vec::new(),
     }
 }
 

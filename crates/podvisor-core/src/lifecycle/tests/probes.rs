@@ -72,6 +72,67 @@ fn conditions_follow_init_and_readiness() {
     );
 }
 
+#[test]
+fn readiness_gates_hold_ready_until_their_conditions_are_true() {
+    let mut p = plan(RestartPolicy::Never, &[("app", Kind::Main)]);
+    p.readiness_gates = vec!["example.com/lb".into(), "example.com/dns".into()];
+    let mut pod = Pod::new(p);
+    pod.step(Instant::ZERO, Input::Admit);
+    let ready = |pod: &Pod, others: &[(&str, &str)]| {
+        let others: Vec<(String, String)> = (others.iter())
+            .map(|(k, s)| (k.to_string(), s.to_string()))
+            .collect();
+        let all = pod.conditions_given(&others);
+        let show = |c: &Condition| {
+            let why = c.message.clone().or(c.reason.clone()).unwrap_or_default();
+            format!("{}={} {why}", c.kind, c.status)
+        };
+        [show(&all[2]), show(&all[3])]
+    };
+    // Containers not ready: Ready says so, as ContainersReady does; the gates come after.
+    assert_eq!(
+        ready(&pod, &[])[1],
+        "Ready=false containers with unready status: [app]"
+    );
+    let app = InstanceId {
+        container: 0,
+        instance: 1,
+    };
+    pod.step(Instant::ZERO, Input::Started(app, Instant::ZERO));
+    assert_eq!(
+        ready(&pod, &[]),
+        [
+            "ContainersReady=true ".to_string(),
+            "Ready=false corresponding condition of pod readiness gate \"example.com/lb\" does not exist., corresponding condition of pod readiness gate \"example.com/dns\" does not exist.".to_string(),
+        ]
+    );
+    let half = [("example.com/lb", "True"), ("example.com/dns", "Unknown")];
+    assert_eq!(
+        ready(&pod, &half)[1],
+        "Ready=false the status of pod readiness gate \"example.com/dns\" is not \"True\", but Unknown"
+    );
+    assert_eq!(
+        ready(&pod, &half[..1])[1].split(' ').next(),
+        Some("Ready=false")
+    );
+    let all = [
+        ("example.com/dns", "True"),
+        ("example.com/lb", "True"),
+        ("other", "False"),
+    ];
+    assert_eq!(ready(&pod, &all)[1], "Ready=true ");
+    // The reason is ReadinessGatesNotReady.
+    let others = vec![("example.com/lb".to_string(), "False".to_string())];
+    let r = &pod.conditions_given(&others)[3];
+    assert_eq!(r.reason.as_deref(), Some("ReadinessGatesNotReady"));
+    // A pod that ended is not Ready, gates or not.
+    pod.step(
+        Instant::from_millis(9),
+        Input::Exited(app, ExitStatus::Code(0).into()),
+    );
+    assert_eq!(ready(&pod, &all)[1], "Ready=false PodCompleted");
+}
+
 fn probe(delay: u64, period: u64, failure: u32) -> ProbePlan {
     ProbePlan {
         timing: ProbeTiming {

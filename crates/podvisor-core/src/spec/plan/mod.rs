@@ -253,6 +253,9 @@ pub fn plan(manifest: &Manifest, host: &HostFacts, backoff: BackoffPolicy) -> Ru
             active_deadline: (w.spec.active_deadline_seconds)
                 .filter(|s| *s > 0)
                 .map(|s| Duration::from_secs(s as u64)),
+            readiness_gates: (w.spec.readiness_gates.iter().flatten())
+                .map(|g| g.condition_type.clone())
+                .collect(),
         }),
         exec,
         staged_env: staged.map(|s| s.staged_env()).unwrap_or_default(),

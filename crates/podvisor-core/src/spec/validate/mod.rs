@@ -118,6 +118,15 @@ fn validate_pod_spec(spec: &PodSpec, manifest: &Manifest, p: &mut Problems<'_>) 
         p.push("containers", "Required value: at least one container");
     }
     admission::validate_admission(spec, p);
+    for (i, gate) in spec.readiness_gates.iter().flatten().enumerate() {
+        if let Some(why) = qualified_name(&gate.condition_type) {
+            let at = format!("readinessGates[{i}].conditionType");
+            p.push(
+                &at,
+                format!("Invalid value: {:?}: {why}", gate.condition_type),
+            );
+        }
+    }
     validate_downward_volumes(spec, p);
     validate_ephemeral(spec, p);
     dns::validate_dns(spec, p);
@@ -614,6 +623,33 @@ fn dns_subdomain(s: &str) -> Option<&'static str> {
         return Some("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character");
     }
     None
+}
+
+/// A qualified name, as label keys and condition types are (apimachinery's
+/// `IsQualifiedName`): an optional RFC 1123 subdomain prefix and `/`, then a name of at most
+/// 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
+pub fn qualified_name(s: &str) -> Option<&'static str> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, s),
+    };
+    if let Some(why) = prefix.and_then(|p| match p.is_empty() {
+        true => Some("prefix part must be non-empty"),
+        false => dns_subdomain(p).map(|_| "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
+    }) {
+        return Some(why);
+    }
+    let inner = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
+    let ends = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    if name.is_empty() {
+        Some("name part must be non-empty")
+    } else if name.len() > 63 {
+        Some("name part must be no more than 63 characters")
+    } else if !name.bytes().all(inner) || !ends(name.bytes().next()) || !ends(name.bytes().last()) {
+        Some("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character")
+    } else {
+        None
+    }
 }
 
 /// IANA service name, as for container port names: ≤ 15, lower-case alphanumerics and '-',

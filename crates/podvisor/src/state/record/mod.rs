@@ -84,6 +84,27 @@ pub fn decode_resize(text: &str) -> Result<ResizeRecord, RecordError> {
     }
 }
 
+/// The pod's conditions set from outside (`PATCH /status`): a pod taken up again keeps them.
+#[cfg(feature = "full")]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionsRecord {
+    pub conditions: Vec<k8s_openapi::api::core::v1::PodCondition>,
+}
+
+#[cfg(feature = "full")]
+pub fn encode_conditions(r: &ConditionsRecord) -> String {
+    encode("conditions", r)
+}
+
+#[cfg(feature = "full")]
+pub fn decode_conditions(text: &str) -> Result<ConditionsRecord, RecordError> {
+    match open(text, "conditions")? {
+        Body::Json(at, json) => read_json(at, json),
+        Body::V1(_) => Err(RecordError::NotState),
+    }
+}
+
 pub fn encode_init(r: &InitRecord) -> String {
     encode("init", r)
 }
