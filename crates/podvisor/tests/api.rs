@@ -104,6 +104,12 @@ fn status_is_a_real_pod_status() {
     );
     assert!(describe.stdout.contains("Events:"));
     assert!(describe.stdout.contains("BackOff"), "{}", describe.stdout);
+    // No container asks for cpu or memory: BestEffort, as the API server classes it.
+    assert!(
+        describe.stdout.contains("\nQoS Class:    BestEffort\n"),
+        "{}",
+        describe.stdout
+    );
     stop(&mut p);
 }
 

@@ -72,6 +72,20 @@ fn cpu_and_memory_resized_in_place_without_a_restart_and_kept_after_a_kill() {
         (64u64 << 20).to_string()
     );
 
+    // The first generation, which the status and its conditions observed (KEP-5067).
+    let generations = |s: &Value| {
+        let of = |kind: &str| condition(s, kind).map(|c| c["observedGeneration"].clone());
+        [
+            s["metadata"]["generation"].clone(),
+            s["status"]["observedGeneration"].clone(),
+            of("PodScheduled").unwrap_or_default(),
+            of("Ready").unwrap_or_default(),
+        ]
+    };
+    let s = status(&r);
+    assert_eq!(generations(&s), [1, 1, 1, 1].map(Value::from));
+    // Requests below limits: Burstable, which a resize may not change.
+    assert_eq!(s["status"]["qosClass"], "Burstable", "{s}");
     let out = patch(
         &r,
         r#"{"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"1","memory":"96Mi"},"requests":{"cpu":"500m"}}}]}}"#,
@@ -79,6 +93,8 @@ fn cpu_and_memory_resized_in_place_without_a_restart_and_kept_after_a_kill() {
     );
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(out.stdout, "pod/p patched");
+    // The spec changed: a new generation, observed.
+    assert_eq!(generations(&status(&r)), [2, 2, 1, 2].map(Value::from));
     // The same cgroup, changed: no restart.
     assert_eq!(read(&cpu, "cpu.cfs_quota_us"), "100000");
     assert_eq!(read(&cpu, "cpu.shares"), "512");
@@ -122,6 +138,7 @@ fn cpu_and_memory_resized_in_place_without_a_restart_and_kept_after_a_kill() {
         "{}",
         again.stderr
     );
+    assert_eq!(generations(&status(&r)), [2, 2, 1, 2].map(Value::from));
 
     // A run killed with -9: the next takes the pod up with what the resize allocated.
     p.signal("KILL");
@@ -138,6 +155,7 @@ fn cpu_and_memory_resized_in_place_without_a_restart_and_kept_after_a_kill() {
         s["spec"]["containers"][0]["resources"]["limits"]["cpu"],
         "1"
     );
+    assert_eq!(generations(&s), [2, 2, 1, 2].map(Value::from));
     assert_eq!(
         s["status"]["containerStatuses"][0]["allocatedResources"]["cpu"],
         "500m"

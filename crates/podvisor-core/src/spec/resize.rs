@@ -32,11 +32,20 @@ impl QosClass {
 
 /// The QoS class of `spec`: BestEffort when no container requests or limits cpu or memory;
 /// Guaranteed when every container limits both and requests what it limits (a request left
-/// out is the limit); Burstable otherwise.
+/// out is the limit); Burstable otherwise. A pod with resources of its own (KEP-2837) is
+/// classed by them alone, as `ComputePodQOS` does.
 pub fn qos_class(spec: &PodSpec) -> QosClass {
-    let all: Vec<Resources> = super::containers_in_order(spec, "")
-        .map(|(_, _, c)| Resources::of(c.resources.as_ref()))
-        .collect();
+    let pod = Resources::of(spec.resources.as_ref());
+    let pod_level = pod.cpu_request.is_some()
+        || pod.memory_request.is_some()
+        || pod.cpu_limit.is_some()
+        || pod.memory_limit.is_some();
+    let all: Vec<Resources> = match pod_level {
+        true => vec![pod],
+        false => super::containers_in_order(spec, "")
+            .map(|(_, _, c)| Resources::of(c.resources.as_ref()))
+            .collect(),
+    };
     let none = all.iter().all(|r| {
         r.cpu_request.unwrap_or(0) == 0
             && r.memory_request.unwrap_or(0) == 0
@@ -336,6 +345,11 @@ mod tests {
             qos_class(&spec("containers:\n- name: a\n")),
             QosClass::BestEffort
         );
+        // Resources of the pod's own class it, whatever its containers say (KEP-2837).
+        let pod = "resources: {limits: {cpu: '1', memory: 64Mi}}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 100m}}\n";
+        assert_eq!(qos_class(&spec(pod)), QosClass::Guaranteed);
+        let pod = "resources: {requests: {memory: 64Mi}}\ncontainers:\n- name: a\n  resources: {limits: {cpu: '1', memory: 64Mi}}\n";
+        assert_eq!(qos_class(&spec(pod)), QosClass::Burstable);
     }
 
     #[test]

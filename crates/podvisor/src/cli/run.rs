@@ -226,6 +226,10 @@ fn read_manifest(a: &RunArgs) -> Result<(RunPlan, PodInfo), i32> {
             .map(volume_mount_statuses)
             .collect(),
         images,
+        generation: 1,
+        qos_class: podvisor_core::spec::resize::qos_class(&w.spec)
+            .as_str()
+            .to_string(),
         created: std::time::SystemTime::now(),
     };
     Ok((run_plan, info))

@@ -53,7 +53,19 @@ pub struct PodInfo {
     /// resolved to `Enabled` or `Disabled` (what this kernel does with `IfPossible`).
     #[serde(default)]
     pub volume_mounts: Vec<Vec<VolumeMountStatus>>,
+    /// `metadata.generation`: 1, and one more for each resize that changed the spec, as the
+    /// API server counts a pod's generations (KEP-5067); also the status's
+    /// `observedGeneration` and its conditions'.
+    #[serde(default = "first_generation")]
+    pub generation: i64,
+    /// `status.qosClass`, as the API server sets it at creation (a resize may not change it).
+    #[serde(default)]
+    pub qos_class: String,
     pub created: SystemTime,
+}
+
+fn first_generation() -> i64 {
+    1
 }
 
 /// An event as the API serves it and `--events` writes it, one JSON object per line
@@ -116,6 +128,11 @@ pub fn pod(
             type_: c.kind.to_string(),
             status: if c.status { "True" } else { "False" }.to_string(),
             last_transition_time: condition_times.get(c.kind).map(|t| time(*t)),
+            // The scheduler's, written once at the first generation; the kubelet's, now.
+            observed_generation: Some(match c.kind {
+                "PodScheduled" => 1,
+                _ => info.generation,
+            }),
             reason: c.reason,
             message: c.message,
             ..Default::default()
@@ -132,6 +149,8 @@ pub fn pod(
         pod_ip: Some(POD_IP.into()),
         pod_ips: Some(vec![PodIP { ip: POD_IP.into() }]),
         start_time: Some(time(info.created)),
+        observed_generation: Some(info.generation),
+        qos_class: Some(info.qos_class.clone()).filter(|q| !q.is_empty()),
         ..Default::default()
     };
     K8sPod {
@@ -314,6 +333,7 @@ fn metadata(pod: &Pod, info: &PodInfo) -> ObjectMeta {
         name: Some(info.name.clone()),
         namespace: Some(info.namespace.clone()),
         uid: Some(info.uid.clone()),
+        generation: Some(info.generation),
         creation_timestamp: Some(time(info.created)),
         labels: (!info.labels.is_empty()).then(|| info.labels.clone()),
         annotations: Some(annotations),

@@ -405,6 +405,9 @@ fn describe_pod(pod: &Pod) -> String {
         let _ = writeln!(o, "Message:      {}", text(&status.message));
     }
     let _ = writeln!(o, "IP:           {}", text(&status.pod_ip));
+    if let Some(qos) = &status.qos_class {
+        let _ = writeln!(o, "QoS Class:    {qos}");
+    }
     let restarts = annotation(pod, "podvisor.io/pod-restarts").unwrap_or_default();
     let _ = writeln!(o, "Pod Restarts: {restarts}");
     if let Some(n) = annotation(pod, "podvisor.io/all-containers-restarts") {

@@ -16,7 +16,6 @@ use serde_json::Value;
 use podvisor_core::lifecycle::EventType;
 
 use super::persist::{pod_note, TakenUp};
-use super::resize::apply_patch;
 use super::Supervisor;
 use crate::api::PatchKind;
 use crate::state::record::{decode_conditions, encode_conditions, ConditionsRecord};
@@ -134,19 +133,10 @@ impl Supervisor {
         kind: PatchKind,
         body: &str,
     ) -> io::Result<()> {
-        let invalid = |why: String| format!("The Pod {:?} is invalid: {why}\n", self.info.name);
-        let patch: Value = match serde_json::from_str(body) {
-            Ok(v) => v,
-            Err(e) => {
-                let msg = format!("the patch is not JSON: {e}\n");
-                self.api.reply(slot, 400, &msg, &self.epoll);
-                return Ok(());
-            }
-        };
+        let name = self.info.name.clone();
+        let invalid = |why: String| format!("The Pod {name:?} is invalid: {why}\n");
         let mut doc: Value = serde_json::from_str(&self.status_json()).unwrap_or_default();
-        if let Err(e) = apply_patch(&mut doc, kind, &patch) {
-            let msg = invalid(format!("the patch cannot be applied: {e}"));
-            self.api.reply(slot, 422, &msg, &self.epoll);
+        if !self.patched(slot, kind, body, &mut doc) {
             return Ok(());
         }
         let now = crate::status::time(std::time::SystemTime::now());

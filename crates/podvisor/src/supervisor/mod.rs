@@ -175,7 +175,7 @@ pub fn run(
     }
     // A resumed pod keeps the resources its resizes allocated, and its conditions set from
     // outside (readiness gates').
-    resize::take_up(&dir, &mut info.spec, &mut plan, taken.resumed)?;
+    resize::take_up(&dir, &mut info, &mut plan, taken.resumed)?;
     let outside = conditions::take_up(&dir, &mut taken, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;

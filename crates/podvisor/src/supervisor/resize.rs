@@ -24,7 +24,7 @@ use crate::api::PatchKind;
 use crate::cgroup::Resource;
 use crate::state::record::{decode_resize, encode_resize, RecordError, ResizeRecord};
 use crate::state::{StateDir, StateError, StateFile};
-use crate::status::SpecJson;
+use crate::status::{PodInfo, SpecJson};
 
 /// The state dir's file of the allocation a resize made.
 const RECORD: &str = "resize";
@@ -81,14 +81,16 @@ impl Resizing {
     }
 }
 
-/// Takes up the allocation an earlier run of this pod saved (`resumed`), into `spec` (the
-/// manifest's, as JSON) and so into the plan made from it; a new pod forgets it.
+/// Takes up the allocation an earlier run of this pod saved (`resumed`), into its spec (the
+/// manifest's, as JSON) and so into the plan made from it, with the generation it made;
+/// a new pod forgets it.
 pub fn take_up(
     dir: &StateDir,
-    spec: &mut SpecJson,
+    info: &mut PodInfo,
     plan: &mut RunPlan,
     resumed: bool,
 ) -> Result<(), StateError> {
+    let spec = &mut info.spec;
     let file = StateFile::new(dir.path(), RECORD)?;
     if !resumed {
         return file.remove();
@@ -115,6 +117,7 @@ pub fn take_up(
     }
     let parsed: PodSpec = serde_json::from_value(value.clone()).map_err(unusable)?;
     *spec = SpecJson::new(&value);
+    info.generation = record.generation.unwrap_or(2);
     let allocation = allocate(&parsed);
     for (x, (_, r)) in plan.exec.iter_mut().zip(&allocation.containers) {
         x.resources = *r;
@@ -124,7 +127,7 @@ pub fn take_up(
 }
 
 /// A patch applied to the pod `doc` as the API server applies one of its kind.
-pub(super) fn apply_patch(doc: &mut Value, kind: PatchKind, patch: &Value) -> Result<(), String> {
+fn apply_patch(doc: &mut Value, kind: PatchKind, patch: &Value) -> Result<(), String> {
     match kind {
         PatchKind::Json => {
             let p: json_patch::Patch =
@@ -199,15 +202,8 @@ impl Supervisor {
     /// `PATCH /resize`: the patch applied, checked and accepted (the Pod, 200) or refused
     /// (422, as the API server words it); then the kubelet's part.
     pub(super) fn resize(&mut self, slot: usize, kind: PatchKind, body: &str) -> io::Result<()> {
-        let invalid = |why: String| format!("The Pod {:?} is invalid: {why}\n", self.info.name);
-        let patch: Value = match serde_json::from_str(body) {
-            Ok(v) => v,
-            Err(e) => {
-                let msg = format!("the patch is not JSON: {e}\n");
-                self.api.reply(slot, 400, &msg, &self.epoll);
-                return Ok(());
-            }
-        };
+        let name = self.info.name.clone();
+        let invalid = |why: String| format!("The Pod {name:?} is invalid: {why}\n");
         let current = match self.info.spec.value() {
             Ok(v) => v,
             Err(e) => {
@@ -217,9 +213,7 @@ impl Supervisor {
             }
         };
         let mut doc = serde_json::json!({"spec": current.clone()});
-        if let Err(e) = apply_patch(&mut doc, kind, &patch) {
-            let msg = invalid(format!("the patch cannot be applied: {e}"));
-            self.api.reply(slot, 422, &msg, &self.epoll);
+        if !self.patched(slot, kind, body, &mut doc) {
             return Ok(());
         }
         let new_json = doc["spec"].take();
@@ -246,6 +240,8 @@ impl Supervisor {
             return Ok(());
         }
         if new_json != current {
+            // A change of the spec is a new generation, as the API server counts them.
+            self.info.generation += 1;
             self.info.spec = SpecJson::new(&new_json);
             self.sync_resize(&new)?;
         }
@@ -253,6 +249,32 @@ impl Supervisor {
         self.api.reply(slot, 200, &body, &self.epoll);
         self.after_changes();
         Ok(())
+    }
+
+    /// A patch's `body` applied to `doc` as the API server applies one of its `kind`; false
+    /// once the answer says why not (400: not JSON; 422: it cannot be applied).
+    pub(super) fn patched(
+        &mut self,
+        slot: usize,
+        kind: PatchKind,
+        body: &str,
+        doc: &mut Value,
+    ) -> bool {
+        let applied = serde_json::from_str(body)
+            .map_err(|e| (400, format!("the patch is not JSON: {e}\n")))
+            .and_then(|patch: Value| {
+                apply_patch(doc, kind, &patch).map_err(|e| {
+                    let why = format!("the patch cannot be applied: {e}");
+                    (
+                        422,
+                        format!("The Pod {:?} is invalid: {why}\n", self.info.name),
+                    )
+                })
+            });
+        if let Err((code, msg)) = &applied {
+            self.api.reply(slot, *code, msg, &self.epoll);
+        }
+        applied.is_ok()
     }
 
     /// The kubelet's pod sync for a resize: admit the desired resources or say why not, then
@@ -290,7 +312,10 @@ impl Supervisor {
 
     /// Saves the allocation (each container's resources as `spec` has them).
     fn save_allocation(&self, spec: &PodSpec) -> Result<(), StateError> {
-        let mut record = ResizeRecord::default();
+        let mut record = ResizeRecord {
+            generation: Some(self.info.generation),
+            ..ResizeRecord::default()
+        };
         let init = spec.init_containers.iter().flatten();
         for c in init.chain(&spec.containers) {
             let r = c.resources.clone().unwrap_or_default();
@@ -499,6 +524,7 @@ impl Supervisor {
                 reason,
                 message,
                 last_transition_time: Some(crate::status::time(at)),
+                observed_generation: Some(self.info.generation),
                 ..Default::default()
             });
         };

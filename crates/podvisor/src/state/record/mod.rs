@@ -71,6 +71,10 @@ pub fn decode_pod(text: &str) -> Result<PodRecord, RecordError> {
 #[serde(deny_unknown_fields)]
 pub struct ResizeRecord {
     pub containers: std::collections::BTreeMap<String, serde_json::Value>,
+    /// The pod's `metadata.generation` once the resize changed its spec (none: written by a
+    /// podvisor of before 2026-12, read as 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
 }
 
 pub fn encode_resize(r: &ResizeRecord) -> String {
