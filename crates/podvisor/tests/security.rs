@@ -68,9 +68,16 @@ fn users_groups_capabilities_and_filters_are_the_manifests() {
         "{capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, allowPrivilegeEscalation: false, seccompProfile: {type: RuntimeDefault}}",
         "id -u",
     );
-    let (_r, lines) = run_to_end(&pod, &[]);
+    let (r, lines) = run_to_end(&pod, &[]);
     let f = fields(&lines);
     assert_eq!(f["Uid"], "1000 1000 1000 1000", "{lines:?}");
+    // The status says so, as CRI reports a container's user (KEP-3619): the primary group,
+    // then fsGroup and supplementalGroups, in the order they are given.
+    let s: Value = serde_json::from_str(&client(&r, &["status", "-o", "json"]).stdout).unwrap();
+    assert_eq!(
+        s["status"]["containerStatuses"][0]["user"],
+        serde_json::json!({"linux": {"uid": 1000, "gid": 1000, "supplementalGroups": [1000, 3000, 2000]}})
+    );
     assert_eq!(f["Gid"], "1000 1000 1000 1000");
     // The primary group, then fsGroup and supplementalGroups (the kernel sorts them).
     assert_eq!(f["Groups"], "1000 2000 3000");

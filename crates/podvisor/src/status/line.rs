@@ -362,6 +362,7 @@ mod tests {
             image_id: Cow::Borrowed(""),
             stop_signal: None,
             volume_mounts: Cow::Borrowed(&[]),
+            user: None,
             resources: [Resources::default(); 2],
         };
         Case {

@@ -17,8 +17,8 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{
     ContainerState as K8sState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod as K8sPod, PodCondition, PodIP, PodStatus,
-    ResourceRequirements, VolumeMountStatus,
+    ContainerStateWaiting, ContainerStatus, ContainerUser, HostIP, LinuxContainerUser,
+    Pod as K8sPod, PodCondition, PodIP, PodStatus, ResourceRequirements, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use podvisor_core::clock::Instant;
@@ -179,19 +179,32 @@ pub struct ContainerInputs<'a> {
     pub stop_signal: Option<Cow<'a, str>>,
     /// Its mounts (from the manifest, the same for the pod's life).
     pub volume_mounts: Cow<'a, [VolumeMountStatus]>,
+    /// Who its process runs as (`user.linux`), once an instance was made.
+    pub user: Option<Identity<'a>>,
     /// The resources allocated, and those applied to the instance (its allocation when it
     /// does not run).
     pub resources: [Resources; 2],
 }
 
+/// The identity a container's process runs as: its user, its group and its supplementary
+/// groups (the primary one among them), as CRI reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Cow<'a, [u32]>,
+}
+
 impl<'a> ContainerInputs<'a> {
-    /// Container `i`'s: `pid_of` gives the process ID of one of its instances, if it ran.
+    /// Container `i`'s: `pid_of` gives the process ID of one of its instances, if it ran;
+    /// `identity`, who its instances run as.
     pub fn of(
         pod: &'a Pod,
         info: &'a PodInfo,
         i: usize,
         pid_of: &dyn Fn(usize, u32) -> Option<i32>,
         resources: [Resources; 2],
+        identity: Identity<'a>,
     ) -> Self {
         let c = &pod.containers()[i];
         let waiting = matches!(c.state, ContainerState::Waiting { .. });
@@ -216,6 +229,9 @@ impl<'a> ContainerInputs<'a> {
             image_id: text(&info.image_ids),
             stop_signal: info.stop_signals.get(i).map(|s| Cow::Borrowed(s.as_str())),
             volume_mounts: Cow::Borrowed(info.volume_mounts.get(i).map_or(&[][..], Vec::as_slice)),
+            // As a runtime reports it: of a container it made (which a waiting one that never
+            // ran is not).
+            user: (c.instance > 0).then_some(identity),
             resources,
         }
     }
@@ -238,6 +254,7 @@ impl<'a> ContainerInputs<'a> {
             image_id,
             stop_signal,
             volume_mounts,
+            user,
             resources,
         } = self;
         debug_assert!(*name == kept.name && *image == kept.image);
@@ -251,6 +268,7 @@ impl<'a> ContainerInputs<'a> {
             && *last_state == kept.last_state
             && *image_id == kept.image_id
             && *stop_signal == kept.stop_signal
+            && *user == kept.user
     }
 
     /// An owned copy.
@@ -268,6 +286,11 @@ impl<'a> ContainerInputs<'a> {
             image_id: own(&self.image_id),
             stop_signal: self.stop_signal.as_ref().map(own),
             volume_mounts: Cow::Owned(self.volume_mounts.to_vec()),
+            user: self.user.as_ref().map(|u| Identity {
+                uid: u.uid,
+                gid: u.gid,
+                groups: Cow::Owned(u.groups.to_vec()),
+            }),
             resources: self.resources,
         }
     }
@@ -294,6 +317,14 @@ impl<'a> ContainerInputs<'a> {
             container_id: state_id,
             stop_signal: self.stop_signal.as_ref().map(|s| s.to_string()),
             volume_mounts: Some(self.volume_mounts.to_vec()).filter(|v| !v.is_empty()),
+            user: self.user.as_ref().map(|u| ContainerUser {
+                linux: Some(LinuxContainerUser {
+                    uid: i64::from(u.uid),
+                    gid: i64::from(u.gid),
+                    supplemental_groups: Some(u.groups.iter().map(|g| i64::from(*g)).collect())
+                        .filter(|g: &Vec<i64>| !g.is_empty()),
+                }),
+            }),
             allocated_resources: requirements(&allocated).requests,
             resources: Some(requirements(&actual))
                 .filter(|r| *r != ResourceRequirements::default()),

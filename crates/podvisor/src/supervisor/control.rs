@@ -275,7 +275,23 @@ impl Supervisor {
         let mut containers = status::ContainerParts::default();
         for (i, p) in self.pod.plan().containers.iter().enumerate() {
             let resources = self.resize_resources(i);
-            let inputs = status::ContainerInputs::of(&self.pod, &self.info, i, &pid_of, resources);
+            let creds = &self.credentials[i];
+            // Without root and user namespaces, the process keeps podvisor's own identity.
+            let identity = match creds.change_identity {
+                true => status::Identity {
+                    uid: creds.uid,
+                    gid: creds.gid,
+                    groups: std::borrow::Cow::Borrowed(&creds.groups),
+                },
+                false => status::Identity {
+                    uid: crate::process::sys::getuid(),
+                    gid: crate::process::sys::getgid(),
+                    groups: std::borrow::Cow::Borrowed(&[]),
+                },
+            };
+            let info = &self.info;
+            let inputs =
+                status::ContainerInputs::of(&self.pod, info, i, &pid_of, resources, identity);
             let json = cache.container(i, &inputs, &wall);
             match p.kind {
                 Kind::Main => containers.main.push(json),
