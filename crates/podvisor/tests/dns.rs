@@ -151,7 +151,7 @@ fn a_pod_sharing_the_hosts_root_itself_is_refused_and_bad_values_at_their_line()
     assert_eq!(out.code(), 2, "{out:?}");
     assert!(
         out.stderr
-            .contains("container \"app\": spec.hostAliases needs a root of its own"),
+            .contains("container \"app\": hostAliases needs a root of its own"),
         "{}",
         out.stderr
     );

@@ -237,10 +237,10 @@ impl<'a> ContainerInputs<'a> {
     }
 
     /// Whether these inputs make the same status as `kept`, made for the same container of
-    /// the same pod. Its name, image and mounts come from the manifest and stay what they were for
-    /// the pod's life, so they are not compared again: with 100 containers a line would read
-    /// 200 more strings, each elsewhere in memory, to learn that nothing changed. The rest is
-    /// compared whole (a field added to the inputs must be named here).
+    /// the same pod. Its name, image and mounts come from the manifest and stay what they were
+    /// for the pod's life, so they are not compared again: with 100 containers a line would
+    /// read 200 more strings, each elsewhere in memory, to learn that nothing changed. The
+    /// rest is compared whole (a field added to the inputs must be named here).
     pub fn same_as(&self, kept: &ContainerInputs) -> bool {
         let ContainerInputs {
             name,

@@ -11,6 +11,7 @@
 use std::io;
 
 use k8s_openapi::api::core::v1::PodCondition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use podvisor_core::lifecycle::EventType;
@@ -90,7 +91,7 @@ pub fn take_up(dir: &StateDir, taken: &mut TakenUp, reset: bool) -> Result<Outsi
 
 /// The conditions of the patched status that are not the node's, checked as the API server
 /// checks a status update; their transition times kept while their status stays, else now.
-fn kept(patched: &Value, before: &[PodCondition], now: &str) -> Result<Vec<PodCondition>, String> {
+fn kept(patched: &Value, before: &[PodCondition], now: &Time) -> Result<Vec<PodCondition>, String> {
     let list = patched.get("conditions").cloned().unwrap_or(Value::Null);
     let all: Vec<PodCondition> = match list {
         Value::Null => Vec::new(),
@@ -115,7 +116,7 @@ fn kept(patched: &Value, before: &[PodCondition], now: &str) -> Result<Vec<PodCo
             let same = before.iter().find(|b| b.type_ == c.type_);
             c.last_transition_time = match same {
                 Some(b) if b.status == c.status => b.last_transition_time.clone(),
-                _ => serde_json::from_value(Value::from(now)).ok(),
+                _ => Some(now.clone()),
             };
         }
         kept.push(c);
@@ -140,9 +141,7 @@ impl Supervisor {
             return Ok(());
         }
         let now = crate::status::time(std::time::SystemTime::now());
-        let now = serde_json::to_value(now).unwrap_or_default();
-        let now = now.as_str().unwrap_or_default();
-        let conditions = match kept(&doc["status"], &self.outside.conditions, now) {
+        let conditions = match kept(&doc["status"], &self.outside.conditions, &now) {
             Ok(c) => c,
             Err(why) => {
                 self.api.reply(slot, 422, &invalid(why), &self.epoll);
@@ -182,13 +181,14 @@ mod tests {
         ]))
         .unwrap();
         let now = "2026-12-07T10:00:00Z";
+        let at: Time = serde_json::from_value(json!(now)).unwrap();
         let patched = json!({"phase": "Running", "conditions": [
             {"type": "Ready", "status": "True"},
             {"type": "example.com/lb", "status": "True"},
             {"type": "example.com/dns", "status": "True"},
             {"type": "gate", "status": "False", "reason": "Waiting", "lastTransitionTime": "2026-02-01T00:00:00Z"},
         ]});
-        let got = serde_json::to_value(kept(&patched, &before, now).unwrap()).unwrap();
+        let got = serde_json::to_value(kept(&patched, &before, &at).unwrap()).unwrap();
         assert_eq!(
             got,
             json!([
@@ -200,19 +200,19 @@ mod tests {
             ])
         );
         let bad = json!({"conditions": [{"type": "a b", "status": "True"}]});
-        assert!(kept(&bad, &[], now)
+        assert!(kept(&bad, &[], &at)
             .unwrap_err()
             .starts_with("status.conditions[0].type: Invalid value: \"a b\""));
         let twice = json!({"conditions": [{"type": "g", "status": "True"}, {"type": "g", "status": "False"}]});
         assert_eq!(
-            kept(&twice, &[], now).unwrap_err(),
+            kept(&twice, &[], &at).unwrap_err(),
             "status.conditions[1].type: Duplicate value: \"g\""
         );
         let no_status = json!({"conditions": [{"type": "g"}]});
         assert_eq!(
-            kept(&no_status, &[], now).unwrap_err(),
+            kept(&no_status, &[], &at).unwrap_err(),
             "status.conditions[0].status: Required value"
         );
-        assert_eq!(kept(&json!({}), &before, now).unwrap(), []);
+        assert_eq!(kept(&json!({}), &before, &at).unwrap(), []);
     }
 }

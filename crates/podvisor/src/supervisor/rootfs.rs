@@ -306,10 +306,12 @@ fn host_files_fit(plan: &RunPlan) -> Result<(), RunError> {
     if plan.root_from_image || !plan.dns.differs_from_host() {
         return Ok(());
     }
+    // Named as the pod's other fields are here (`volumes[].image`): a Deployment's is under
+    // `spec.template.spec`.
     let field = match &plan.dns {
-        d if !d.host_aliases.is_empty() => "spec.hostAliases",
-        d if d.config.is_some() => "spec.dnsConfig",
-        _ => "spec.dnsPolicy",
+        d if !d.host_aliases.is_empty() => "hostAliases",
+        d if d.config.is_some() => "dnsConfig",
+        _ => "dnsPolicy",
     };
     let no_root = sys::getuid() != 0 && !sys::user_namespaces_work();
     let shared = (plan.exec.iter().zip(&plan.pod.containers))
