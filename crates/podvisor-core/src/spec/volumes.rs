@@ -100,6 +100,18 @@ impl RecursiveReadOnly {
             _ => RecursiveReadOnly::Disabled,
         }
     }
+
+    /// Whether a mount (`read_only` or not) is read-only below it too, as the kubelet
+    /// resolves the mode, `kernel_can` saying whether this kernel makes recursive read-only
+    /// mounts: `IfPossible` where it can and the mount is read-only; `None`: `Enabled` where it
+    /// cannot (the container does not start, and the kubelet reports `Disabled`).
+    pub fn resolve(self, read_only: bool, kernel_can: bool) -> Option<bool> {
+        match self {
+            RecursiveReadOnly::Disabled => Some(false),
+            RecursiveReadOnly::IfPossible => Some(read_only && kernel_can),
+            RecursiveReadOnly::Enabled => kernel_can.then_some(true),
+        }
+    }
 }
 
 /// A pod volume as podvisor provides it.
@@ -304,4 +316,32 @@ fn downward_files<'a>(
             Some((it.path.clone(), value.into_bytes(), m))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecursiveReadOnly::{self, Disabled, Enabled, IfPossible};
+
+    #[test]
+    fn recursive_read_only_resolves_as_the_kubelet_resolves_it() {
+        let table: [(RecursiveReadOnly, bool, bool, Option<bool>); 8] = [
+            (Disabled, true, true, Some(false)),
+            (Disabled, true, false, Some(false)),
+            (IfPossible, true, true, Some(true)),
+            (IfPossible, true, false, Some(false)),
+            (IfPossible, false, true, Some(false)),
+            (Enabled, true, true, Some(true)),
+            (Enabled, true, false, None),
+            (Enabled, false, false, None),
+        ];
+        for (mode, read_only, kernel_can, want) in table {
+            assert_eq!(
+                mode.resolve(read_only, kernel_can),
+                want,
+                "{mode:?} {read_only} {kernel_can}"
+            );
+        }
+        assert_eq!(RecursiveReadOnly::of(Some("IfPossible")), IfPossible);
+        assert_eq!(RecursiveReadOnly::of(None), Disabled);
+    }
 }

@@ -237,18 +237,17 @@ fn read_manifest(a: &RunArgs) -> Result<(RunPlan, PodInfo), i32> {
 
 /// A container's `volumeMounts` as the kubelet reports them in its status (the gate
 /// RecursiveReadOnlyMounts, on since 1.31): a read-only mount's `recursiveReadOnly` resolved
-/// to `Enabled` (`Enabled`, or `IfPossible` where this kernel has recursive read-only mounts)
-/// or `Disabled`; a writable mount's left out.
+/// as the mount is made, `Enabled` or `Disabled`; a writable mount's left out.
 fn volume_mount_statuses(
     c: &k8s_openapi::api::core::v1::Container,
 ) -> Vec<k8s_openapi::api::core::v1::VolumeMountStatus> {
     let status = |m: &k8s_openapi::api::core::v1::VolumeMount| {
+        use podvisor_core::spec::volumes::RecursiveReadOnly;
         let read_only = m.read_only == Some(true);
-        let recursive = match m.recursive_read_only.as_deref() {
-            Some("Enabled") => true,
-            Some("IfPossible") => sys::recursive_read_only_mounts(),
-            _ => false,
-        };
+        let mode = RecursiveReadOnly::of(m.recursive_read_only.as_deref());
+        // As the mount is made; `Enabled` where the kernel cannot: the kubelet's `Disabled`.
+        let recursive =
+            (mode.resolve(read_only, sys::recursive_read_only_mounts())).unwrap_or(false);
         let mode = if recursive { "Enabled" } else { "Disabled" };
         k8s_openapi::api::core::v1::VolumeMountStatus {
             name: m.name.clone(),

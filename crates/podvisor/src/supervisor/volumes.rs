@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 
 use podvisor_core::security::VolumeOwnership;
 use podvisor_core::spec::plan::ContainerExec;
-use podvisor_core::spec::volumes::{
-    HostPathType, MountPlan, Propagation, RecursiveReadOnly, VolumePlan,
-};
+use podvisor_core::spec::volumes::{HostPathType, MountPlan, Propagation, VolumePlan};
 
 use crate::image::merged;
 use crate::mountinfo::Mount;
@@ -513,22 +511,19 @@ fn own_tree(path: &Path, gid: u32, mask: u32) -> io::Result<()> {
     let mode = meta.mode() & 0o7777 | mask;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
+
 /// A volume mount's `mountPropagation` and `recursiveReadOnly` as the runtime applies them:
 /// (a slave of the host's mount, read-only below it too). `HostToContainer` needs the host's
 /// mount holding `source` to pass mounts on, as containerd checks; `Enabled` needs a kernel
 /// that makes recursive read-only mounts, which `IfPossible` uses where there is one, as the
 /// kubelet resolves them. `Err` says why the container cannot start.
 fn mount_options(m: &MountPlan, source: &Path, read_only: bool) -> Result<(bool, bool), String> {
-    let recursive = match m.recursive_read_only {
-        RecursiveReadOnly::Disabled => false,
-        RecursiveReadOnly::IfPossible => read_only && sys::recursive_read_only_mounts(),
-        RecursiveReadOnly::Enabled if !sys::recursive_read_only_mounts() => {
-            return Err(format!(
-                "volume {:?}: recursiveReadOnly Enabled needs recursive read-only mounts (mount_setattr(2), Linux 5.12), which this kernel does not have",
-                m.volume
-            ))
-        }
-        RecursiveReadOnly::Enabled => true,
+    let kernel_can = sys::recursive_read_only_mounts();
+    let Some(recursive) = m.recursive_read_only.resolve(read_only, kernel_can) else {
+        return Err(format!(
+            "volume {:?}: recursiveReadOnly Enabled needs recursive read-only mounts (mount_setattr(2), Linux 5.12), which this kernel does not have",
+            m.volume
+        ));
     };
     if m.propagation != Propagation::HostToContainer {
         return Ok((false, recursive));
