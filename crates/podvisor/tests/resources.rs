@@ -481,7 +481,7 @@ fn pod_level_resources_are_checked_and_refused_on_cgroup_v1() {
     let out = good.cmd(&[]).output();
     assert_eq!(out.code(), 2, "{out:?}");
     assert!(
-        out.stderr.contains("spec.resources needs cgroup v2")
+        out.stderr.contains("the pod: resources needs cgroup v2")
             && out.stderr.contains("this host mounts cgroup v1"),
         "{out:?}"
     );

@@ -170,7 +170,7 @@ fn a_host_mount_gone_since_the_run_started_is_left_out() {
 }
 
 /// Whether `nobody` may make user namespaces here (rootless containers).
-fn user_namespaces_for_nobody() -> bool {
+pub fn user_namespaces_for_nobody() -> bool {
     Run::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .args(["unshare", "-U", "-r", "true"])

@@ -93,6 +93,61 @@ fn users_groups_capabilities_and_filters_are_the_manifests() {
 }
 
 #[test]
+fn without_root_or_user_namespaces_a_container_runs_as_podvisors_user_and_its_status_says_so() {
+    if !is_root() {
+        skip("needs root to become nobody");
+        return;
+    }
+    if !crate::rootfs::user_namespaces_for_nobody() {
+        skip("this kernel gives nobody no user namespace");
+        return;
+    }
+    // 33 user namespaces deep, each mapping nobody to itself: the kernel lets no process there
+    // make another, so podvisor finds none to use, as on a host that gives its users none.
+    let mut wrapper = vec![
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--groups=4242",
+    ];
+    for _ in 0..33 {
+        wrapper.extend(["unshare", "--user", "--map-current-user"]);
+    }
+    let r = PodRun::new(&status_pod("", "", "true"));
+    let open: std::fs::Permissions = std::os::unix::fs::PermissionsExt::from_mode(0o777);
+    std::fs::set_permissions(r.dir.file(""), open.clone()).unwrap();
+    let out = r.cmd_under(&wrapper, &[]).output();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let f = fields(&r.log_lines("app", 1));
+    let ids = |k: &str| -> Vec<u32> { (f[k].split(' ')).filter_map(|v| v.parse().ok()).collect() };
+    let (uid, gid) = (ids("Uid")[0], ids("Gid")[0]);
+    assert_eq!(ids("Uid"), [uid; 4], "{f:?}");
+    assert_ne!(uid, 0, "{f:?}");
+    assert_eq!(f["CapEff"], "0000000000000000");
+    // The status names the user the process runs as, the primary group first, then what the
+    // kernel shows of its others (4242, not mapped here, is the overflow group).
+    let mut groups = vec![gid];
+    groups.extend(ids("Groups").into_iter().filter(|g| *g != gid));
+    let s: Value = serde_json::from_str(&client(&r, &["status", "-o", "json"]).stdout).unwrap();
+    assert_eq!(
+        s["status"]["containerStatuses"][0]["user"],
+        serde_json::json!({"linux": {"uid": uid, "gid": gid, "supplementalGroups": groups}}),
+        "{f:?}"
+    );
+    // Another user is refused before anything runs, naming the container and the field.
+    let other = PodRun::new(&status_pod("{runAsUser: 0}", "", "true"));
+    std::fs::set_permissions(other.dir.file(""), open).unwrap();
+    let out = other.cmd_under(&wrapper, &[]).output();
+    assert_eq!(out.code(), 2, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "container \"app\": securityContext.runAsUser needs another user, which podvisor cannot make here: podvisor runs as uid"
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn a_root_container_gets_the_runtime_defaults_and_seccomp_default_refuses_keyctl() {
     if !is_root() {
         skip("capabilities need root");

@@ -333,9 +333,12 @@ pub struct PodCgroups {
 
 /// A limit podvisor cannot enforce: the run is refused rather than run without it.
 #[derive(Debug, thiserror::Error)]
-#[error("{}: {field} needs {needs}, which podvisor cannot make here: {why}", whose(.container))]
+#[error("{}: {}needs {needs}, which podvisor cannot make here: {why}", whose(.container), named(.field))]
 pub struct Unenforceable {
     pub container: String,
+    /// The field that asks for it, named from the pod spec or the container (a Deployment's pod
+    /// spec is under `spec.template.spec`, so no `spec.` prefix); empty when the pod as a whole
+    /// does (its sandbox).
     pub field: &'static str,
     pub needs: &'static str,
     pub why: String,
@@ -346,6 +349,14 @@ fn whose(container: &str) -> String {
     match container {
         "" => "the pod".to_string(),
         c => format!("container {c:?}"),
+    }
+}
+
+/// The field's name and a space, or nothing for the pod as a whole.
+fn named(field: &str) -> String {
+    match field {
+        "" => String::new(),
+        f => format!("{f} "),
     }
 }
 
@@ -373,7 +384,7 @@ impl PodCgroups {
         }
         let pod_level = |needs: &'static str, why: String| Unenforceable {
             container: String::new(),
-            field: "spec.resources",
+            field: "resources",
             needs,
             why,
         };

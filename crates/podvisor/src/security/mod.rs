@@ -203,8 +203,8 @@ fn in_user_map(
 }
 
 /// Without root or user namespaces: the container keeps podvisor's user, groups and (absent)
-/// capabilities; a `runAsUser` or `runAsGroup` of another is refused. `no_new_privs` and
-/// seccomp still apply.
+/// capabilities (`groups` says which, for the status; they are not set); a `runAsUser` or
+/// `runAsGroup` of another is refused. `no_new_privs` and seccomp still apply.
 fn as_this_user(
     name: &str,
     plan: &SecurityPlan,
@@ -223,10 +223,13 @@ fn as_this_user(
             why: format!("podvisor runs as uid {uid} without root or user namespaces: containers run as this user, with its groups"),
         });
     }
+    // Its groups as CRI reports them: the primary first, then the supplementary ones.
+    let mut groups = vec![gid];
+    groups.extend(sys::getgroups().into_iter().filter(|g| *g != gid));
     Ok(Credentials {
         uid,
         gid,
-        groups: Vec::new(),
+        groups,
         capabilities: 0,
         cap_last: host.cap_last,
         change_identity: false,

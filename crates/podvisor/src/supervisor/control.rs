@@ -276,18 +276,12 @@ impl Supervisor {
         for (i, p) in self.pod.plan().containers.iter().enumerate() {
             let resources = self.resize_resources(i);
             let creds = &self.credentials[i];
-            // Without root and user namespaces, the process keeps podvisor's own identity.
-            let identity = match creds.change_identity {
-                true => status::Identity {
-                    uid: creds.uid,
-                    gid: creds.gid,
-                    groups: std::borrow::Cow::Borrowed(&creds.groups),
-                },
-                false => status::Identity {
-                    uid: crate::process::sys::getuid(),
-                    gid: crate::process::sys::getgid(),
-                    groups: std::borrow::Cow::Borrowed(&[]),
-                },
+            // Without root and user namespaces, the process keeps podvisor's own identity,
+            // which `creds` holds as it was when the run began.
+            let identity = status::Identity {
+                uid: creds.uid,
+                gid: creds.gid,
+                groups: std::borrow::Cow::Borrowed(&creds.groups),
             };
             let info = &self.info;
             let inputs =

@@ -79,8 +79,8 @@ impl Sandbox {
                 sys::make_pod_namespaces(plan.hostname.as_deref(), plan.own_ipc, &sysctls).map_err(
                     |e| Unenforceable {
                         container: String::new(),
-                        field: "spec",
-                        needs: "the pod's UTS and IPC namespaces",
+                        field: "",
+                        needs: "its own UTS and IPC namespaces",
                         why: e.to_string(),
                     },
                 )?

@@ -508,6 +508,17 @@ pub fn getuid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// This process's supplementary groups (empty if they cannot be read).
+pub fn getgroups() -> Vec<u32> {
+    // SAFETY: with a size of 0, getgroups only counts the groups.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let mut groups = vec![0; usize::try_from(n).unwrap_or(0)];
+    // SAFETY: `groups` has room for the `n` entries the call may write.
+    let got = unsafe { libc::getgroups(n.max(0), groups.as_mut_ptr()) };
+    groups.truncate(usize::try_from(got).unwrap_or(0));
+    groups
+}
+
 fn c_string(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a string contains a NUL byte"))
