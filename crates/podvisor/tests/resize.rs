@@ -1,8 +1,9 @@
 //! In-place resize (KEP-1287) through the binary, as `kubectl patch pod --subresource resize`:
 //! cgroups changed in place for `NotRequired` (read back from the cgroup files), a restart for
 //! `RestartContainer`, a memory limit never set below what is in use (`PodResizeInProgress`,
-//! `Error`), `Infeasible` beyond the node, the API server's refusals, and the allocation kept
-//! by a run that takes the pod up again after a kill -9. cgroup v2: `guest_v2.rs`.
+//! `Error`), `Infeasible` beyond the node (asked again by a run that takes the pod up), the API
+//! server's refusals, and the allocation kept by a run that takes the pod up again after a
+//! kill -9. cgroup v2: `guest_v2.rs`.
 
 use std::path::Path;
 
@@ -321,7 +322,43 @@ fn the_api_servers_refusals_and_an_infeasible_resize() {
         "100m"
     );
     assert_eq!(r.find("pod", "ResizeInfeasible").len(), 1);
-    stop(&mut p);
+    assert_eq!(s["metadata"]["generation"], 2);
+
+    // Killed with -9, the run after it still asks (the spec outlives a kubelet's restart, at
+    // the API server): the same spec and generation, Infeasible again, the allocation kept.
+    p.signal("KILL");
+    p.wait();
+    let mut second = r.cmd(&[]).start();
+    let pid = running_pid(&r, 1);
+    let s = status(&r);
+    let c = condition(&s, "PodResizePending").unwrap_or_else(|| panic!("{s}"));
+    assert_eq!(c["reason"], "Infeasible");
+    assert_eq!(s["metadata"]["generation"], 2);
+    assert_eq!(
+        s["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+        "100000"
+    );
+    assert_eq!(
+        s["status"]["containerStatuses"][0]["allocatedResources"]["cpu"],
+        "100m"
+    );
+    let cpu = cgroup_dir(pid, "cpu").unwrap();
+    assert_eq!(read(&cpu, "cpu.cfs_quota_us"), "10000");
+    // A resize that fits ends the wait.
+    let out = patch(
+        &r,
+        r#"{"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"200m"}}}]}}"#,
+        &[],
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let s = status(&r);
+    assert!(condition(&s, "PodResizePending").is_none(), "{s}");
+    assert_eq!(s["metadata"]["generation"], 3);
+    assert_eq!(
+        s["status"]["containerStatuses"][0]["allocatedResources"]["cpu"],
+        "200m"
+    );
+    stop(&mut second);
 }
 
 #[test]

@@ -175,7 +175,7 @@ pub fn run(
     }
     // A resumed pod keeps the resources its resizes allocated, and its conditions set from
     // outside (readiness gates').
-    resize::take_up(&dir, &mut info, &mut plan, taken.resumed)?;
+    let resized = resize::take_up(&dir, &mut info, &mut plan, taken.resumed)?;
     let outside = conditions::take_up(&dir, &mut taken, settings.reset_state)?;
     let epoll = Epoll::new()?;
     epoll.add(signals.as_raw_fd(), TOKEN_SIGNALS, EV_READ)?;
@@ -220,7 +220,7 @@ pub fn run(
     let counters = Counters::new(&info.namespace, &info.name);
     let applied = plan.exec.iter().map(|x| x.resources).collect();
     let containers = plan.exec.len();
-    let resizing = resize::Resizing::new(&info.spec, applied);
+    let resizing = resize::Resizing::new(&info.spec, applied, resized);
     let mut sup = Supervisor {
         pod: taken.pod,
         plan,

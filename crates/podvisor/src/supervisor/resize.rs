@@ -46,13 +46,24 @@ pub(super) struct Resizing {
     pub(super) retry_at: Option<Instant>,
     /// When each resize condition began.
     since: BTreeMap<&'static str, SystemTime>,
+    /// Each container's `resources` as allocated (the record's), by name.
+    allocated: BTreeMap<String, Value>,
+}
+
+/// What a pod taken up keeps of its resizes, for `Resizing`.
+#[derive(Debug, Default)]
+pub struct TakenResize {
+    /// Each container's `resources` as allocated, by name.
+    allocated: BTreeMap<String, Value>,
+    /// A resize that still does not fit: why (`Infeasible`).
+    infeasible: Option<String>,
 }
 
 impl Resizing {
     /// For a pod of `spec` whose containers run with `applied` (in the core's order).
     /// Only the containers' `resizePolicy` is read, not the whole `PodSpec`: its deserializer
     /// is large code that a run holding its pods for hours would keep resident for one use.
-    pub(super) fn new(spec: &SpecJson, applied: Vec<Resources>) -> Resizing {
+    pub(super) fn new(spec: &SpecJson, applied: Vec<Resources>, taken: TakenResize) -> Resizing {
         // A spec that does not read has no policies (it came from this run's own manifest).
         let spec = spec.value().unwrap_or_default();
         let policy = |c: &Value| -> Vec<ContainerResizePolicy> {
@@ -69,6 +80,8 @@ impl Resizing {
         Resizing {
             policies,
             applied,
+            pending: taken.infeasible.map(|why| ("Infeasible", why)),
+            allocated: taken.allocated,
             ..Default::default()
         }
     }
@@ -82,23 +95,16 @@ impl Resizing {
 }
 
 /// Takes up the allocation an earlier run of this pod saved (`resumed`), into its spec (the
-/// manifest's, as JSON) and so into the plan made from it, with the generation it made;
-/// a new pod forgets it.
+/// manifest's, as JSON) and so into the plan made from it, with the generation it made; a
+/// resize that was waiting is asked for again: the spec shows it, allocated if it fits now,
+/// `Infeasible` again if not. A new pod forgets it.
 pub fn take_up(
     dir: &StateDir,
     info: &mut PodInfo,
     plan: &mut RunPlan,
     resumed: bool,
-) -> Result<(), StateError> {
-    let spec = &mut info.spec;
+) -> Result<TakenResize, StateError> {
     let file = StateFile::new(dir.path(), RECORD)?;
-    if !resumed {
-        return file.remove();
-    }
-    let Some(text) = file.read()? else {
-        return Ok(());
-    };
-    let record = decode_resize(&text).map_err(|e| file.refused(e))?;
     let unusable = |e: serde_json::Error| {
         file.refused(RecordError::Field {
             line: 2,
@@ -106,24 +112,81 @@ pub fn take_up(
             message: e.to_string(),
         })
     };
-    let mut value = spec.value().map_err(unusable)?;
-    for list in ["initContainers", "containers"] {
-        for c in value[list].as_array_mut().into_iter().flatten() {
-            let name = c["name"].as_str().unwrap_or_default().to_string();
-            if let Some(r) = record.containers.get(&name) {
-                c["resources"] = r.clone();
+    let text = match resumed {
+        true => file.read()?,
+        false => {
+            file.remove()?;
+            None
+        }
+    };
+    let Some(text) = text else {
+        // The manifest's resources are what is allocated (a spec that does not read has none:
+        // it came from this run's own manifest).
+        return Ok(TakenResize {
+            allocated: resources_of(&info.spec.value().unwrap_or_default()),
+            infeasible: None,
+        });
+    };
+    let record = decode_resize(&text).map_err(|e| file.refused(e))?;
+    let mut value = info.spec.value().map_err(unusable)?;
+    set_resources(&mut value, &record.containers);
+    let allocated: PodSpec = serde_json::from_value(value.clone()).map_err(unusable)?;
+    let mut allocation = allocate(&allocated);
+    let mut taken = TakenResize {
+        allocated: record.containers.clone(),
+        infeasible: None,
+    };
+    if let Some(desired) = &record.desired {
+        set_resources(&mut value, desired);
+        let spec: PodSpec = serde_json::from_value(value.clone()).map_err(unusable)?;
+        let wanted = allocate(&spec);
+        let (cpu, memory) = capacity();
+        match admit_resize(&wanted, cpu, memory) {
+            Err(why) => taken.infeasible = Some(why),
+            Ok(()) => {
+                // It fits now: allocated, as the kubelet's next pod sync would.
+                allocation = wanted;
+                taken.allocated = desired.clone();
+                let record = ResizeRecord {
+                    containers: desired.clone(),
+                    generation: record.generation,
+                    desired: None,
+                };
+                file.write(&encode_resize(&record))?;
             }
         }
     }
-    let parsed: PodSpec = serde_json::from_value(value.clone()).map_err(unusable)?;
-    *spec = SpecJson::new(&value);
+    info.spec = SpecJson::new(&value);
     info.generation = record.generation.unwrap_or(2);
-    let allocation = allocate(&parsed);
     for (x, (_, r)) in plan.exec.iter_mut().zip(&allocation.containers) {
         x.resources = *r;
     }
     plan.pod_resources = allocation.pod;
-    Ok(())
+    Ok(taken)
+}
+
+/// Each container's `resources` in the spec `value`, by name (`{}` where it has none).
+fn resources_of(value: &Value) -> BTreeMap<String, Value> {
+    let lists = ["initContainers", "containers"].map(|l| value[l].as_array());
+    let all = lists.into_iter().flatten().flatten();
+    all.map(|c| {
+        let name = c["name"].as_str().unwrap_or_default().to_string();
+        let r = c.get("resources").cloned();
+        (name, r.unwrap_or_else(|| Value::Object(Default::default())))
+    })
+    .collect()
+}
+
+/// Sets each container's `resources` in the spec `value` to those `by_name` has for it.
+fn set_resources(value: &mut Value, by_name: &BTreeMap<String, Value>) {
+    for list in ["initContainers", "containers"] {
+        for c in value[list].as_array_mut().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or_default().to_string();
+            if let Some(r) = by_name.get(&name) {
+                c["resources"] = r.clone();
+            }
+        }
+    }
 }
 
 /// A patch applied to the pod `doc` as the API server applies one of its kind.
@@ -282,20 +345,26 @@ impl Supervisor {
     fn sync_resize(&mut self, spec: &PodSpec) -> io::Result<()> {
         let allocation = allocate(spec);
         let (cpu, memory) = capacity();
+        let desired = resources_of(&self.info.spec.value().unwrap_or_default());
         if let Err(message) = admit_resize(&allocation, cpu, memory) {
             if self.resizing.pending.as_ref().map(|p| &p.1) != Some(&message) {
                 self.note(EventType::Warning, "ResizeInfeasible", message.clone());
             }
             self.resizing.pending = Some(("Infeasible", message));
+            // The spec keeps asking (the API server's copy): a run after this one asks again.
+            if let Err(e) = self.save_resize(Some(desired)) {
+                self.note(EventType::Warning, "ResizeError", e.to_string());
+            }
             return Ok(());
         }
         self.resizing.pending = None;
+        self.resizing.allocated = desired;
         let before: Vec<Resources> = self.plan.exec.iter().map(|x| x.resources).collect();
         for (x, (_, r)) in self.plan.exec.iter_mut().zip(&allocation.containers) {
             x.resources = *r;
         }
         self.plan.pod_resources = allocation.pod;
-        if let Err(e) = self.save_allocation(spec) {
+        if let Err(e) = self.save_resize(None) {
             // The allocation stands for this run; a run after a crash would not know it.
             self.note(EventType::Warning, "ResizeError", e.to_string());
         }
@@ -310,18 +379,13 @@ impl Supervisor {
         self.actuate()
     }
 
-    /// Saves the allocation (each container's resources as `spec` has them).
-    fn save_allocation(&self, spec: &PodSpec) -> Result<(), StateError> {
-        let mut record = ResizeRecord {
+    /// Saves the allocation, the generation and what a waiting resize asks for (`desired`).
+    fn save_resize(&self, desired: Option<BTreeMap<String, Value>>) -> Result<(), StateError> {
+        let record = ResizeRecord {
+            containers: self.resizing.allocated.clone(),
             generation: Some(self.info.generation),
-            ..ResizeRecord::default()
+            desired,
         };
-        let init = spec.init_containers.iter().flatten();
-        for c in init.chain(&spec.containers) {
-            let r = c.resources.clone().unwrap_or_default();
-            let v = serde_json::to_value(r).unwrap_or_default();
-            record.containers.insert(c.name.clone(), v);
-        }
         StateFile::new(self.dir.path(), RECORD)?.write(&encode_resize(&record))
     }
 

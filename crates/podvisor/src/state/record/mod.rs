@@ -75,6 +75,10 @@ pub struct ResizeRecord {
     /// podvisor of before 2026-12, read as 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// What the spec asks of each container while its resize waits (`Infeasible`): the spec
+    /// keeps it, as the API server does, and a run that takes the pod up asks again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 pub fn encode_resize(r: &ResizeRecord) -> String {
