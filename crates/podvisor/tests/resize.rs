@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::harness::*;
 use crate::probes::stop;
@@ -359,6 +359,45 @@ fn the_api_servers_refusals_and_an_infeasible_resize() {
         "200m"
     );
     stop(&mut second);
+
+    // A resize that waited and fits when the pod is taken up (the node has grown: here, the
+    // record says so as a run would have saved it) is allocated then.
+    let saved = podvisor::state::record::ResizeRecord {
+        containers: [(
+            "app".into(),
+            json!({"limits": {"cpu": "200m", "memory": "64Mi"}}),
+        )]
+        .into(),
+        generation: Some(4),
+        desired: Some(
+            [(
+                "app".into(),
+                json!({"limits": {"cpu": "300m", "memory": "64Mi"}}),
+            )]
+            .into(),
+        ),
+    };
+    let file = r.dir.file("state").join("resize");
+    std::fs::write(&file, podvisor::state::record::encode_resize(&saved)).unwrap();
+    let mut third = r.cmd(&[]).start();
+    let pid = running_pid(&r, 2);
+    let s = status(&r);
+    assert!(condition(&s, "PodResizePending").is_none(), "{s}");
+    assert_eq!(s["metadata"]["generation"], 4);
+    assert_eq!(
+        s["status"]["containerStatuses"][0]["allocatedResources"]["cpu"],
+        "300m"
+    );
+    assert_eq!(
+        read(&cgroup_dir(pid, "cpu").unwrap(), "cpu.cfs_quota_us"),
+        "30000"
+    );
+    // Allocated, it is saved so: the record asks for nothing more.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept = podvisor::state::record::decode_resize(&text).unwrap();
+    assert_eq!((kept.desired, kept.generation), (None, Some(4)));
+    assert_eq!(kept.containers["app"]["limits"]["cpu"], "300m");
+    stop(&mut third);
 }
 
 #[test]
