@@ -188,6 +188,11 @@ fn a_resize_policy_of_restart_container_restarts_it_with_the_new_limit() {
         read(&memory, "memory.limit_in_bytes"),
         (128u64 << 20).to_string()
     );
+    // The pod's cgroup follows (else it would cap the container at the old limit).
+    assert_eq!(
+        read(memory.parent().unwrap(), "memory.limit_in_bytes"),
+        (128u64 << 20).to_string()
+    );
     let killing = r.find("app", "Killing");
     assert_eq!(
         killing[0]["message"], "Container app resize requires restart",

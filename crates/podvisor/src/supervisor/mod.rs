@@ -220,7 +220,7 @@ pub fn run(
     let counters = Counters::new(&info.namespace, &info.name);
     let applied = plan.exec.iter().map(|x| x.resources).collect();
     let containers = plan.exec.len();
-    let resizing = resize::Resizing::new(&info.spec, applied, resized);
+    let resizing = resize::Resizing::new(&info.spec, (applied, plan.pod_resources), resized);
     let mut sup = Supervisor {
         pod: taken.pod,
         plan,
@@ -436,6 +436,7 @@ impl Supervisor {
             self.api.event(line);
         }
         self.adopt(found)?;
+        self.admit_waiting_resize()?;
         self.save()?;
         // The exits the keepers recorded are in the pod now (and in the record just written).
         for f in &found.stale_files {

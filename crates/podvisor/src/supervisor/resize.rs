@@ -38,6 +38,8 @@ pub(super) struct Resizing {
     policies: Vec<Vec<ContainerResizePolicy>>,
     /// What each container's current instance has in its cgroup.
     applied: Vec<Resources>,
+    /// What the pod's cgroup has.
+    pod_applied: Resources,
     /// `PodResizePending`: its reason and message.
     pending: Option<(&'static str, String)>,
     /// The last actuation failed: why (`PodResizeInProgress`, reason `Error`).
@@ -48,6 +50,8 @@ pub(super) struct Resizing {
     since: BTreeMap<&'static str, SystemTime>,
     /// Each container's `resources` as allocated (the record's), by name.
     allocated: BTreeMap<String, Value>,
+    /// A resize that waited fits now (found at the take-up): admitted once the pod is taken up.
+    admit_at_take_up: bool,
 }
 
 /// What a pod taken up keeps of its resizes, for `Resizing`.
@@ -57,13 +61,20 @@ pub struct TakenResize {
     allocated: BTreeMap<String, Value>,
     /// A resize that still does not fit: why (`Infeasible`).
     infeasible: Option<String>,
+    /// A resize that waited and fits now.
+    fits_now: bool,
 }
 
 impl Resizing {
-    /// For a pod of `spec` whose containers run with `applied` (in the core's order).
+    /// For a pod of `spec` whose containers run with `applied` (in the core's order), and
+    /// whose cgroup has `pod`.
     /// Only the containers' `resizePolicy` is read, not the whole `PodSpec`: its deserializer
     /// is large code that a run holding its pods for hours would keep resident for one use.
-    pub(super) fn new(spec: &SpecJson, applied: Vec<Resources>, taken: TakenResize) -> Resizing {
+    pub(super) fn new(
+        spec: &SpecJson,
+        (applied, pod): (Vec<Resources>, Resources),
+        taken: TakenResize,
+    ) -> Resizing {
         // A spec that does not read has no policies (it came from this run's own manifest).
         let spec = spec.value().unwrap_or_default();
         let policy = |c: &Value| -> Vec<ContainerResizePolicy> {
@@ -80,8 +91,10 @@ impl Resizing {
         Resizing {
             policies,
             applied,
+            pod_applied: pod,
             pending: taken.infeasible.map(|why| ("Infeasible", why)),
             allocated: taken.allocated,
+            admit_at_take_up: taken.fits_now,
             ..Default::default()
         }
     }
@@ -96,8 +109,9 @@ impl Resizing {
 
 /// Takes up the allocation an earlier run of this pod saved (`resumed`), into its spec (the
 /// manifest's, as JSON) and so into the plan made from it, with the generation it made; a
-/// resize that was waiting is asked for again: the spec shows it, allocated if it fits now,
-/// `Infeasible` again if not. A new pod forgets it.
+/// resize that was waiting is asked for again: the spec shows it, `Infeasible` again if it does
+/// not fit, admitted once the pod is taken up if it does (`Supervisor::admit_waiting_resize`).
+/// A new pod forgets it.
 pub fn take_up(
     dir: &StateDir,
     info: &mut PodInfo,
@@ -124,36 +138,25 @@ pub fn take_up(
         // it came from this run's own manifest).
         return Ok(TakenResize {
             allocated: resources_of(&info.spec.value().unwrap_or_default()),
-            infeasible: None,
+            ..TakenResize::default()
         });
     };
     let record = decode_resize(&text).map_err(|e| file.refused(e))?;
     let mut value = info.spec.value().map_err(unusable)?;
     set_resources(&mut value, &record.containers);
     let allocated: PodSpec = serde_json::from_value(value.clone()).map_err(unusable)?;
-    let mut allocation = allocate(&allocated);
+    let allocation = allocate(&allocated);
     let mut taken = TakenResize {
         allocated: record.containers.clone(),
-        infeasible: None,
+        ..TakenResize::default()
     };
     if let Some(desired) = &record.desired {
         set_resources(&mut value, desired);
         let spec: PodSpec = serde_json::from_value(value.clone()).map_err(unusable)?;
-        let wanted = allocate(&spec);
         let (cpu, memory) = capacity();
-        match admit_resize(&wanted, cpu, memory) {
+        match admit_resize(&allocate(&spec), cpu, memory) {
             Err(why) => taken.infeasible = Some(why),
-            Ok(()) => {
-                // It fits now: allocated, as the kubelet's next pod sync would.
-                allocation = wanted;
-                taken.allocated = desired.clone();
-                let record = ResizeRecord {
-                    containers: desired.clone(),
-                    generation: record.generation,
-                    desired: None,
-                };
-                file.write(&encode_resize(&record))?;
-            }
+            Ok(()) => taken.fits_now = true,
         }
     }
     info.spec = SpecJson::new(&value);
@@ -379,6 +382,19 @@ impl Supervisor {
         self.actuate()
     }
 
+    /// A resize that waited and fits now (`take_up`): admitted and actuated once the pod is
+    /// taken up, the containers it adopted included, as the kubelet's first pod sync after a
+    /// restart does.
+    pub(super) fn admit_waiting_resize(&mut self) -> io::Result<()> {
+        if !std::mem::take(&mut self.resizing.admit_at_take_up) {
+            return Ok(());
+        }
+        match self.info.spec.parse::<PodSpec>() {
+            Ok(spec) => self.sync_resize(&spec),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// Saves the allocation, the generation and what a waiting resize asks for (`desired`).
     fn save_resize(&self, desired: Option<BTreeMap<String, Value>>) -> Result<(), StateError> {
         let record = ResizeRecord {
@@ -411,19 +427,29 @@ impl Supervisor {
                 ResizeAction::Restart => restarts.push(i),
             }
         }
+        // The pod's cgroup follows its allocation whether its containers run, change in place
+        // or restart: a container's limit above the pod's is refused (cgroup v1's cpu) or
+        // capped by it.
+        let pod_changed = self.resizing.pod_applied != self.plan.pod_resources;
+        if in_place.is_empty() && !pod_changed {
+            self.resizing.error = None;
+            for i in restarts {
+                self.feed(Input::ResizeRestart(i))?;
+            }
+            return Ok(());
+        }
+        let done = self.resize_in_place(&in_place);
         for i in restarts {
             self.feed(Input::ResizeRestart(i))?;
         }
-        if in_place.is_empty() {
-            self.resizing.error = None;
-            return Ok(());
-        }
-        match self.resize_in_place(&in_place) {
+        match done {
             Ok(()) => {
+                self.resizing.pod_applied = self.plan.pod_resources;
                 for &i in &in_place {
                     self.resizing.applied[i] = self.plan.exec[i].resources;
                 }
-                if self.resizing.error.take().is_some() || !in_place.is_empty() {
+                self.resizing.error = None;
+                if !in_place.is_empty() {
                     let names: Vec<&str> = (in_place.iter())
                         .map(|&i| self.pod.containers()[i].name.as_str())
                         .collect();
@@ -486,15 +512,7 @@ impl Supervisor {
                 Resource::Memory => r.memory_limit,
                 Resource::Cpu => r.cpu_limit.or(r.cpu_request),
             };
-            let old_pod: Option<u64> = which
-                .iter()
-                .map(|&i| amount(&self.resizing.applied[i]))
-                .sum();
-            let new_pod: Option<u64> = which
-                .iter()
-                .map(|&i| amount(&self.plan.exec[i].resources))
-                .sum();
-            let grows = new_pod >= old_pod;
+            let grows = amount(&pod_new) >= amount(&self.resizing.pod_applied);
             if grows {
                 pod_cg
                     .map(|p| p.update(&pod_new, what))
