@@ -20,6 +20,13 @@ fn patch(r: &PodRun, patch: &str, extra: &[&str]) -> Output {
     client(r, &args)
 }
 
+/// `patch` (JSON merge) that must be accepted; the status after it.
+fn patched(r: &PodRun, body: &str) -> Value {
+    let out = patch(r, body, &[]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    status(r)
+}
+
 fn read(dir: &Path, file: &str) -> String {
     std::fs::read_to_string(dir.join(file))
         .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()))
@@ -232,13 +239,10 @@ fn a_memory_limit_is_never_set_below_what_the_container_uses() {
     wait_until("40 MiB allocated", || {
         r.log("app", 1).contains("allocated 40")
     });
-    let out = patch(
+    let s = patched(
         &r,
         r#"{"spec":{"containers":[{"name":"app","resources":{"limits":{"memory":"16Mi"}}}]}}"#,
-        &[],
     );
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    let s = status(&r);
     let c = condition(&s, "PodResizeInProgress").unwrap_or_else(|| panic!("{s}"));
     assert_eq!(c["status"], "True");
     assert_eq!(c["reason"], "Error");
@@ -350,13 +354,10 @@ fn the_api_servers_refusals_and_an_infeasible_resize() {
     let cpu = cgroup_dir(pid, "cpu").unwrap();
     assert_eq!(read(&cpu, "cpu.cfs_quota_us"), "10000");
     // A resize that fits ends the wait.
-    let out = patch(
+    let s = patched(
         &r,
         r#"{"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"200m"}}}]}}"#,
-        &[],
     );
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    let s = status(&r);
     assert!(condition(&s, "PodResizePending").is_none(), "{s}");
     assert_eq!(s["metadata"]["generation"], 3);
     assert_eq!(
