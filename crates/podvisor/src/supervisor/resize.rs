@@ -1,10 +1,11 @@
 //! In-place resize (KEP-1287): `PATCH /resize` as the API server takes it (the patch applied to
 //! the pod, `ValidatePodResize`'s checks), then what the kubelet does: admission against the
 //! node's capacity (`PodResizePending`, `Infeasible`), the new allocation saved in the state dir
-//! (its allocation checkpoint), and actuation: cgroups changed in place, pod and containers in
-//! the kubelet's order, or a restart where a container's `resizePolicy` asks for one
-//! (`PodResizeInProgress` until done; reason `Error` when a memory limit would fall below what
-//! is in use, tried again every 10 s).
+//! (its allocation checkpoint; beside it, what an `Infeasible` resize still asks for, asked
+//! again by a run that takes the pod up), and actuation: cgroups changed in place, pod and
+//! containers in the kubelet's order, or a restart where a container's `resizePolicy` asks for
+//! one (`PodResizeInProgress` until done; reason `Error` when a memory limit would fall below
+//! what is in use, tried again every 10 s).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -82,12 +83,7 @@ impl Resizing {
                 .and_then(|p| serde_json::from_value(p.clone()).ok())
                 .unwrap_or_default()
         };
-        let list = |field: &str| match spec.get(field) {
-            Some(Value::Array(cs)) => cs.as_slice(),
-            _ => &[],
-        };
-        let all = list("initContainers").iter().chain(list("containers"));
-        let policies = all.map(policy).collect();
+        let policies = containers_json(&spec).map(policy).collect();
         Resizing {
             policies,
             applied,
@@ -168,16 +164,21 @@ pub fn take_up(
     Ok(taken)
 }
 
+/// The spec `value`'s init containers, then its containers (the core's order).
+fn containers_json(value: &Value) -> impl Iterator<Item = &Value> {
+    let lists = ["initContainers", "containers"].map(|l| value[l].as_array());
+    lists.into_iter().flatten().flatten()
+}
+
 /// Each container's `resources` in the spec `value`, by name (`{}` where it has none).
 fn resources_of(value: &Value) -> BTreeMap<String, Value> {
-    let lists = ["initContainers", "containers"].map(|l| value[l].as_array());
-    let all = lists.into_iter().flatten().flatten();
-    all.map(|c| {
-        let name = c["name"].as_str().unwrap_or_default().to_string();
-        let r = c.get("resources").cloned();
-        (name, r.unwrap_or_else(|| Value::Object(Default::default())))
-    })
-    .collect()
+    containers_json(value)
+        .map(|c| {
+            let name = c["name"].as_str().unwrap_or_default().to_string();
+            let r = c.get("resources").cloned();
+            (name, r.unwrap_or_else(|| Value::Object(Default::default())))
+        })
+        .collect()
 }
 
 /// Sets each container's `resources` in the spec `value` to those `by_name` has for it.
